@@ -1,0 +1,289 @@
+"""PNG charts for the report, rendered with matplotlib's Agg renderer.
+
+Figures are built with :class:`matplotlib.figure.Figure` directly instead of
+``pyplot``: no global figure registry and no GUI backend selection, so
+rendering works headless and never changes the caller's matplotlib state.
+Inputs are plain Python rows (already aggregated by Spark), never DataFrames.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import matplotlib
+from matplotlib import dates as mdates
+from matplotlib import ticker
+from matplotlib.figure import Figure
+
+__all__ = [
+    "attempts_to_success_png",
+    "format_duration",
+    "lateness_by_delay_png",
+    "render_all",
+    "retries_over_time_png",
+]
+
+_STYLE = {
+    "font.size": 11,
+    "axes.titlesize": 13,
+    "axes.titleweight": "bold",
+    "axes.labelsize": 11,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "grid.linestyle": "-",
+    "legend.frameon": False,
+    "legend.fontsize": 9,
+    "figure.facecolor": "white",
+}
+_SIZE = (8.0, 4.5)
+_DPI = 120
+#: Tasks beyond this many (by volume) are folded into "other" so legends stay readable.
+MAX_SERIES = 7
+_PALETTE = matplotlib.colormaps["tab10"].colors
+
+
+def format_duration(seconds: float) -> str:
+    """Short human label for a delay in seconds (``250 ms``, ``8 s``, ``17 min``, ``2.3 h``)."""
+    if seconds <= 0:
+        return "0"
+    if seconds < 1:
+        return f"{seconds * 1000:.3g} ms"
+    if seconds < 1000:
+        return f"{seconds:.3g} s"
+    if seconds < 6000:
+        return f"{seconds / 60:.2g} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.2g} h"
+    return f"{seconds / 86400:.2g} d"
+
+
+def _figure() -> Figure:
+    return Figure(figsize=_SIZE, dpi=_DPI, layout="constrained")
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=_DPI)
+    return buf.getvalue()
+
+
+def _no_data(fig: Figure, title: str) -> bytes:
+    ax = fig.add_subplot()
+    ax.set_title(title)
+    ax.text(
+        0.5,
+        0.5,
+        "no data",
+        ha="center",
+        va="center",
+        fontsize=14,
+        color="0.5",
+        transform=ax.transAxes,
+    )
+    ax.set_axis_off()
+    return _png(fig)
+
+
+def _top_series(totals: Mapping[str, float]) -> tuple[list[str], bool]:
+    ranked = sorted(totals, key=lambda name: (-totals[name], name))
+    return ranked[:MAX_SERIES], len(ranked) > MAX_SERIES
+
+
+def lateness_by_delay_png(rows: Iterable[Mapping[str, Any]]) -> bytes:
+    """p50/p99 delivery lateness per power-of-two delay bucket.
+
+    ``rows`` have ``delay_bucket_s``, ``lateness_p50_ms``, ``lateness_p99_ms``
+    and ``delivered``.  The x axis is log2; the y axis is symmetric-log so
+    that millisecond medians, multi-second tails and early (negative)
+    deliveries are all readable on one chart.
+    """
+    with matplotlib.rc_context(_STYLE):
+        fig = _figure()
+        title = "Delivery lateness by requested delay"
+        data = sorted(
+            (r for r in rows if r.get("lateness_p50_ms") is not None),
+            key=lambda r: r["delay_bucket_s"],
+        )
+        if not data:
+            return _no_data(fig, title)
+        positive = [r["delay_bucket_s"] for r in data if r["delay_bucket_s"] > 0]
+        # Bucket 0 ("run immediately") can't sit on a log axis: park it one
+        # step left of the smallest real bucket and label it "0".
+        zero_x = (min(positive) if positive else 1.0) / 2
+        xs = [r["delay_bucket_s"] if r["delay_bucket_s"] > 0 else zero_x for r in data]
+        p50 = [r["lateness_p50_ms"] for r in data]
+        p99 = [r["lateness_p99_ms"] for r in data]
+
+        ax = fig.add_subplot()
+        ax.fill_between(xs, p50, p99, color=_PALETTE[0], alpha=0.12, linewidth=0)
+        ax.plot(xs, p99, marker="o", color=_PALETTE[3], label="p99")
+        ax.plot(xs, p50, marker="o", color=_PALETTE[0], label="p50")
+        ax.set_xscale("log", base=2)
+        if min(p50) > 0:
+            ax.set_yscale("log")
+            ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_minor_locator(ticker.NullLocator())
+            y_scale = "log"
+        else:
+            # Early (negative) medians can't go on a log axis.
+            ax.set_yscale("symlog", linthresh=1.0)
+            ax.axhline(0, color="0.3", linewidth=0.8)
+            y_scale = "symlog"
+        ax.xaxis.set_major_locator(ticker.FixedLocator(xs))
+        ax.xaxis.set_minor_locator(ticker.NullLocator())
+        labels = [format_duration(r["delay_bucket_s"]) for r in data]
+        ax.set_xticks(
+            xs, labels, rotation=45 if len(xs) > 8 else 0, ha="right" if len(xs) > 8 else "center"
+        )
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xlabel("requested delay bucket (lower bound, log scale)")
+        ax.set_ylabel(f"lateness: delivered − due (ms, {y_scale})")
+        ax.set_title(title)
+        ax.legend(loc="upper left")
+        return _png(fig)
+
+
+_BIN_MINUTES = (1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440)
+_MAX_BINS = 150
+
+
+def retries_over_time_png(rows: Iterable[Mapping[str, Any]]) -> bytes:
+    """Retries per minute over time, stacked by task (top tasks + "other").
+
+    ``rows`` have ``task_name``, ``minute_s`` (epoch seconds of the minute
+    start) and ``retries``.  Long ranges are averaged into wider bins (at
+    most ~150 per chart) so the chart shows the trend rather than noise; the
+    y axis stays "retries per minute".
+    """
+    with matplotlib.rc_context(_STYLE):
+        fig = _figure()
+        series: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        totals: dict[str, int] = defaultdict(int)
+        for r in rows:
+            series[r["task_name"]][int(r["minute_s"]) // 60] += r["retries"]
+            totals[r["task_name"]] += r["retries"]
+        if not totals:
+            return _no_data(fig, "Retries per minute")
+        shown, folded = _top_series(totals)
+        stacks = [(name, series[name]) for name in shown]
+        if folded:
+            other: dict[int, int] = defaultdict(int)
+            for name in set(series) - set(shown):
+                for minute, n in series[name].items():
+                    other[minute] += n
+            stacks.append(("other", other))
+
+        first = min(m for _, points in stacks for m in points)
+        last = max(m for _, points in stacks for m in points)
+        width = next((b for b in _BIN_MINUTES if (last - first) / b <= _MAX_BINS), _BIN_MINUTES[-1])
+        start = first - first % width
+        bins = range(start, last + 1, width)  # silent bins stay 0 instead of being interpolated
+        xs = [datetime.fromtimestamp(b * 60, tz=timezone.utc) for b in bins]
+        ys = []
+        for _, points in stacks:
+            binned = defaultdict(int)
+            for minute, n in points.items():
+                binned[minute - (minute - start) % width] += n
+            ys.append([binned.get(b, 0) / width for b in bins])
+
+        ax = fig.add_subplot()
+        colors = [_PALETTE[i % len(_PALETTE)] for i in range(len(stacks))]
+        if len(xs) > 1:
+            ax.stackplot(
+                xs,
+                ys,
+                labels=[name for name, _ in stacks],
+                colors=colors,
+                alpha=0.85,
+                step="post" if width == 1 else None,
+            )
+        else:
+            bottom = 0.0
+            for (name, _), y, color in zip(stacks, ys, colors, strict=False):
+                ax.bar(xs, y, bottom=bottom, label=name, color=color, width=0.0005)
+                bottom += y[0]
+        locator = mdates.AutoDateLocator(tz=timezone.utc)
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=timezone.utc))
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("time (UTC)")
+        ax.set_ylabel("retries / minute")
+        suffix = "" if width == 1 else f" ({width}-min average)"
+        ax.set_title("Retries per minute" + suffix)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        return _png(fig)
+
+
+def attempts_to_success_png(rows: Iterable[Mapping[str, Any]]) -> bytes:
+    """Histogram of the attempt on which tasks succeeded, stacked by task.
+
+    ``rows`` have ``task_name``, ``attempt`` (0 = first run) and ``count``.
+    Each bar is annotated with its share of all successes.
+    """
+    with matplotlib.rc_context(_STYLE):
+        fig = _figure()
+        title = "Attempt on which tasks succeeded"
+        counts: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        totals: dict[str, int] = defaultdict(int)
+        for r in rows:
+            counts[r["task_name"]][int(r["attempt"])] += r["count"]
+            totals[r["task_name"]] += r["count"]
+        if not totals:
+            return _no_data(fig, title)
+        shown, folded = _top_series(totals)
+        stacks: list[tuple[str, dict[int, int]]] = [(name, counts[name]) for name in shown]
+        if folded:
+            other: dict[int, int] = defaultdict(int)
+            for name in set(counts) - set(shown):
+                for attempt, n in counts[name].items():
+                    other[attempt] += n
+            stacks.append(("other", other))
+
+        attempts = list(range(0, max(a for _, c in stacks for a in c) + 1))
+        bottom = [0] * len(attempts)
+        ax = fig.add_subplot()
+        for i, (name, per_attempt) in enumerate(stacks):
+            heights = [per_attempt.get(a, 0) for a in attempts]
+            ax.bar(
+                attempts,
+                heights,
+                bottom=bottom,
+                label=name,
+                color=_PALETTE[i % len(_PALETTE)],
+                width=0.75,
+            )
+            bottom = [b + h for b, h in zip(bottom, heights, strict=False)]
+        grand = sum(bottom)
+        for a, height in zip(attempts, bottom, strict=False):
+            if height:
+                ax.annotate(
+                    f"{height / grand:.1%}" if height / grand >= 0.001 else "<0.1%",
+                    (a, height),
+                    xytext=(0, 3),
+                    textcoords="offset points",
+                    ha="center",
+                    fontsize=9,
+                )
+        ax.set_xticks(attempts)
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.grid(axis="x", visible=False)
+        ax.set_xlabel("attempt of the successful run (0 = first run, n = after n retries)")
+        ax.set_ylabel("successful tasks")
+        ax.set_title(title)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        return _png(fig)
+
+
+def render_all(tables: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, bytes]:
+    """Render every chart from collected table rows; keys are the PNG file names."""
+    return {
+        "lateness_by_delay.png": lateness_by_delay_png(tables["lateness_by_delay"]),
+        "retries_over_time.png": retries_over_time_png(tables["retries_per_minute"]),
+        "attempts_to_success.png": attempts_to_success_png(tables["attempts_to_success"]),
+    }

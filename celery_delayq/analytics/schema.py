@@ -1,0 +1,139 @@
+"""The telemetry event schema as Spark sees it, and what makes a line valid.
+
+The contract is defined by :mod:`celery_delayq.telemetry.recorder`; this
+module only translates it into a Spark schema and a boolean validity column,
+so that parsing never depends on schema inference (slow, and ANSI mode makes
+inferred types brittle) and malformed counting is exact.
+
+A line is **valid** when it is a JSON object whose
+
+* ``event`` is one of the five event names,
+* ``task_id``, ``task_name``, ``queue`` are JSON strings,
+* ``attempt`` is a JSON integer >= 0,
+* ``ts`` is a finite JSON number,
+* ``delay_s`` and ``due_at`` are finite numbers for ``scheduled``/``delivered``,
+* ``exception`` is a JSON string for ``retried``/``exhausted``.
+
+Anything else (not JSON, not an object, a required field missing or null,
+``"attempt": "3"``, ``"ts": "1.5"``, a fractional attempt, ``"task_id": 42``,
+``"NaN"``...) is malformed.  Numeric fields get their strictness from the typed
+parse; string fields are parsed as VARIANT so that their JSON type can be
+checked (Spark's JSON reader would otherwise turn ``42`` into ``"42"``); on
+pyspark < 4.0, which has no VARIANT, that one check is skipped
+(:data:`STRICT_STRING_TYPES` is False) and such values are coerced.
+Fields a given event doesn't need are not checked, and unknown fields are
+ignored.  Blank lines are not events and are skipped, not counted.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+try:
+    from pyspark.sql.types import VariantType
+except ImportError:  # pyspark < 4.0: no VARIANT, string fields are coerced
+    VariantType = None
+
+from celery_delayq.telemetry.recorder import DELAY_EVENTS, EVENT_TYPES, FAILURE_EVENTS
+
+__all__ = [
+    "EVENT_COLUMNS",
+    "EVENT_SCHEMA",
+    "EVENT_TYPES",
+    "PARSE_SCHEMA",
+    "STRICT_STRING_TYPES",
+    "is_valid_event",
+    "typed_columns",
+]
+
+#: The typed columns of a parsed event (what the valid-events frame holds).
+EVENT_SCHEMA = StructType(
+    [
+        StructField("event", StringType()),
+        StructField("task_id", StringType()),
+        StructField("task_name", StringType()),
+        StructField("queue", StringType()),
+        StructField("attempt", LongType()),
+        StructField("ts", DoubleType()),
+        StructField("delay_s", DoubleType()),
+        StructField("due_at", DoubleType()),
+        StructField("exception", StringType()),
+    ]
+)
+EVENT_COLUMNS: tuple[str, ...] = tuple(field.name for field in EVENT_SCHEMA.fields)
+
+#: Whether string fields' JSON types can be checked (needs VARIANT, Spark 4+).
+STRICT_STRING_TYPES = VariantType is not None
+#: String fields whose JSON type is checked (``event`` is checked by value).
+_CHECKED_STRINGS = (
+    frozenset({"task_id", "task_name", "queue", "exception"})
+    if STRICT_STRING_TYPES
+    else frozenset()
+)
+
+#: Schema handed to ``from_json``: checked strings arrive as VARIANT.
+PARSE_SCHEMA = StructType(
+    [
+        StructField(f.name, VariantType()) if f.name in _CHECKED_STRINGS else f
+        for f in EVENT_SCHEMA.fields
+    ]
+)
+
+
+def typed_columns(struct: str) -> list[Column]:
+    """Columns of :data:`EVENT_SCHEMA` from a ``from_json(..., PARSE_SCHEMA)`` struct.
+
+    A checked string field that holds any other JSON type becomes null, so
+    "wrong type" and "missing" are the same thing for :func:`is_valid_event`.
+    """
+    columns = []
+    for name in EVENT_COLUMNS:
+        field = F.col(f"{struct}.{name}")
+        if name in _CHECKED_STRINGS:
+            field = F.when(
+                F.schema_of_variant(field) == "STRING", F.variant_get(field, "$", "string")
+            )
+        columns.append(field.alias(name))
+    return columns
+
+
+_INF = float("inf")
+
+
+def _finite(name: str) -> Column:
+    # Spark orders NaN above +inf, so one comparison rejects null, NaN and +/-inf.
+    return F.abs(F.col(name)) < F.lit(_INF)
+
+
+def is_valid_event() -> Column:
+    """Boolean column: does the parsed row satisfy the event contract?
+
+    Never null (null inputs evaluate to ``False``), so it can be both
+    filtered on and counted.
+    """
+    event = F.col("event")
+    core = (
+        event.isin(*EVENT_TYPES)
+        # Null here means missing, JSON null or the wrong JSON type.
+        & F.col("task_id").isNotNull()
+        & F.col("task_name").isNotNull()
+        & F.col("queue").isNotNull()
+        & (F.col("attempt") >= 0)
+        & _finite("ts")
+    )
+    needs_delay = event.isin(*sorted(DELAY_EVENTS))
+    needs_exception = event.isin(*sorted(FAILURE_EVENTS))
+    per_event = (
+        F.when(needs_delay, _finite("delay_s") & _finite("due_at"))
+        .when(needs_exception, F.col("exception").isNotNull())
+        .otherwise(F.lit(True))
+    )
+    return F.coalesce(core & per_event, F.lit(False))

@@ -1,0 +1,226 @@
+"""The report's aggregate tables, as lazy DataFrames over the valid events.
+
+Everything here is built from DataFrame operations and built-in aggregates
+(``count_if``, ``percentile_approx``, window ``row_number``): no Python UDF
+ever runs per event, so the JVM does all the heavy lifting.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from celery_delayq.analytics.schema import EVENT_TYPES
+
+__all__ = [
+    "LATENESS_ACCURACY",
+    "MIN_DELAY_BUCKET_EXP",
+    "SUMMARY_FIELDS",
+    "TABLE_NAMES",
+    "TOP_EXCEPTIONS",
+    "build_tables",
+    "delay_bucket",
+]
+
+#: Smallest power-of-two delay bucket (2**-10 s, about 1 ms); smaller positive
+#: delays are clamped into it, delays <= 0 get bucket 0.0 ("immediate").
+MIN_DELAY_BUCKET_EXP = -10
+#: percentile_approx accuracy: relative rank error 1/accuracy, plenty for p99.
+LATENESS_ACCURACY = 10_000
+#: How many exceptions to keep per task in ``top_exceptions``.
+TOP_EXCEPTIONS = 10
+
+#: The per-scope statistics, in ``summary.json`` order.
+SUMMARY_FIELDS: tuple[str, ...] = (
+    *EVENT_TYPES,
+    "lateness_p50_ms",
+    "lateness_p99_ms",
+    "early",
+    "success_after_retry_rate",
+)
+
+#: Names of the tables :func:`build_tables` returns (also their output dirs).
+TABLE_NAMES: tuple[str, ...] = (
+    "task_summary",
+    "lateness_by_delay",
+    "retries_per_minute",
+    "top_exceptions",
+    "attempts_to_success",
+)
+
+
+# Columns are built per call: creating one needs a running JVM, which module
+# import time doesn't have.
+def _event() -> Column:
+    return F.col("event")
+
+
+def _delivered() -> Column:
+    return F.col("event") == "delivered"
+
+
+def _lateness_ms() -> Column:
+    return (F.col("ts") - F.col("due_at")) * F.lit(1000.0)
+
+
+def _lateness_percentiles() -> Column:
+    return F.percentile_approx(F.when(_delivered(), _lateness_ms()), [0.5, 0.99], LATENESS_ACCURACY)
+
+
+def delay_bucket(delay_s: Column) -> Column:
+    """Power-of-two bucket (lower bound, seconds) of a requested delay.
+
+    ``2 ** floor(log2(delay_s))``, corrected by one step where floating point
+    ``log2`` lands just below/above an exact power of two (so 8.0 is bucket
+    8.0, not 4.0).  Delays below ``2**MIN_DELAY_BUCKET_EXP`` are clamped into
+    the smallest bucket; delays <= 0 (run immediately) get bucket 0.0.
+    """
+    exp0 = F.floor(F.log2(delay_s))
+    exp = (
+        exp0
+        + F.when(F.pow(F.lit(2.0), exp0 + 1) <= delay_s, 1).otherwise(0)
+        - F.when(F.pow(F.lit(2.0), exp0) > delay_s, 1).otherwise(0)
+    )
+    exp = F.greatest(exp, F.lit(MIN_DELAY_BUCKET_EXP))
+    return F.when(delay_s <= 0, F.lit(0.0)).otherwise(F.pow(F.lit(2.0), exp))
+
+
+def _task_summary(events: DataFrame) -> DataFrame:
+    """Counts, lateness percentiles and retry recovery, per task and overall.
+
+    ``rollup`` yields the per-task rows and the overall row from one scan.
+    """
+    counts = events.rollup("task_name").agg(
+        F.grouping_id().alias("_gid"),
+        *(F.count_if(_event() == name).alias(name) for name in EVENT_TYPES),
+        _lateness_percentiles().alias("_pct"),
+        F.count_if(_delivered() & (F.col("ts") < F.col("due_at"))).alias("early"),
+    )
+
+    # Retry recovery is a per-task-id question; shuffle only the two event
+    # kinds that matter, with the columns that matter.
+    per_task_id = (
+        events.where(_event().isin("retried", "succeeded"))
+        .groupBy("task_name", "task_id")
+        .agg(
+            F.min(F.when(_event() == "retried", F.col("ts"))).alias("first_retry"),
+            F.max(F.when(_event() == "succeeded", F.col("ts"))).alias("last_success"),
+        )
+        .where(F.col("first_retry").isNotNull())
+    )
+    recovery = per_task_id.rollup("task_name").agg(
+        F.grouping_id().alias("_gid"),
+        F.count(F.lit(1)).alias("_retried_ids"),
+        # ">=": a success stamped in the same clock tick as the retry still
+        # came after it (the retry is what scheduled that run).
+        F.count_if(F.col("last_success") >= F.col("first_retry")).alias("_recovered_ids"),
+    )
+
+    joined = counts.join(
+        recovery,
+        on=(counts["_gid"] == recovery["_gid"])
+        & counts["task_name"].eqNullSafe(recovery["task_name"]),
+        how="left",
+    )
+    rate = F.when(
+        recovery["_retried_ids"] > 0,
+        recovery["_recovered_ids"].cast("double") / recovery["_retried_ids"],
+    )
+    return joined.select(
+        F.when(counts["_gid"] == 1, F.lit("overall")).otherwise(F.lit("task")).alias("scope"),
+        counts["task_name"],
+        *(counts[name].alias(name) for name in EVENT_TYPES),
+        F.col("_pct").getItem(0).alias("lateness_p50_ms"),
+        F.col("_pct").getItem(1).alias("lateness_p99_ms"),
+        counts["early"],
+        rate.alias("success_after_retry_rate"),
+    )
+
+
+def _lateness_by_delay(events: DataFrame) -> DataFrame:
+    return (
+        events.where(_delivered())
+        .groupBy(delay_bucket(F.col("delay_s")).alias("delay_bucket_s"))
+        .agg(
+            F.count(F.lit(1)).alias("delivered"),
+            _lateness_percentiles().alias("_pct"),
+            F.count_if(F.col("ts") < F.col("due_at")).alias("early"),
+        )
+        .select(
+            "delay_bucket_s",
+            "delivered",
+            F.col("_pct").getItem(0).alias("lateness_p50_ms"),
+            F.col("_pct").getItem(1).alias("lateness_p99_ms"),
+            "early",
+        )
+    )
+
+
+def _retries_per_minute(events: DataFrame) -> DataFrame:
+    minute = (F.floor(F.col("ts") / 60) * 60).alias("_minute_s")
+    return (
+        events.where(_event() == "retried")
+        .groupBy("task_name", minute)
+        .agg(F.count(F.lit(1)).alias("retries"))
+        .select("task_name", F.timestamp_seconds("_minute_s").alias("minute"), "retries")
+    )
+
+
+def _top_exceptions(events: DataFrame, top_n: int) -> DataFrame:
+    per_exception = (
+        events.where(_event().isin("retried", "exhausted"))
+        .groupBy("task_name", "exception")
+        .agg(
+            F.count(F.lit(1)).alias("count"),
+            F.count_if(_event() == "retried").alias("retried"),
+            F.count_if(_event() == "exhausted").alias("exhausted"),
+        )
+    )
+    # Ties broken by name so the ranking is deterministic.
+    ranking = Window.partitionBy("task_name").orderBy(F.desc("count"), F.asc("exception"))
+    return (
+        per_exception.withColumn("rank", F.row_number().over(ranking))
+        .where(F.col("rank") <= top_n)
+        .select("task_name", "rank", "exception", "count", "retried", "exhausted")
+    )
+
+
+def _attempts_to_success(events: DataFrame) -> DataFrame:
+    return (
+        events.where(_event() == "succeeded")
+        .groupBy("task_name", "attempt")
+        .agg(F.count(F.lit(1)).alias("count"))
+    )
+
+
+def build_tables(
+    spark: SparkSession, df: DataFrame, *, top_exceptions: int = TOP_EXCEPTIONS
+) -> dict[str, DataFrame]:
+    """Build the report tables from valid events (see :func:`read_events`).
+
+    Returns lazy DataFrames keyed by :data:`TABLE_NAMES`; nothing runs until
+    they are written or collected, and each reads ``df`` (so ``df`` should be
+    persisted).  Row order is unspecified.
+
+    * ``task_summary``: ``scope`` (``"task"`` or ``"overall"``), ``task_name``
+      (null on the overall row), then :data:`SUMMARY_FIELDS`.
+    * ``lateness_by_delay``: ``delay_bucket_s`` (see :func:`delay_bucket`),
+      ``delivered``, ``lateness_p50_ms``, ``lateness_p99_ms``, ``early``.
+    * ``retries_per_minute``: ``task_name``, ``minute`` (timestamp, UTC
+      minute start), ``retries``.
+    * ``top_exceptions``: ``task_name``, ``rank`` (1 = most frequent),
+      ``exception``, ``count``, ``retried``, ``exhausted``; top
+      ``top_exceptions`` per task.
+    * ``attempts_to_success``: ``task_name``, ``attempt`` (of the
+      ``succeeded`` event, 0 = first run), ``count``.
+
+    ``spark`` is accepted for API symmetry with :func:`read_events` (and
+    future session-dependent tables); the tables only depend on ``df``.
+    """
+    return {
+        "task_summary": _task_summary(df),
+        "lateness_by_delay": _lateness_by_delay(df),
+        "retries_per_minute": _retries_per_minute(df),
+        "top_exceptions": _top_exceptions(df, top_exceptions),
+        "attempts_to_success": _attempts_to_success(df),
+    }

@@ -1,0 +1,42 @@
+"""``celery -A APP delayq ...``: operate the ladder from the command line.
+
+Registered as a Celery sub-command through the ``celery.commands`` entry
+point, so it gets the app the usual way (``-A``) and Django settings work.
+"""
+
+from __future__ import annotations
+
+import click
+
+from .ops import export, status, topology
+
+__all__ = ["delayq"]
+
+
+@click.group(name="delayq")
+def delayq() -> None:
+    """The delay ladder: topology, status, export, parked messages, analytics report."""
+
+
+delayq.add_command(topology)
+delayq.add_command(status)
+delayq.add_command(export)
+
+try:  # parked-message operations (celery_delayq.parking)
+    from .parking import parking
+
+    delayq.add_command(parking)
+except ImportError:  # pragma: no cover - during partial installs
+    pass
+
+
+@delayq.command(name="report", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.pass_context
+def report(ctx: click.Context) -> None:
+    """Run the PySpark telemetry report (needs the ``analytics`` extra); same options as
+    ``python -m celery_delayq.analytics``."""
+    try:
+        from celery_delayq.analytics.cli import report_command
+    except ImportError as exc:  # pragma: no cover - without the extra
+        raise click.ClickException(f"the report needs `pip install celery_delayq[analytics]` ({exc})")
+    report_command.main(args=ctx.args, standalone_mode=False)

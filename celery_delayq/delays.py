@@ -1,0 +1,65 @@
+"""Turn Celery's ``countdown``/``eta`` (and kombu-level delays) into a due time. Pure.
+
+Celery semantics are kept on purpose: a zero or negative countdown, or an
+eta in the past, means "run now". Anything that is not a point in time
+(NaN, infinity, a string that is not ISO 8601) is an error, raised before
+anything is published, so bad input never loses a message.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from typing import Any
+
+from .errors import InvalidDelay
+
+__all__ = ["due_from", "parse_eta", "remaining"]
+
+
+def parse_eta(eta: Any) -> float:
+    """Epoch seconds of an eta given as datetime, ISO-8601 string or epoch number.
+
+    A naive datetime is taken as UTC, as Celery does with ``enable_utc``.
+    """
+    if isinstance(eta, datetime):
+        if eta.tzinfo is None:
+            eta = eta.replace(tzinfo=timezone.utc)
+        return eta.timestamp()
+    if isinstance(eta, str):
+        try:
+            return parse_eta(datetime.fromisoformat(eta))
+        except ValueError:
+            raise InvalidDelay(f"eta {eta!r} is not an ISO-8601 date and time") from None
+    if isinstance(eta, (int, float)) and not isinstance(eta, bool):
+        if math.isnan(eta) or math.isinf(eta):
+            raise InvalidDelay(f"eta must be finite, got {eta!r}")
+        return float(eta)
+    raise InvalidDelay(f"eta must be a datetime, an ISO-8601 string or epoch seconds, got {eta!r}")
+
+
+def _check_countdown(countdown: Any) -> float:
+    if isinstance(countdown, bool) or not isinstance(countdown, (int, float)):
+        raise InvalidDelay(f"countdown must be a number of seconds, got {countdown!r}")
+    if math.isnan(countdown) or math.isinf(countdown):
+        raise InvalidDelay(f"countdown must be a finite number of seconds, got {countdown!r}")
+    return float(countdown)
+
+
+def due_from(countdown: Any = None, eta: Any = None, *, now: float) -> float | None:
+    """The epoch time a message is due, or ``None`` when it should run now.
+
+    ``eta`` wins over ``countdown`` when both are given, as in Celery.
+    """
+    if eta is not None:
+        due = parse_eta(eta)
+    elif countdown is not None:
+        due = now + _check_countdown(countdown)
+    else:
+        return None
+    return due if due > now else None
+
+
+def remaining(due: float, *, now: float) -> float:
+    """Seconds from ``now`` until ``due`` (never negative)."""
+    return max(0.0, due - now)

@@ -1,0 +1,8 @@
+"""Django integration: add ``"celery_delayq.django"`` to ``INSTALLED_APPS``.
+
+Settings use Celery's Django namespace, e.g. ``CELERY_DELAYQ_ENABLED = True``
+and ``CELERY_DELAYQ_UNIT_MS = 10`` next to ``CELERY_BROKER_URL``, with the
+usual ``app.config_from_object("django.conf:settings", namespace="CELERY")``.
+"""
+
+default_app_config = "celery_delayq.django.apps.DelayqConfig"

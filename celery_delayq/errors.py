@@ -1,0 +1,94 @@
+"""Exception types raised by celery_delayq.
+
+Every error says what went wrong *and* what to do about it, so that an
+operator reading a traceback at 3 a.m. does not need to open the source.
+All of them derive from :class:`DelayqError`, so callers can catch the family.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DelayqError",
+    "InvalidDelay",
+    "DelayTooLong",
+    "InvalidName",
+    "TopologyError",
+    "TopologyMissing",
+    "TopologyMismatch",
+    "BrokerTooOld",
+    "UnsupportedTransport",
+    "UnroutableDestination",
+    "PublishError",
+    "PublishNacked",
+    "PublishReturned",
+    "PublishTimeout",
+]
+
+
+class DelayqError(Exception):
+    """Base class of every celery_delayq error."""
+
+
+class InvalidDelay(DelayqError, ValueError):
+    """A countdown or eta that is not a usable point in time (NaN, infinite, wrong type)."""
+
+
+class DelayTooLong(DelayqError, ValueError):
+    """The delay exceeds what the configured ladder can hold.
+
+    celery_delayq never truncates a delay silently: raise the ladder's
+    ``delayq_levels`` or ``delayq_unit_ms`` instead.
+    """
+
+
+class InvalidName(DelayqError, ValueError):
+    """A queue, exchange or routing key that RabbitMQ would reject (e.g. over 255 bytes)."""
+
+
+class TopologyError(DelayqError):
+    """The ladder on the broker is not usable as configured."""
+
+
+class TopologyMissing(TopologyError):
+    """An exchange or queue of the ladder does not exist on the broker (verify-only mode)."""
+
+
+class TopologyMismatch(TopologyError):
+    """A ladder entity exists with arguments other than this app expects."""
+
+
+class BrokerTooOld(TopologyError):
+    """The broker lacks a feature the configuration asks for (e.g. quorum-queue TTL before 3.10)."""
+
+
+class UnsupportedTransport(DelayqError):
+    """The ladder needs RabbitMQ over AMQP 0-9-1 (kombu's ``pyamqp`` transport)."""
+
+
+class UnroutableDestination(DelayqError):
+    """The message's destination does not exist, so the ladder could never deliver it."""
+
+
+class PublishError(DelayqError):
+    """A ladder publish was not confirmed by the broker; the message is *not* scheduled.
+
+    Subclasses say why. Celery's retry machinery sees these like any other
+    publish failure, so ``retry_policy``/``autoretry_for`` still apply.
+    """
+
+    def __init__(self, message: str, *, failed: list[str] | None = None) -> None:
+        super().__init__(message)
+        #: Ladder entry ids of the messages that were not scheduled.
+        self.failed: list[str] = list(failed or [])
+
+
+class PublishNacked(PublishError):
+    """The broker refused the message (basic.nack), e.g. a queue at its length limit."""
+
+
+class PublishReturned(PublishError):
+    """The broker could not route the message into the ladder (mandatory return)."""
+
+
+class PublishTimeout(PublishError):
+    """No confirm arrived in time; the message may or may not be scheduled."""

@@ -1,0 +1,153 @@
+"""Move a failed message into a parking queue: publisher confirms and mandatory, then ack.
+
+The park happens inside the task, before it returns, so it precedes the ack
+of an ``acks_late`` task and the end of an early-ack one alike. Each process
+keeps one connection with a confirm-mode channel for parking; a park returns
+only once the broker has confirmed the message (and did not return it),
+otherwise it raises :class:`~celery_delayq.errors.ParkingFailed`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+import traceback as tb
+import uuid
+from typing import Any
+
+import amqp
+import kombu
+
+from .. import headers as H
+from ..confirms import ConfirmChannel
+from ..owned import OwnsConnection
+from ..registry import ProcessRegistry
+from ..errors import PublishError
+from .errors import ParkingFailed
+from ..topology import broker_version, resolve_queue_type
+from . import record as R
+from .capture import RawMessage
+
+__all__ = ["Parker", "parker_for", "failure_headers", "parking_message"]
+
+#: Longest traceback kept in a header; AMQP headers share one frame with the properties.
+MAX_TRACEBACK = 8000
+#: Properties a parked copy keeps. ``expiration`` is dropped: a TTL would silently
+#: expire the parked copy (Celery's ``expires`` header still applies at replay).
+_KEPT_PROPERTIES = ("content_type", "content_encoding", "priority", "correlation_id",
+                    "reply_to", "message_id", "timestamp", "type", "user_id", "app_id")
+
+
+def failure_headers(*, task: str, task_id: str, attempts: int, first_attempt: float, last_attempt: float,
+                    exc: BaseException, reason: str, exchange: str, routing_key: str,
+                    now: float | None = None) -> dict[str, Any]:
+    """The failure metadata of a parked message (pure)."""
+    kind = type(exc)
+    trace = "".join(tb.format_exception(kind, exc, exc.__traceback__))
+    return {
+        R.PARKED_ID: uuid.uuid4().hex, R.PARKED_AT: time.time() if now is None else now,
+        R.REASON: reason, R.TASK: task, R.TASK_ID: task_id, R.ATTEMPTS: attempts,
+        H.FIRST_ATTEMPT: first_attempt, R.LAST_ATTEMPT: last_attempt,
+        R.EXC_TYPE: f"{kind.__module__}.{kind.__qualname__}", R.EXC_MESSAGE: str(exc)[:MAX_TRACEBACK],
+        R.TRACEBACK: trace[-MAX_TRACEBACK:],
+        R.ORIGIN_EXCHANGE: exchange, R.ORIGIN_ROUTING_KEY: routing_key,
+    }
+
+
+def parking_message(raw: RawMessage, failure: dict[str, Any]) -> amqp.Message:
+    """The parked copy of ``raw``: same body, headers and properties, plus ``failure`` (pure)."""
+    headers = H.strip_broker_headers(raw.headers)
+    headers.update(failure)
+    props = {k: raw.properties[k] for k in _KEPT_PROPERTIES if raw.properties.get(k) is not None}
+    return amqp.Message(raw.body, application_headers=headers, delivery_mode=2, **props)
+
+
+class Parker(OwnsConnection):
+    """Confirmed, mandatory publishes into parking queues over a connection of its own.
+
+    Thread-safe and fork-safe (a child process reconnects on first use).
+    """
+
+    def __init__(self, connection: kombu.Connection, *, queue_type: str = "auto",
+                 confirm_timeout: float = 30.0) -> None:
+        self.template = connection
+        self.queue_type = queue_type
+        self.confirm_timeout = confirm_timeout
+        self._lock = threading.Lock()
+        self._conn: kombu.Connection | None = None
+        self._confirm: ConfirmChannel | None = None
+        self._pid = 0
+        self._declared: set[str] = set()
+
+    def park(self, queue: str, message: amqp.Message) -> None:
+        """Publish ``message`` into ``queue`` and wait for the broker's confirm.
+
+        Raises:
+            ParkingFailed: the broker did not take the message; it is NOT parked.
+        """
+        with self._lock:
+            for attempt in range(2):
+                try:
+                    confirm = self._channel()
+                    self._declare(queue)
+                    tag = confirm.publish(message, "", queue)
+                    confirm.wait(tag, timeout=self.confirm_timeout)
+                    failures = confirm.take_failures()
+                    if failures:
+                        raise ParkingFailed(
+                            f"the broker refused the parked copy for {queue!r} ({failures[0]}); "
+                            "the message was NOT parked. Check the parking queue (length limits, "
+                            "a deleted queue) and the broker's alarms.")
+                    return
+                except (amqp.exceptions.RecoverableConnectionError, ConnectionError, OSError) as exc:
+                    self._drop()
+                    if attempt:
+                        raise ParkingFailed(f"lost the broker connection while parking into {queue!r} "
+                                            f"({exc!r}); the message was NOT parked") from exc
+                except PublishError as exc:
+                    self._drop()
+                    raise ParkingFailed(f"no confirm for the parked copy in {queue!r} ({exc}); "
+                                        "it may or may not be parked") from exc
+
+    def _channel(self) -> ConfirmChannel:
+        if self._confirm is None or self._pid != os.getpid():
+            self._drop()
+            conn = self.template.clone()
+            conn.connect()
+            self._conn, self._pid = conn, os.getpid()
+            self._confirm = ConfirmChannel(conn.connection)
+            self._declared.clear()
+        return self._confirm
+
+    def _declare(self, queue: str) -> None:
+        if queue in self._declared:
+            return
+        assert self._conn is not None
+        raw: amqp.Connection = self._conn.connection
+        ch = raw.channel()
+        try:
+            ch.queue_declare(queue, passive=True)  # an existing queue is used as it is
+        except amqp.NotFound:
+            ch = raw.channel()  # the failed passive declare closed the channel
+            qtype = resolve_queue_type(self.queue_type, broker_version(raw))
+            ch.queue_declare(queue, durable=True, auto_delete=False, arguments={"x-queue-type": qtype})
+        finally:
+            with contextlib.suppress(Exception):
+                ch.close()
+        self._declared.add(queue)
+
+    def close(self) -> None:
+        """Close the parking connection (it reopens on the next park)."""
+        with self._lock:
+            self._drop()
+
+
+_PARKERS: ProcessRegistry[Parker] = ProcessRegistry()
+
+
+def parker_for(connection: kombu.Connection, *, queue_type: str, confirm_timeout: float) -> Parker:
+    """The process-wide parker for a broker (created on first use)."""
+    key = (connection.as_uri(include_password=True), queue_type, confirm_timeout)
+    return _PARKERS.get(key, lambda: Parker(connection, queue_type=queue_type, confirm_timeout=confirm_timeout))

@@ -1,0 +1,132 @@
+"""``ParkingQueue``: list, inspect, replay and purge the parked messages of one queue."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable
+
+import kombu
+
+from ..errors import UnsupportedTransport
+from ..integration import install
+from ..publisher import LadderPublisher
+from .errors import ParkedMessageNotFound
+from .record import ParkedFilter, ParkedMessage
+from .replay import ReplayReport, replay
+from .scan import Scan, queue_depth
+
+__all__ = ["ParkingQueue", "default_parking_queue"]
+
+
+def default_parking_queue(app: Any) -> str:
+    """The app's parking queue: ``delayq_parking_queue``, else ``<delayq_prefix>.parking``."""
+    config = install(app).config
+    return config.parking_queue or f"{config.prefix}.parking"
+
+
+class ParkingQueue:
+    """Operations on one parking queue over a connection of their own.
+
+    Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, connection: kombu.Connection, name: str, *,
+                 ladder: Callable[[], LadderPublisher] | LadderPublisher | None = None) -> None:
+        self.name = name
+        self._kombu = connection.clone()
+        self._ladder = ladder
+
+    @classmethod
+    def for_app(cls, app: Any, name: str | None = None) -> "ParkingQueue":
+        """The app's parking queue (or ``name``), on the app's ladder broker."""
+        router = install(app)
+        return cls(router.connection(), name or default_parking_queue(app), ladder=lambda: router.publisher)
+
+    @property
+    def connection(self) -> Any:
+        """The py-amqp connection (connected on first use)."""
+        if self._kombu.transport.driver_type != "amqp":
+            raise UnsupportedTransport("parking queues live on RabbitMQ (AMQP 0-9-1); the broker "
+                                       f"transport is {self._kombu.transport.driver_type!r}")
+        self._kombu.ensure_connection(max_retries=1)
+        return self._kombu.connection
+
+    def count(self) -> int:
+        """Messages in the queue (0 when it does not exist yet)."""
+        return queue_depth(self.connection, self.name) or 0
+
+    def list(self, match: ParkedFilter | None = None, limit: int | None = None) -> list[ParkedMessage]:
+        """The parked messages that ``match``, oldest first; the queue is left as it was."""
+        match = match or ParkedFilter()
+        found: list[ParkedMessage] = []
+        with Scan(self.connection, self.name) as scan:
+            for _message, parked in scan:
+                if match(parked):
+                    found.append(parked)
+                    if limit is not None and len(found) >= limit:
+                        break
+        return found
+
+    def get(self, parked_id: str) -> ParkedMessage:
+        """The parked message whose id starts with ``parked_id``.
+
+        Raises:
+            ParkedMessageNotFound: none, or more than one, matches.
+        """
+        found = self.list(ParkedFilter(ids=(parked_id,)), limit=2)
+        if len(found) != 1:
+            what = "no parked message" if not found else "more than one parked message"
+            raise ParkedMessageNotFound(f"{what} in {self.name!r} has an id starting with {parked_id!r}; "
+                                        "run `celery -A APP delayq parking list` to see the ids")
+        return found[0]
+
+    def replay(self, match: ParkedFilter | None = None, *, delay: float | None = None,
+               limit: int | None = None, reset_attempts: bool = False, batch_size: int = 100,
+               progress: Callable[[int, int], None] | None = None) -> ReplayReport:
+        """Replay matching messages to their original queue (see :func:`~celery_delayq.parking.replay.replay`)."""
+        ladder = self._ladder() if callable(self._ladder) else self._ladder
+        return replay(self.connection, self.name, match=match, delay=delay, limit=limit,
+                      reset_attempts=reset_attempts, batch_size=batch_size,
+                      ladder=ladder if delay else None, progress=progress)
+
+    def purge(self, match: ParkedFilter | None = None, *, batch_size: int = 500,
+              progress: Callable[[int, int], None] | None = None) -> int:
+        """Delete matching parked messages (all without a filter); returns how many."""
+        match = match or ParkedFilter()
+        if match.everything:
+            if queue_depth(self.connection, self.name) is None:
+                return 0
+            ch = self.connection.channel()
+            try:
+                return int(ch.queue_purge(self.name) or 0)
+            finally:
+                with contextlib.suppress(Exception):
+                    ch.close()
+        deleted = pending = seen = 0
+        with Scan(self.connection, self.name, transactional=True) as scan:
+            for message, parked in scan:
+                seen += 1
+                if match(parked):
+                    scan.channel.basic_ack(message.delivery_tag)
+                    pending += 1
+                if pending >= batch_size:
+                    scan.channel.tx_commit()
+                    deleted, pending = deleted + pending, 0
+                    if progress is not None:
+                        progress(seen, scan.total)
+            scan.channel.tx_commit()
+            deleted += pending
+            if progress is not None:
+                progress(seen, scan.total)
+        return deleted
+
+    def close(self) -> None:
+        """Close the connection."""
+        with contextlib.suppress(Exception):
+            self._kombu.release()
+
+    def __enter__(self) -> "ParkingQueue":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

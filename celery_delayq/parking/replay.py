@@ -1,0 +1,163 @@
+"""Replay parked messages to where they came from: never lost, never duplicated by an interruption.
+
+Each batch is one AMQP transaction on the channel the parked messages were
+taken from: the replayed copies are published and the parked originals acked
+inside it, and ``tx.commit`` applies both or neither. A replay killed at any
+point therefore leaves every message either still parked (uncommitted work
+is discarded and unacked messages return to the queue when the connection
+drops) or replayed exactly once. RabbitMQ answers ``tx.commit`` only after it
+has taken responsibility for the published messages, as with a confirm.
+
+Limits, stated honestly: RabbitMQ transactions are atomic per channel, not
+across a *broker* crash in the middle of a commit; a broker that fails then
+can apply the publish without the ack, and the message is replayed again by
+the next run. Every replayed copy carries ``x-delayq-replay`` = its parked
+id, so the duplicate guard (``delayq_dedup``) runs such a copy once.
+A destination deleted between the routability check and the commit returns
+the copy (mandatory); it is then parked again.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+import amqp
+
+from .. import headers as H
+from ..publisher import LadderPublisher, plan
+from . import record as R
+from .record import ParkedFilter, ParkedMessage
+from .scan import Scan
+
+__all__ = ["ReplayReport", "replay"]
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class ReplayReport:
+    """What a replay did. Messages not counted as ``replayed`` are still parked (or parked again)."""
+
+    replayed: int = 0
+    skipped: int = 0
+    unroutable: int = 0
+    reparked: int = 0
+
+
+class _Destinations:
+    """Is a destination routable? Checked once per destination, on a scratch channel."""
+
+    def __init__(self, connection: amqp.Connection) -> None:
+        self.connection = connection
+        self.known: dict[tuple[str, str], bool] = {}
+
+    def routable(self, exchange: str, routing_key: str) -> bool:
+        key = (exchange, routing_key)
+        if key not in self.known:
+            ch = self.connection.channel()
+            try:
+                if exchange == "":
+                    ch.queue_declare(routing_key, passive=True)
+                else:
+                    ch.exchange_declare(exchange, "direct", passive=True)
+                self.known[key] = bool(routing_key or exchange)
+            except amqp.NotFound:
+                self.known[key] = False
+            finally:
+                if ch.is_open:
+                    ch.close()
+        return self.known[key]
+
+
+def _copy(parked: ParkedMessage, headers: dict[str, Any]) -> amqp.Message:
+    return amqp.Message(parked.body, application_headers=headers, **dict(parked.properties))
+
+
+def replay(connection: amqp.Connection, queue: str, *, match: ParkedFilter | None = None,
+           delay: float | None = None, limit: int | None = None, reset_attempts: bool = False,
+           batch_size: int = 100, ladder: LadderPublisher | None = None,
+           progress: Progress | None = None) -> ReplayReport:
+    """Replay the parked messages of ``queue`` that ``match``, in transactional batches.
+
+    Args:
+        delay: Seconds to wait before the replayed messages run, through the
+            ladder (``ladder`` is then required); ``None`` or 0 = at once.
+        limit: Replay at most this many messages.
+        reset_attempts: Start the tasks' attempts over (see :meth:`ParkedMessage.replay_headers`).
+        batch_size: Messages per transaction; a kill loses the current batch's
+            progress, never a message.
+        progress: Called with ``(messages looked at, messages in the queue)`` after each commit.
+    """
+    if delay and ladder is None:
+        raise ValueError("a delayed replay needs the ladder publisher (ladder=...)")
+    match = match or ParkedFilter()
+    report = ReplayReport()
+    destinations = _Destinations(connection)
+    returned: list[str] = []
+    with Scan(connection, queue, transactional=True) as scan:
+        ch = scan.channel
+        ch.events["basic_return"].add(
+            lambda exc, exchange, routing_key, message: returned.append(
+                str((message.headers or {}).get(R.REPLAY, ""))))
+        batch: dict[str, ParkedMessage] = {}
+        seen = 0
+
+        def commit() -> None:
+            ch.tx_commit()  # publishes and acks of the batch: all or nothing
+            report.replayed += len(batch) - len(returned)
+            for parked_id in returned:  # destination vanished mid-replay: park again
+                parked = batch.get(parked_id)
+                if parked is not None:
+                    ch.basic_publish(_copy(parked, dict(parked.headers)), "", queue)
+                    report.reparked += 1
+            if returned:
+                ch.tx_commit()
+            returned.clear()
+            batch.clear()
+            if progress is not None:
+                progress(seen, scan.total)
+
+        for message, parked in scan:
+            seen += 1
+            if not match(parked) or (limit is not None and report.replayed + len(batch) >= limit):
+                report.skipped += 1
+                continue  # left unacked: back to the queue when the scan ends
+            if (not parked.exchange and not parked.routing_key) or not destinations.routable(
+                    parked.exchange, parked.routing_key):
+                report.unroutable += 1
+                continue
+            headers = parked.replay_headers(reset_attempts=reset_attempts)
+            if delay and delay > 0:
+                assert ladder is not None
+                exchange, routing_key = _through_ladder(ladder, parked, headers, delay)
+            else:
+                exchange, routing_key = parked.exchange, parked.routing_key
+            ch.basic_publish(_copy(parked, headers), exchange, routing_key, mandatory=True)
+            ch.basic_ack(message.delivery_tag)
+            batch[parked.parked_id] = parked
+            if len(batch) >= batch_size:
+                commit()
+        commit()
+    return report
+
+
+def _through_ladder(ladder: LadderPublisher, parked: ParkedMessage, headers: dict[str, Any],
+                    delay: float) -> tuple[str, str]:
+    """Turn ``headers`` into a ladder pass to the parked message's destination; returns where to publish."""
+    ladder.declare()
+    topology = ladder.topology
+    assert topology is not None
+    dest = topology.destination(parked.exchange, parked.routing_key)
+    topology.ensure_exit(ladder.raw_connection(), dest, declare=ladder.config.declare)
+    now = time.time()
+    due = now + delay
+    _units, entry_exchange, ladder_key, hops = plan(ladder.spec, dest, due=due, now=now)
+    headers.update({H.DUE: due, H.DELAY: delay, H.ENTRY: uuid.uuid4().hex, H.HOPS: hops,
+                    H.EXCHANGE: parked.exchange, H.ROUTING_KEY: parked.routing_key})
+    if "eta" in headers:  # a Celery message: request.eta tells the task when it was due
+        headers["eta"] = datetime.fromtimestamp(due, tz=timezone.utc).isoformat()
+    return entry_exchange, ladder_key

@@ -1,0 +1,457 @@
+"""Buffered, fail-safe JSON Lines recorder for delayed-task telemetry.
+
+Producers (publisher, worker signal handlers) call :meth:`TelemetryRecorder.record`
+on their hot path, so the recorder's contract is:
+
+* ``record()`` never blocks on I/O and never raises: it appends to an in-memory
+  buffer under a short lock; a background daemon thread does the writing.
+* Telemetry is expendable: when the directory cannot be created or a write
+  fails (disk full, permissions, ...), the affected events are dropped,
+  counted in :attr:`TelemetryRecorder.dropped` and a rate-limited warning is
+  logged.  The task itself is never affected.
+* Files land in a Hive-style layout that Spark reads recursively and prunes by
+  date/hour::
+
+      root/date=YYYY-MM-DD/hour=HH/events-<hostname>-<pid>-<uuid8>.jsonl
+
+  The partition comes from the event's own ``ts`` (UTC), so late flushes still
+  land in the right hour.  Every process writes its own file (pid + random
+  suffix), so concurrent workers never interleave partial lines.
+
+Event contract (what :func:`make_event` builds and the analytics job reads):
+``event`` (one of :data:`EVENT_TYPES`), ``task_id``, ``task_name``, ``queue``
+(str), ``attempt`` (int, 0 for the first run), ``ts`` (epoch seconds float);
+``scheduled``/``delivered`` add ``delay_s`` and ``due_at``; ``retried``/
+``exhausted`` add ``exception`` (the exception type name).  Extra fields are
+allowed and ignored by the analytics job.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import math
+import os
+import socket
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+__all__ = [
+    "DELAY_EVENTS",
+    "EVENT_TYPES",
+    "FAILURE_EVENTS",
+    "TelemetryRecorder",
+    "make_event",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Every valid value of the ``event`` field, in lifecycle order.
+EVENT_TYPES: tuple[str, ...] = ("scheduled", "delivered", "succeeded", "retried", "exhausted")
+#: Events that also carry ``delay_s`` and ``due_at``.
+DELAY_EVENTS: frozenset[str] = frozenset({"scheduled", "delivered"})
+#: Events that also carry ``exception``.
+FAILURE_EVENTS: frozenset[str] = frozenset({"retried", "exhausted"})
+
+_HOSTNAME = socket.gethostname().replace(os.sep, "_") or "localhost"
+
+
+def make_event(
+    event: str,
+    *,
+    task_id: str,
+    task_name: str,
+    queue: str,
+    attempt: int,
+    ts: float | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """Build one telemetry event dict following the event contract.
+
+    Core fields are coerced to their contract types so that a UUID object or a
+    numpy integer doesn't turn into a line the analytics job rejects.  ``ts``
+    defaults to now.  An ``exception`` extra may be given as an exception
+    instance or class; it is stored as the type name.  Other extras (e.g.
+    ``delay_s``, ``due_at``) are stored unchanged.
+
+    Raises :class:`ValueError` for an unknown ``event`` name: that is a
+    programming error, better caught at the call site than silently recorded.
+    """
+    if event not in EVENT_TYPES:
+        raise ValueError(f"unknown telemetry event {event!r}; expected one of {EVENT_TYPES}")
+    record: dict[str, Any] = {
+        "event": event,
+        "task_id": str(task_id),
+        "task_name": str(task_name),
+        "queue": str(queue),
+        "attempt": int(attempt),
+        "ts": float(time.time() if ts is None else ts),
+    }
+    exc = extra.get("exception")
+    if isinstance(exc, BaseException):
+        extra["exception"] = type(exc).__name__
+    elif isinstance(exc, type):
+        extra["exception"] = exc.__name__
+    record.update(extra)
+    return record
+
+
+def _json_default(obj: Any) -> str:
+    # Anything json can't encode (UUID, Decimal, datetime, ...) is recorded as
+    # text rather than losing the whole event.
+    return str(obj)
+
+
+# One reusable encoder: json.dumps() with non-default options builds a new
+# encoder per call, which doubles the writer's per-event cost.  NaN/inf are
+# refused because they are not JSON (the analytics job would reject the line).
+_ENCODE = json.JSONEncoder(separators=(",", ":"), default=_json_default, allow_nan=False).encode
+
+
+class TelemetryRecorder:
+    """Append telemetry events as JSON Lines under a date/hour partitioned root.
+
+    Parameters
+    ----------
+    root:
+        Directory under which ``date=.../hour=...`` partitions are created.
+        It is created lazily; failure to create it only drops telemetry.
+    flush_every:
+        Wake the writer thread once this many events are buffered, bounding
+        both memory and the delay between an event and its line on disk.
+    flush_interval_s:
+        The writer thread also flushes this often, so a quiet process still
+        gets its events on disk promptly.
+    max_buffer:
+        Hard cap on buffered events.  When the writer can't keep up (or the
+        disk is gone) the **newest** events are dropped: it is O(1), keeps the
+        buffer a contiguous slice of history and preserves the events that are
+        already next in line to be written.
+    clock:
+        Time source (epoch seconds) used to partition events whose ``ts`` is
+        missing or unusable and to rate-limit warnings; injectable for tests.
+    warn_every_s:
+        Minimum number of seconds between two warnings about dropped events,
+        so a full disk doesn't also flood the logs.
+
+    The recorder is thread-safe and fork-safe: in a forked child it starts
+    with an empty buffer, fresh counters and a fresh file name, and its writer
+    thread is restarted on the first ``record()``.  Buffered events are
+    flushed at :meth:`close` and at interpreter exit.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        flush_every: int = 512,
+        flush_interval_s: float = 1.0,
+        max_buffer: int = 100_000,
+        clock: Callable[[], float] = time.time,
+        warn_every_s: float = 60.0,
+    ) -> None:
+        if flush_every < 1:
+            raise ValueError("flush_every must be >= 1")
+        if max_buffer < 1:
+            raise ValueError("max_buffer must be >= 1")
+        if not flush_interval_s > 0:
+            raise ValueError("flush_interval_s must be > 0")
+        self._root = os.fspath(root)
+        self._flush_every = flush_every
+        self._flush_interval_s = float(flush_interval_s)
+        self._max_buffer = max_buffer
+        self._clock = clock
+        self._warn_every_s = float(warn_every_s)
+        self._closed = False
+        self._init_process_state()
+        _LIVE_RECORDERS.add(self)
+
+    # -- per-process state -------------------------------------------------
+
+    def _init_process_state(self) -> None:
+        """(Re)create everything that must not be shared across a fork."""
+        self._lock = threading.Lock()
+        # Serialises writers so that batches hit the file in record order.
+        self._flush_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._buffer: list[dict[str, Any]] = []
+        self._written = 0
+        self._dropped = 0
+        self._thread: threading.Thread | None = None
+        self._thread_claimed = False
+        self._stopping = False
+        self._last_warning = -math.inf
+        self._suppressed_warnings = 0
+        self._partitions: dict[int, tuple[str, str]] = {}
+        self._filename = f"events-{_HOSTNAME}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
+
+    def _after_fork_in_child(self) -> None:
+        # The parent still owns (and will flush) the events buffered before the
+        # fork; the child must not write them a second time, nor share the
+        # parent's file, nor trust locks that another thread may have held.
+        self._init_process_state()
+
+    # -- public API --------------------------------------------------------
+
+    @property
+    def root(self) -> str:
+        """The directory the partitions are written under."""
+        return self._root
+
+    @property
+    def filename(self) -> str:
+        """Base name of this process's file inside each partition directory."""
+        return self._filename
+
+    @property
+    def written(self) -> int:
+        """Number of events successfully written by this process."""
+        with self._lock:
+            return self._written
+
+    @property
+    def dropped(self) -> int:
+        """Number of events this process discarded (buffer full, I/O error,
+        unserialisable, or recorded after :meth:`close`)."""
+        with self._lock:
+            return self._dropped
+
+    @property
+    def buffered(self) -> int:
+        """Number of events waiting to be written."""
+        with self._lock:
+            return len(self._buffer)
+
+    def record(self, event: Mapping[str, Any]) -> None:
+        """Queue one event for writing.  Never blocks on I/O, never raises.
+
+        A shallow copy is buffered so later mutation of the caller's dict
+        doesn't change what gets written.
+        """
+        try:
+            item = dict(event)
+        except Exception:  # not a mapping: count it, don't break the caller
+            self._drop(1, "telemetry event is not a mapping: %r", type(event).__name__)
+            return
+        overflow = False
+        start_thread = False
+        with self._lock:
+            if self._closed:
+                self._dropped += 1
+                return
+            if len(self._buffer) >= self._max_buffer:
+                self._dropped += 1
+                overflow = True
+            else:
+                self._buffer.append(item)
+                size = len(self._buffer)
+            if not self._thread_claimed:
+                # Started lazily so that a recorder created in a parent process
+                # before forking (Celery prefork) doesn't spawn a useless thread.
+                self._thread_claimed = True
+                start_thread = True
+        if start_thread:
+            self._start_thread()
+        if overflow:
+            self._warn(
+                "telemetry buffer full (%d events); dropping newest events", self._max_buffer
+            )
+        elif size >= self._flush_every:
+            if self._thread is not None:
+                self._wake.set()
+            else:
+                # No writer thread (e.g. at interpreter shutdown): flush inline
+                # rather than letting the buffer fill up and drop everything.
+                self.flush()
+
+    def flush(self) -> None:
+        """Write all buffered events now.  Never raises.
+
+        Events that cannot be written are dropped and counted; a warning is
+        logged at most once per ``warn_every_s``.
+        """
+        try:
+            with self._flush_lock:
+                with self._lock:
+                    batch, self._buffer = self._buffer, []
+                if batch:
+                    self._write(batch)
+        except Exception:  # last-resort guard: telemetry must not take the caller down
+            logger.exception("unexpected error while flushing telemetry")
+
+    def close(self) -> None:
+        """Stop the writer thread and flush what is buffered.  Idempotent.
+
+        Events recorded after ``close()`` are dropped (and counted).
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._stopping = True
+            thread = self._thread
+        self._wake.set()
+        if thread is not None and thread is not threading.current_thread():
+            # Bounded: a wedged filesystem must not hang interpreter exit.
+            thread.join(timeout=self._flush_interval_s + 5.0)
+        self.flush()
+        _LIVE_RECORDERS.discard(self)
+
+    def __enter__(self) -> TelemetryRecorder:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"<TelemetryRecorder root={self._root!r} "
+            f"written={self._written} dropped={self._dropped}>"
+        )
+
+    # -- writer thread ----------------------------------------------------
+
+    def _start_thread(self) -> None:
+        thread = threading.Thread(target=self._run, name="celery-delayq-telemetry", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:
+            # "can't create new thread at interpreter shutdown": the claim stays
+            # taken and record() falls back to inline flushing at flush_every.
+            return
+        with self._lock:
+            self._thread = thread
+
+    def _run(self) -> None:
+        wake = self._wake
+        while True:
+            wake.wait(self._flush_interval_s)
+            wake.clear()
+            stopping = self._stopping
+            self.flush()
+            if stopping:
+                return
+
+    # -- writing ------------------------------------------------------------
+
+    def _partition(self, ts: Any) -> tuple[str, str]:
+        """Return ``(YYYY-MM-DD, HH)`` in UTC for an event timestamp."""
+        try:
+            t = float(ts)
+            if not math.isfinite(t):
+                raise ValueError(ts)
+            hour = int(t // 3600)
+            cached = self._partitions.get(hour)
+            if cached is not None:
+                return cached
+            moment = datetime.fromtimestamp(hour * 3600, tz=timezone.utc)
+        except (TypeError, ValueError, OverflowError, OSError):
+            # Missing or absurd ts: file it under "now" rather than losing it.
+            hour = int(self._safe_now() // 3600)
+            moment = datetime.fromtimestamp(hour * 3600, tz=timezone.utc)
+        key = (moment.strftime("%Y-%m-%d"), moment.strftime("%H"))
+        if len(self._partitions) > 4096:
+            self._partitions.clear()
+        self._partitions[hour] = key
+        return key
+
+    def _write(self, batch: list[dict[str, Any]]) -> None:
+        groups: dict[tuple[str, str], list[str]] = {}
+        unserialisable = 0
+        for item in batch:
+            try:
+                line = _ENCODE(item)
+            except (TypeError, ValueError, RecursionError):
+                unserialisable += 1
+                continue
+            groups.setdefault(self._partition(item.get("ts")), []).append(line)
+        if unserialisable:
+            self._drop(
+                unserialisable, "dropped %d unserialisable telemetry event(s)", unserialisable
+            )
+
+        for (date, hour), lines in groups.items():
+            directory = os.path.join(self._root, f"date={date}", f"hour={hour}")
+            path = os.path.join(directory, self._filename)
+            try:
+                os.makedirs(directory, exist_ok=True)
+                self._append(path, "\n".join(lines) + "\n")
+            except OSError as exc:
+                self._drop(
+                    len(lines),
+                    "cannot write telemetry to %s (%s); dropped %d event(s)",
+                    path,
+                    exc,
+                    len(lines),
+                )
+            else:
+                with self._lock:
+                    self._written += len(lines)
+
+    @staticmethod
+    def _append(path: str, payload: str) -> None:
+        with open(path, "a", encoding="utf-8") as fh:
+            start = fh.tell()
+            try:
+                fh.write(payload)
+                fh.flush()
+            except OSError:
+                # Roll back a partial write so the next batch doesn't get glued
+                # onto half a line (which the analytics job would reject).
+                try:
+                    os.truncate(path, start)
+                except OSError:
+                    pass
+                raise
+
+    # -- bookkeeping ----------------------------------------------------------
+
+    def _safe_now(self) -> float:
+        try:
+            return float(self._clock())
+        except Exception:
+            return time.time()
+
+    def _drop(self, count: int, msg: str, *args: object) -> None:
+        with self._lock:
+            self._dropped += count
+        self._warn(msg, *args)
+
+    def _warn(self, msg: str, *args: object) -> None:
+        now = self._safe_now()
+        with self._lock:
+            if now - self._last_warning < self._warn_every_s:
+                self._suppressed_warnings += 1
+                return
+            self._last_warning = now
+            suppressed, self._suppressed_warnings = self._suppressed_warnings, 0
+        if suppressed:
+            msg += " (%d similar warning(s) suppressed)"
+            args = (*args, suppressed)
+        logger.warning(msg, *args)
+
+
+# Recorders that still need flushing at exit / re-initialising after fork.
+# Weak so that tests and short-lived recorders don't accumulate here.
+_LIVE_RECORDERS: weakref.WeakSet[TelemetryRecorder] = weakref.WeakSet()
+
+
+def _close_all() -> None:
+    for recorder in list(_LIVE_RECORDERS):
+        recorder.close()
+
+
+def _reinit_all_after_fork() -> None:
+    for recorder in list(_LIVE_RECORDERS):
+        recorder._after_fork_in_child()
+
+
+atexit.register(_close_all)
+if hasattr(os, "register_at_fork"):  # POSIX only
+    os.register_at_fork(after_in_child=_reinit_all_after_fork)

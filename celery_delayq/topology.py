@@ -1,0 +1,305 @@
+"""Declare or verify the ladder on the broker. This is the only module that shapes topology.
+
+Declaring is idempotent, so every worker does it when it starts and every
+process does it lazily before its first delayed publish. Where the app may
+not configure the broker, ``delayq_declare = False`` switches to verify-only:
+the ladder must already exist, and any difference is reported by name.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import amqp
+
+from .errors import BrokerTooOld, TopologyError, TopologyMismatch, TopologyMissing, UnroutableDestination
+from .ladder import LadderSpec, check_name, destination_token
+
+__all__ = ["Topology", "resolve_queue_type", "broker_version", "Destination"]
+
+log = logging.getLogger(__name__)
+
+QUORUM_TTL_VERSION = (3, 10)
+
+
+def broker_version(connection: amqp.Connection) -> tuple[int, ...]:
+    """RabbitMQ's version from the connection's server properties, e.g. ``(3, 10, 8)``."""
+    raw = connection.server_properties.get("version", b"0")
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    parts = []
+    for piece in text.split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts) or (0,)
+
+
+def resolve_queue_type(requested: str, version: tuple[int, ...]) -> str:
+    """Pick ``quorum`` or ``classic`` for the ladder's queues.
+
+    ``auto`` prefers quorum queues, whose at-least-once dead-lettering makes
+    the hops crash-safe; they need RabbitMQ 3.10 for message TTL. Asking for
+    quorum explicitly on an older broker is an error rather than a silent
+    downgrade.
+    """
+    if requested not in ("auto", "quorum", "classic"):
+        raise ValueError(f"delayq_queue_type must be 'auto', 'quorum' or 'classic', got {requested!r}")
+    if requested == "classic":
+        return "classic"
+    if version >= QUORUM_TTL_VERSION:
+        return "quorum"
+    shown = ".".join(map(str, version))
+    if requested == "quorum":
+        raise BrokerTooOld(
+            f"RabbitMQ {shown} cannot expire messages in quorum queues (needs 3.10+). "
+            "Upgrade the broker or set delayq_queue_type = 'classic'."
+        )
+    log.warning("RabbitMQ %s has no quorum-queue TTL; the ladder uses classic queues "
+                "(dead-lettering is then at-most-once on a broker crash).", shown)
+    return "classic"
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where an undelayed publish would have gone, and the exit queue that restores it."""
+
+    exchange: str
+    routing_key: str
+    token: str
+    exit_queue: str
+
+
+@dataclass
+class Topology:
+    """The ladder's exchanges, queues and bindings for one :class:`LadderSpec`.
+
+    Attributes:
+        spec: The ladder's shape and names.
+        queue_type: ``quorum`` or ``classic`` (already resolved).
+    """
+
+    spec: LadderSpec
+    queue_type: str
+    _exits: dict[tuple[str, str], Destination] = field(default_factory=dict, repr=False)
+
+    # -- arguments ----------------------------------------------------------
+    def _queue_args(self, ttl_ms: int, dlx: str, dl_routing_key: str | None = None) -> dict[str, Any]:
+        args: dict[str, Any] = {
+            "x-queue-type": self.queue_type,
+            "x-message-ttl": ttl_ms,
+            "x-dead-letter-exchange": dlx,
+        }
+        if dl_routing_key is not None:
+            args["x-dead-letter-routing-key"] = dl_routing_key
+        if self.queue_type == "quorum":
+            # At-least-once dead-lettering needs reject-publish overflow; without it a
+            # broker crash between expiry and the next level's enqueue loses the message.
+            args["x-dead-letter-strategy"] = "at-least-once"
+            args["x-overflow"] = "reject-publish"
+        return args
+
+    def level_queue_args(self, k: int, digit: int) -> dict[str, Any]:
+        """Arguments of ladder queue ``(k, digit)``."""
+        return self._queue_args(self.spec.queue_ttl_ms(k, digit), self.spec.dead_letter_target(k))
+
+    def exit_queue_args(self, exchange: str, routing_key: str) -> dict[str, Any]:
+        """Arguments of an exit queue: expire at once into the original exchange and key."""
+        return self._queue_args(0, exchange, routing_key)
+
+    def entities(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """Every entity as ``(kind, name, args)`` in declaration order (targets first)."""
+        s = self.spec
+        plan: list[tuple[str, str, dict[str, Any]]] = [
+            ("exchange:fanout", s.unroutable_exchange, {}),
+            ("queue", s.unroutable_queue, {"x-queue-type": self.queue_type}),
+            ("exchange:topic", s.delivery_exchange, {"alternate-exchange": s.unroutable_exchange}),
+        ]
+        for k in range(s.levels):
+            plan.append(("exchange:topic", s.level_exchange(k), {}))
+        for k, d, name in s.level_queues():
+            plan.append(("queue", name, self.level_queue_args(k, d)))
+        return plan
+
+    # -- declare -------------------------------------------------------------
+    def declare(self, connection: amqp.Connection) -> None:
+        """Create the whole ladder; a no-op where it already exists as specified."""
+        s = self.spec
+        with _Channels(connection) as chans:
+            for kind, name, args in self.entities():
+                chans.run(f"{kind} {name}", lambda ch, kind=kind, name=name, args=args:
+                          _declare(ch, kind, name, args))
+            chans.run("binding", lambda ch: ch.queue_bind(s.unroutable_queue, s.unroutable_exchange, ""))
+            for b in s.bindings():
+                if b.destination_kind == "queue":
+                    chans.run("binding", lambda ch, b=b: ch.queue_bind(b.destination, b.source, b.routing_key))
+                else:
+                    chans.run("binding", lambda ch, b=b: ch.exchange_bind(b.destination, b.source, b.routing_key))
+
+    def verify(self, connection: amqp.Connection) -> None:
+        """Check that the ladder exists with the expected arguments, creating nothing.
+
+        Raises:
+            TopologyMissing: naming every missing exchange and queue.
+            TopologyMismatch: naming the entity and argument that differ.
+        """
+        missing: list[str] = []
+        with _Channels(connection) as chans:
+            for kind, name, _args in self.entities():
+                try:
+                    chans.call(lambda ch, kind=kind, name=name: _declare(ch, kind, name, {}, passive=True))
+                except amqp.NotFound:
+                    missing.append(f"{kind.split(':')[0]} {name!r}")
+            if missing:
+                raise TopologyMissing(
+                    f"the delayq ladder is incomplete on the broker; missing: {', '.join(missing)}. "
+                    "Run `celery -A APP delayq topology declare` with a user that may configure, "
+                    "or set delayq_declare = True."
+                )
+            # Redeclaring with the same arguments changes nothing but fails with 406
+            # (PRECONDITION_FAILED) naming the argument that differs.
+            for kind, name, args in self.entities():
+                try:
+                    chans.run(f"{kind.split(':')[0]} {name!r}",
+                              lambda ch, kind=kind, name=name, args=args: _declare(ch, kind, name, args))
+                except amqp.AccessRefused:
+                    log.info("delayq: no configure permission; ladder arguments not verified")
+                    return
+
+    def delete(self, connection: amqp.Connection, *, if_empty: bool = True,
+               exit_queues: list[str] | tuple[str, ...] = ()) -> list[str]:
+        """Delete the ladder (and the named exit queues); returns what was deleted.
+
+        With ``if_empty`` (the default) a queue still holding messages is kept and
+        reported by :class:`TopologyError`, because deleting it would drop them.
+        """
+        s = self.spec
+        deleted: list[str] = []
+        busy: list[str] = []
+        queues = [name for _k, _d, name in s.level_queues()] + [s.unroutable_queue]
+        queues += list(exit_queues) + [d.exit_queue for d in self._exits.values()]
+        with _Channels(connection) as chans:
+            for name in dict.fromkeys(queues):
+                try:
+                    # Quorum queues refuse queue.delete(if_empty=True) with a *connection*
+                    # error, so look at the depth first (racy only against new publishes).
+                    depth = chans.call(lambda ch, name=name: ch.queue_declare(name, passive=True)).message_count
+                    if if_empty and depth:
+                        busy.append(f"{name} ({depth})")
+                        continue
+                    chans.call(lambda ch, name=name: ch.queue_delete(name))
+                    deleted.append(f"queue {name}")
+                except amqp.NotFound:
+                    pass
+            exchanges = [s.level_exchange(k) for k in range(s.levels)]
+            exchanges += [s.delivery_exchange, s.unroutable_exchange]
+            for name in exchanges:
+                chans.call(lambda ch, name=name: ch.exchange_delete(name))
+                deleted.append(f"exchange {name}")
+        self._exits.clear()
+        if busy:
+            raise TopologyError(f"kept {len(busy)} ladder queue(s) that still hold messages: "
+                                f"{', '.join(busy)}; wait until they drain or delete with if_empty=False")
+        return deleted
+
+    # -- exits -------------------------------------------------------------------
+    def destination(self, exchange: str, routing_key: str) -> Destination:
+        """The :class:`Destination` for an exchange and routing key (pure, cached)."""
+        key = (exchange, routing_key)
+        dest = self._exits.get(key)
+        if dest is None:
+            check_name("exchange name", exchange)
+            check_name("routing key", routing_key)
+            token = destination_token(exchange, routing_key)
+            label = f"{exchange or 'default'}.{routing_key}"
+            dest = Destination(exchange, routing_key, token, self.spec.exit_queue(label, token))
+        return dest
+
+    def ensure_exit(self, connection: amqp.Connection, dest: Destination, *,
+                    declare: bool, queue_hint: str | None = None) -> None:
+        """Make sure the destination exists and its exit queue is bound.
+
+        Checked once per process and destination: the destination exchange (or,
+        for the default exchange, the queue) must exist, because a message the
+        ladder cannot deliver would otherwise vanish when it comes due.
+        """
+        key = (dest.exchange, dest.routing_key)
+        if key in self._exits:
+            return
+        with _Channels(connection) as chans:
+            try:
+                if dest.exchange == "":
+                    chans.call(lambda ch: ch.queue_declare(dest.routing_key, passive=True))
+                else:
+                    chans.call(lambda ch: ch.exchange_declare(dest.exchange, "direct", passive=True))
+                    if queue_hint:
+                        chans.call(lambda ch: ch.queue_declare(queue_hint, passive=True))
+            except amqp.NotFound as exc:
+                raise UnroutableDestination(
+                    f"cannot delay a message to exchange {dest.exchange!r} with routing key "
+                    f"{dest.routing_key!r}: {exc.reply_text}. Declare the destination first "
+                    "(Celery does this for queues in task_queues/task_create_missing_queues)."
+                ) from None
+            args = self.exit_queue_args(dest.exchange, dest.routing_key)
+            if declare:
+                chans.run(f"exit queue {dest.exit_queue}", lambda ch: _declare(ch, "queue", dest.exit_queue, args))
+                chans.run("exit binding", lambda ch: ch.queue_bind(
+                    dest.exit_queue, self.spec.delivery_exchange, self.spec.exit_binding_key(dest.token)))
+            else:
+                try:
+                    chans.call(lambda ch: ch.queue_declare(dest.exit_queue, passive=True))
+                except amqp.NotFound:
+                    raise TopologyMissing(
+                        f"exit queue {dest.exit_queue!r} for exchange {dest.exchange!r} / routing key "
+                        f"{dest.routing_key!r} does not exist and delayq_declare is False. Declare it with "
+                        "`celery -A APP delayq topology declare --destination EXCHANGE:ROUTING_KEY`."
+                    ) from None
+        self._exits[key] = dest
+
+
+def _declare(ch: amqp.Channel, kind: str, name: str, args: dict[str, Any], passive: bool = False) -> None:
+    if kind.startswith("exchange"):
+        ch.exchange_declare(name, kind.split(":")[1], passive=passive, durable=True,
+                            auto_delete=False, arguments=args or None)
+    else:
+        ch.queue_declare(name, passive=passive, durable=True, auto_delete=False, arguments=args or None)
+
+
+class _Channels:
+    """A channel that is reopened after the broker closes it on a soft error."""
+
+    def __init__(self, connection: amqp.Connection) -> None:
+        self.connection = connection
+        self.channel: amqp.Channel | None = None
+
+    def __enter__(self) -> "_Channels":
+        self.channel = self.connection.channel()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.channel is not None and self.channel.is_open:
+            self.channel.close()
+
+    def call(self, fn: Callable[[amqp.Channel], Any]) -> Any:
+        assert self.channel is not None
+        if not self.channel.is_open:
+            self.channel = self.connection.channel()
+        try:
+            return fn(self.channel)
+        except amqp.ChannelError:
+            self.channel = self.connection.channel()
+            raise
+
+    def run(self, what: str, fn: Callable[[amqp.Channel], Any]) -> Any:
+        """Like :meth:`call`, turning PRECONDITION_FAILED into :class:`TopologyMismatch`."""
+        try:
+            return self.call(fn)
+        except amqp.PreconditionFailed as exc:
+            raise TopologyMismatch(
+                f"{what} exists on the broker with other arguments than this app expects: "
+                f"{exc.reply_text}. This happens when delayq_unit_ms, delayq_levels, delayq_radix "
+                "or delayq_queue_type changed: delete the old ladder (`celery -A APP delayq topology "
+                "delete`) once it is empty, or use a new delayq_prefix."
+            ) from None

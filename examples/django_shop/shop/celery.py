@@ -1,0 +1,10 @@
+"""The project's Celery app, configured from Django settings (CELERY_* namespace)."""
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shop.settings")
+
+app = Celery("shop")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks(["shop"])

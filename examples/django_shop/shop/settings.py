@@ -1,0 +1,16 @@
+"""Minimal Django settings for the celery_delayq example project."""
+import os
+
+SECRET_KEY = "example-only-not-secret"
+DEBUG = True
+USE_TZ = True
+INSTALLED_APPS = ["django.contrib.contenttypes", "celery_delayq.django", "shop"]
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
+CELERY_BROKER_HEARTBEAT = 0
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("SHOP_QUEUE", "shop")
+# celery_delayq: every countdown/eta/retry of the project waits in RabbitMQ
+CELERY_DELAYQ_ENABLED = True
+CELERY_DELAYQ_PREFIX = os.environ.get("SHOP_DELAYQ_PREFIX", "shop_delayq")
+CELERY_DELAYQ_UNIT_MS = 10

@@ -1,0 +1,407 @@
+"""Report tables and run_report on small, hand-built event sets.
+
+Expected values are written out from the events below: counts by hand,
+lateness as ``(ts - due_at) * 1000`` of the named delivered event.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+
+from celery_delayq.analytics import build_tables, read_events, run_report
+from celery_delayq.analytics.synthetic import generate
+from celery_delayq.analytics.tables import MIN_DELAY_BUCKET_EXP, delay_bucket
+from celery_delayq.telemetry import TelemetryRecorder, make_event
+
+A, B = "app.a", "app.b"
+
+
+def delivered(ev, task_id, ts, delay, due, **kw):
+    return ev("delivered", task_id, ts, delay_s=delay, due_at=due, **kw)
+
+
+def scheduled(ev, task_id, ts, delay, **kw):
+    return ev("scheduled", task_id, ts, delay_s=delay, due_at=ts + delay, **kw)
+
+
+@pytest.fixture
+def events(ev):
+    """Named events; comments give each chain's story."""
+    e = {
+        # a1: on time-ish, succeeds first try.
+        "a1_s": scheduled(ev, "a1", 1000.0, 2.0),
+        "a1_d": delivered(ev, "a1", 1002.010, 2.0, 1002.0),
+        "a1_ok": ev("succeeded", "a1", 1002.5),
+        # a2: retried once, second delivery 5 ms early, then succeeds.
+        "a2_s0": scheduled(ev, "a2", 1010.0, 8.0),
+        "a2_d0": delivered(ev, "a2", 1018.030, 8.0, 1018.0),
+        "a2_r0": ev("retried", "a2", 1019.0, exception="ConnectionError"),
+        "a2_s1": scheduled(ev, "a2", 1019.0, 16.0, attempt=1),
+        "a2_d1": delivered(ev, "a2", 1034.995, 16.0, 1035.0, attempt=1),
+        "a2_ok": ev("succeeded", "a2", 1036.0, attempt=1),
+        # a3: zero delay, retried twice, exhausted (never succeeds).
+        "a3_s0": scheduled(ev, "a3", 1060.0, 0.0),
+        "a3_d0": delivered(ev, "a3", 1060.002, 0.0, 1060.0),
+        "a3_r0": ev("retried", "a3", 1061.0, exception="TimeoutError"),
+        "a3_d1": delivered(ev, "a3", 1125.0, 3.0, 1124.9, attempt=1),
+        "a3_r1": ev("retried", "a3", 1125.5, attempt=1, exception="ConnectionError"),
+        "a3_x": ev("exhausted", "a3", 1200.0, attempt=2, exception="ConnectionError"),
+        # a4: retried in the same minute as a3, then succeeds.
+        "a4_r0": ev("retried", "a4", 1070.0, exception="TimeoutError"),
+        "a4_ok": ev("succeeded", "a4", 1130.0, attempt=1),
+        # b1: 100 ms late, succeeds.
+        "b1_d": delivered(ev, "b1", 2000.100, 4.0, 2000.0, task=B),
+        "b1_ok": ev("succeeded", "b1", 2000.2, task=B),
+        # b2: retried, then succeeds.
+        "b2_r0": ev("retried", "b2", 2010.0, task=B, exception="ValueError"),
+        "b2_ok": ev("succeeded", "b2", 2070.0, task=B, attempt=1),
+        # b3: succeeds, *then* retries (not a success after retry); tiny delay.
+        "b3_ok": ev("succeeded", "b3", 2100.0, task=B),
+        "b3_r0": ev("retried", "b3", 2200.0, task=B, exception="KeyError"),
+        "b3_s1": scheduled(ev, "b3", 2200.0, 0.0001, task=B, attempt=1),
+        "b3_d1": delivered(ev, "b3", 2200.0011, 0.0001, 2200.0001, task=B, attempt=1),
+    }
+    return e
+
+
+@pytest.fixture
+def events_dir(events, write_events):
+    return write_events(events.values(), files=3)
+
+
+@pytest.fixture
+def tables(spark, events_dir):
+    valid, malformed = read_events(spark, events_dir)
+    assert malformed == 0
+    yield build_tables(spark, valid)
+    valid.unpersist()
+
+
+def late(event: dict) -> float:
+    return (event["ts"] - event["due_at"]) * 1000.0
+
+
+def expected_stats(events):
+    """The summary statistics of the fixture, written out by hand."""
+    e = events
+    return {
+        A: {
+            "scheduled": 4,
+            "delivered": 5,
+            "succeeded": 3,
+            "retried": 4,
+            "exhausted": 1,
+            # lateness A: a2_d1(-5) < a3_d0(2) < a1_d(10) < a2_d0(30) < a3_d1(100)
+            "lateness_p50_ms": late(e["a1_d"]),
+            "lateness_p99_ms": late(e["a3_d1"]),
+            "early": 1,
+            "success_after_retry_rate": 2 / 3,  # a2, a4 of a2, a3, a4
+        },
+        B: {
+            "scheduled": 1,
+            "delivered": 2,
+            "succeeded": 3,
+            "retried": 2,
+            "exhausted": 0,
+            # lateness B: b3_d1(1) < b1_d(100)
+            "lateness_p50_ms": late(e["b3_d1"]),
+            "lateness_p99_ms": late(e["b1_d"]),
+            "early": 0,
+            "success_after_retry_rate": 1 / 2,  # b2 of b2, b3 (b3's success came first)
+        },
+        "overall": {
+            "scheduled": 5,
+            "delivered": 7,
+            "succeeded": 6,
+            "retried": 6,
+            "exhausted": 1,
+            # -5, 1, 2, 10, 30, 100, 100: 4th smallest, largest
+            "lateness_p50_ms": late(e["a1_d"]),
+            "lateness_p99_ms": late(e["a3_d1"]),
+            "early": 1,
+            "success_after_retry_rate": 3 / 5,
+        },
+    }
+
+
+SUMMARY_DDL = (
+    "scope string, task_name string, scheduled bigint, delivered bigint, succeeded bigint, "
+    "retried bigint, exhausted bigint, lateness_p50_ms double, lateness_p99_ms double, "
+    "early bigint, success_after_retry_rate double"
+)
+
+
+def test_task_summary(spark, tables, events):
+    stats = expected_stats(events)
+    rows = [
+        ("task", A, *stats[A].values()),
+        ("task", B, *stats[B].values()),
+        ("overall", None, *stats["overall"].values()),
+    ]
+    assertDataFrameEqual(tables["task_summary"], spark.createDataFrame(rows, SUMMARY_DDL))
+
+
+def test_lateness_by_delay(spark, tables, events):
+    e = events
+    expected = [
+        # bucket 0.0: zero delay (a3_d0)
+        (0.0, 1, late(e["a3_d0"]), late(e["a3_d0"]), 0),
+        # 0.0001 s is clamped into the smallest bucket
+        (2.0**MIN_DELAY_BUCKET_EXP, 1, late(e["b3_d1"]), late(e["b3_d1"]), 0),
+        # 2 s and 3 s share bucket 2.0
+        (2.0, 2, late(e["a1_d"]), late(e["a3_d1"]), 0),
+        (4.0, 1, late(e["b1_d"]), late(e["b1_d"]), 0),
+        (8.0, 1, late(e["a2_d0"]), late(e["a2_d0"]), 0),
+        (16.0, 1, late(e["a2_d1"]), late(e["a2_d1"]), 1),
+    ]
+    assertDataFrameEqual(
+        tables["lateness_by_delay"],
+        spark.createDataFrame(
+            expected,
+            "delay_bucket_s double, delivered bigint, lateness_p50_ms double, "
+            "lateness_p99_ms double, early bigint",
+        ),
+    )
+
+
+def test_retries_per_minute(spark, tables):
+    actual = tables["retries_per_minute"].select(
+        "task_name", F.unix_seconds("minute").alias("minute_s"), "retries"
+    )
+    expected = [
+        (A, 960, 1),  # a2 @1019
+        (A, 1020, 2),  # a3 @1061, a4 @1070
+        (A, 1080, 1),  # a3 @1125.5
+        (B, 1980, 1),  # b2 @2010
+        (B, 2160, 1),  # b3 @2200
+    ]
+    assertDataFrameEqual(
+        actual, spark.createDataFrame(expected, "task_name string, minute_s bigint, retries bigint")
+    )
+    assert dict(tables["retries_per_minute"].dtypes)["minute"] == "timestamp"
+
+
+EXC_DDL = (
+    "task_name string, rank int, exception string, count bigint, retried bigint, exhausted bigint"
+)
+
+
+def test_top_exceptions_ranked_with_ties_by_name(spark, tables):
+    expected = [
+        (A, 1, "ConnectionError", 3, 2, 1),
+        (A, 2, "TimeoutError", 2, 2, 0),
+        (B, 1, "KeyError", 1, 1, 0),  # tie with ValueError: alphabetical
+        (B, 2, "ValueError", 1, 1, 0),
+    ]
+    assertDataFrameEqual(tables["top_exceptions"], spark.createDataFrame(expected, EXC_DDL))
+
+
+def test_top_exceptions_limit(spark, events_dir):
+    valid, _ = read_events(spark, events_dir)
+    try:
+        top1 = build_tables(spark, valid, top_exceptions=1)["top_exceptions"]
+        assertDataFrameEqual(
+            top1,
+            spark.createDataFrame(
+                [(A, 1, "ConnectionError", 3, 2, 1), (B, 1, "KeyError", 1, 1, 0)], EXC_DDL
+            ),
+        )
+    finally:
+        valid.unpersist()
+
+
+def test_attempts_to_success(spark, tables):
+    expected = [(A, 0, 1), (A, 1, 2), (B, 0, 2), (B, 1, 1)]  # a1 | a2,a4 | b1,b3 | b2
+    assertDataFrameEqual(
+        tables["attempts_to_success"],
+        spark.createDataFrame(expected, "task_name string, attempt bigint, count bigint"),
+    )
+
+
+def _reference_bucket(delay: float) -> float:
+    """Exact power-of-two floor via frexp (no floating-point log)."""
+    if delay <= 0:
+        return 0.0
+    _, exp = math.frexp(delay)  # delay = m * 2**exp, 0.5 <= m < 1
+    return math.ldexp(1.0, max(exp - 1, MIN_DELAY_BUCKET_EXP))
+
+
+def test_delay_bucket_exact_at_powers_of_two(spark):
+    delays = [0.0, -3.0, 1e-9, 0.0001, 0.999999, 3.0, 1e6]
+    for k in range(-12, 45):
+        p = 2.0**k
+        delays += [p, math.nextafter(p, 0.0), math.nextafter(p, math.inf), p * 1.5]
+    frame = spark.createDataFrame([(d,) for d in delays], "delay_s double")
+    actual = frame.select("delay_s", delay_bucket(F.col("delay_s")).alias("bucket"))
+    expected = spark.createDataFrame(
+        [(d, _reference_bucket(d)) for d in delays], "delay_s double, bucket double"
+    )
+    assertDataFrameEqual(actual, expected, rtol=0.0, atol=0.0)
+
+
+def test_run_report_outputs(spark, events_dir, events, tmp_path):
+    out = tmp_path / "report"
+    summary = run_report(events_dir, out, spark=spark)
+
+    stats = expected_stats(events)
+    expected = {"overall": stats["overall"], "tasks": {A: stats[A], B: stats[B]}, "malformed": 0}
+    assert summary.keys() == expected.keys()
+    assert summary["tasks"].keys() == expected["tasks"].keys()
+    for got, want in [
+        (summary["overall"], expected["overall"]),
+        *((summary["tasks"][t], expected["tasks"][t]) for t in (A, B)),
+    ]:
+        assert list(got) == list(want)  # field set and order
+        assert got == pytest.approx(want)
+    assert summary["malformed"] == 0
+    assert json.loads((out / "summary.json").read_text()) == summary
+
+    for name, n_rows in [
+        ("task_summary", 3),
+        ("lateness_by_delay", 6),
+        ("retries_per_minute", 5),
+        ("top_exceptions", 4),
+        ("attempts_to_success", 4),
+    ]:
+        assert spark.read.parquet(str(out / name)).count() == n_rows, name
+
+    for png in ("lateness_by_delay.png", "retries_over_time.png", "attempts_to_success.png"):
+        assert (out / png).read_bytes().startswith(b"\x89PNG\r\n\x1a\n"), png
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 3
+    for external in ("http://", "https://", "<script", "<link"):
+        assert external not in html
+    assert A in html and "ConnectionError" in html
+
+    spark.range(1).count()  # a caller's session is left running
+
+
+def test_report_over_empty_tables(spark, write_events, ev, tmp_path):
+    """Only first-try successes: no lateness, no retries, no exceptions."""
+    d = write_events([ev("succeeded", "x", 100.0), ev("succeeded", "y", 200.0, attempt=0)])
+    summary = run_report(d, tmp_path / "out", spark=spark)
+    overall = summary["overall"]
+    assert (overall["succeeded"], overall["retried"], overall["delivered"]) == (2, 0, 0)
+    assert overall["lateness_p50_ms"] is None and overall["lateness_p99_ms"] is None
+    assert overall["success_after_retry_rate"] is None
+    assert spark.read.parquet(str(tmp_path / "out" / "retries_per_minute")).count() == 0
+    assert (tmp_path / "out" / "retries_over_time.png").stat().st_size > 0
+
+
+def test_reads_what_the_recorder_writes(spark, tmp_path):
+    """Contract test: recorder output is parsed without loss."""
+    root = tmp_path / "telemetry"
+    sent = []
+    with TelemetryRecorder(root, flush_every=4, flush_interval_s=3600) as rec:
+        for i in range(10):
+            base = 1_700_000_000.0 + i * 1800  # spans several hour partitions
+            for event in (
+                make_event(
+                    "scheduled",
+                    task_id=f"t{i}",
+                    task_name="app.rec",
+                    queue="q",
+                    attempt=0,
+                    ts=base,
+                    delay_s=5.0,
+                    due_at=base + 5,
+                ),
+                make_event(
+                    "delivered",
+                    task_id=f"t{i}",
+                    task_name="app.rec",
+                    queue="q",
+                    attempt=0,
+                    ts=base + 5.01,
+                    delay_s=5.0,
+                    due_at=base + 5,
+                ),
+                make_event(
+                    "retried",
+                    task_id=f"t{i}",
+                    task_name="app.rec",
+                    queue="q",
+                    attempt=0,
+                    ts=base + 6,
+                    exception=RuntimeError("x"),
+                ),
+            ):
+                rec.record(event)
+                sent.append(event)
+    assert len({p.parent for p in root.rglob("*.jsonl")}) > 1
+
+    valid, malformed = read_events(spark, root)
+    try:
+        got = sorted((r.asDict() for r in valid.collect()), key=lambda r: (r["ts"], r["event"]))
+    finally:
+        valid.unpersist()
+    assert malformed == 0
+    want = [
+        {
+            k: e.get(k)
+            for k in (
+                "event",
+                "task_id",
+                "task_name",
+                "queue",
+                "attempt",
+                "ts",
+                "delay_s",
+                "due_at",
+                "exception",
+            )
+        }
+        for e in sent
+    ]
+    assert got == sorted(want, key=lambda r: (r["ts"], r["event"]))
+
+
+# -- synthetic generator ---------------------------------------------------------
+
+
+def _lines(directory: Path) -> list[str]:
+    return sorted(line for p in directory.glob("part-*") for line in p.read_text().splitlines())
+
+
+def test_synthetic_exact_counts_and_deterministic(spark, tmp_path):
+    stats = generate(tmp_path / "a", 5000, spark=spark, malformed=9, seed=7, tasks=3)
+    assert stats == {"events": 5000, "malformed": 9, "files": 1}
+    valid, malformed = read_events(spark, tmp_path / "a")
+    try:
+        assert (valid.count(), malformed) == (5000, 9)
+        assert {r.task_name for r in valid.select("task_name").distinct().collect()} <= {
+            "billing.charge_card",
+            "email.send_welcome",
+            "images.resize",
+        }
+    finally:
+        valid.unpersist()
+    generate(tmp_path / "b", 5000, spark=spark, seed=7, tasks=3)
+    generate(tmp_path / "c", 5000, spark=spark, seed=8, tasks=3)
+    assert _lines(tmp_path / "a") == _lines(tmp_path / "b")
+    assert _lines(tmp_path / "a") != _lines(tmp_path / "c")
+
+
+def test_synthetic_chains_follow_the_lifecycle(spark, tmp_path):
+    generate(tmp_path / "s", 3000, spark=spark, seed=1)
+    chains = defaultdict(list)
+    for line in _lines(tmp_path / "s"):
+        e = json.loads(line)
+        chains[e["task_id"]].append(e)
+    phase = {"scheduled": 0, "delivered": 1, "retried": 2, "succeeded": 2, "exhausted": 2}
+    for task_id, evs in chains.items():
+        by_time = sorted(evs, key=lambda e: e["ts"])
+        by_step = sorted(evs, key=lambda e: (e["attempt"], phase[e["event"]]))
+        assert by_time == by_step, task_id
+        assert all(
+            e["event"] != "delivered" or e["ts"] >= e["due_at"] - 0.5 * e["delay_s"] for e in evs
+        )
+        terminal = [e["event"] for e in by_step if phase[e["event"]] == 2]
+        assert all(t == "retried" for t in terminal[:-1]), task_id

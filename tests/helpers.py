@@ -1,0 +1,90 @@
+"""Test helpers shared by every test directory (import as ``from helpers import ...``)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from typing import Any, Iterator
+
+import amqp
+
+__all__ = ["Collector", "running_worker", "queue_depth", "drain"]
+
+
+class Collector:
+    """Thread-safe record of task runs, with a deterministic wait (no fixed sleeps)."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+        self._cond = threading.Condition()
+
+    def add(self, **item: Any) -> None:
+        item.setdefault("at", time.time())
+        with self._cond:
+            self.items.append(item)
+            self._cond.notify_all()
+
+    def wait_for(self, n: int, timeout: float = 30.0) -> list[dict[str, Any]]:
+        deadline = time.time() + timeout
+        with self._cond:
+            while len(self.items) < n:
+                left = deadline - time.time()
+                if left <= 0:
+                    raise AssertionError(f"only {len(self.items)} of {n} task runs within {timeout} s: {self.items[-3:]}")
+                self._cond.wait(left)
+            return list(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+@contextlib.contextmanager
+def running_worker(app: Any, **kwargs: Any) -> Iterator[Any]:
+    """A real Celery worker in a thread (solo pool), consuming the app's queues."""
+    from celery.contrib.testing.worker import start_worker
+
+    kwargs.setdefault("pool", "solo")
+    kwargs.setdefault("perform_ping_check", False)
+    kwargs.setdefault("shutdown_timeout", 20)
+    kwargs.setdefault("loglevel", "WARNING")
+    with start_worker(app, **kwargs) as worker:
+        yield worker
+
+
+def queue_depth(conn: amqp.Connection, name: str) -> int:
+    """Ready messages in a queue (passive declare)."""
+    ch = conn.channel()
+    try:
+        return ch.queue_declare(name, passive=True).message_count
+    finally:
+        with contextlib.suppress(Exception):
+            ch.close()
+
+
+def drain(conn: amqp.Connection, queue: str, n: int, timeout: float = 30.0) -> list[amqp.Message]:
+    """Consume ``n`` messages from ``queue`` (acked), failing after ``timeout``."""
+    ch = conn.channel()
+    got: list[amqp.Message] = []
+
+    def on(m: amqp.Message) -> None:
+        m.arrived = time.time()  # type: ignore[attr-defined]
+        got.append(m)
+        ch.basic_ack(m.delivery_tag)
+
+    ch.basic_qos(0, 1000, False)
+    ch.basic_consume(queue, callback=on)
+    deadline = time.time() + timeout
+    while len(got) < n:
+        left = deadline - time.time()
+        if left <= 0:
+            break
+        try:
+            conn.drain_events(timeout=min(left, 1.0))
+        except socket.timeout:
+            pass
+    with contextlib.suppress(Exception):
+        ch.close()
+    assert len(got) == n, f"{len(got)} of {n} messages arrived in {queue} within {timeout} s"
+    return got

@@ -1,0 +1,163 @@
+"""Property tests of the pure ladder arithmetic, checked against a simulated topic exchange."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from celery_delayq.errors import DelayTooLong, InvalidDelay, InvalidName
+from celery_delayq.ladder import MAX_NAME_BYTES, LadderSpec, check_name, destination_token
+
+@st.composite
+def specs(draw: st.DrawFn) -> LadderSpec:
+    """Every valid ladder shape (the constructor rejects invalid ones)."""
+    unit_ms = draw(st.sampled_from([1, 5, 10, 100]))
+    radix = draw(st.sampled_from([2, 3, 4, 8, 16]))
+    levels = draw(st.integers(min_value=1, max_value=20))
+    assume((radix - 1) * radix ** (levels - 1) * unit_ms <= 2**32 - 1)
+    return LadderSpec(prefix="p", unit_ms=unit_ms, levels=levels, radix=radix)
+
+
+def topic_match(pattern: str, key: str) -> bool:
+    """RabbitMQ topic semantics: ``*`` is exactly one word, ``#`` zero or more."""
+    p, k = pattern.split("."), key.split(".")
+
+    def m(i: int, j: int) -> bool:
+        if i == len(p):
+            return j == len(k)
+        if p[i] == "#":
+            return any(m(i + 1, jj) for jj in range(j, len(k) + 1))
+        return j < len(k) and (p[i] == "*" or p[i] == k[j]) and m(i + 1, j + 1)
+
+    return m(0, 0)
+
+
+def simulate(spec: LadderSpec, units: int, token: str) -> tuple[list[str], int]:
+    """Follow the declared bindings and dead-letter targets like the broker would."""
+    key = spec.routing_key(units, token)
+    bindings = spec.bindings()
+    ttl = {name: spec.queue_ttl_ms(k, d) for k, d, name in spec.level_queues()}
+    dlx = {name: spec.dead_letter_target(k) for k, d, name in spec.level_queues()}
+    exchange, path, waited = spec.entry_exchange(units), [], 0
+    for _ in range(4 * spec.levels + 4):
+        if exchange == spec.delivery_exchange:
+            assert topic_match(spec.exit_binding_key(token), key)
+            return path, waited
+        targets = [b for b in bindings if b.source == exchange and topic_match(b.routing_key, key)]
+        assert len(targets) == 1, f"{exchange} routes {key} to {targets}"  # never duplicated, never lost
+        b = targets[0]
+        if b.destination_kind == "queue":
+            path.append(b.destination)
+            waited += ttl[b.destination]
+            exchange = dlx[b.destination]
+        else:
+            exchange = b.destination
+    raise AssertionError("routing loop")
+
+
+@settings(max_examples=300)
+@given(spec=specs(), data=st.data())
+def test_simulated_routing_waits_exactly_the_delay(spec: LadderSpec, data: st.DataObject) -> None:
+    units = data.draw(st.integers(min_value=1, max_value=spec.max_units))
+    token = destination_token("ex", "rk")
+    path, waited = simulate(spec, units, token)
+    assert waited == units * spec.unit_ms
+    assert path == spec.path(units)
+    assert spec.hops(units) == len(path) + 1
+    assert len(path) == sum(1 for d in spec.digits(units) if d)
+
+
+@given(spec=specs(), data=st.data())
+def test_digits_round_trip_through_routing_key(spec: LadderSpec, data: st.DataObject) -> None:
+    units = data.draw(st.integers(min_value=0, max_value=spec.max_units))
+    key = spec.routing_key(units, "tok")
+    assert spec.delay_of(key) == units
+    assert len(spec.digits(units)) == spec.levels
+    assert len(key.encode()) <= MAX_NAME_BYTES
+
+
+@given(spec=specs(), delay=st.floats(min_value=0.000001, max_value=1e7, allow_nan=False))
+def test_units_round_up_so_delivery_is_never_early(spec: LadderSpec, delay: float) -> None:
+    assume(delay <= spec.max_delay_s)
+    units = spec.units_for(delay)
+    # never early (to the microsecond the rounding works at) and never a whole unit late
+    assert units * spec.unit_ms * 1000 >= round(delay * 1_000_000)
+    assert (units - 1) * spec.unit_ms * 1000 < round(delay * 1_000_000)
+
+
+def test_binary_popcount_hops() -> None:
+    spec = LadderSpec(levels=10, unit_ms=1, radix=2)
+    assert spec.hops(0b1011) == 3 + 1
+    assert spec.path(0b1011) == ["delayq.10x2.L03", "delayq.10x2.L01", "delayq.10x2.L00"]
+    assert spec.entry_exchange(0b1011) == "delayq.10x2.L03"
+
+
+def test_radix_four_digits_pick_queues_by_value() -> None:
+    spec = LadderSpec(levels=5, unit_ms=10)  # the default radix, 4
+    units = 3 * 4**3 + 2 * 4**1 + 1  # digits 0,3,0,2,1
+    assert spec.digits(units) == (0, 3, 0, 2, 1)
+    assert spec.path(units) == ["delayq.5x4.L03.d3", "delayq.5x4.L01.d2", "delayq.5x4.L00.d1"]
+    assert spec.queue_ttl_ms(3, 3) == 3 * 64 * 10
+
+
+def test_reshaped_ladders_never_share_exchanges() -> None:
+    a, b, c = LadderSpec(levels=14, radix=4), LadderSpec(levels=13, radix=4), LadderSpec(levels=29, radix=2)
+    names = [{s.level_exchange(k) for k in range(s.levels)} | {s.delivery_exchange} for s in (a, b, c)]
+    assert not (names[0] & names[1]) and not (names[0] & names[2]) and not (names[1] & names[2])
+
+
+def test_bindings_are_linear_in_levels() -> None:
+    for levels, radix in ((5, 2), (29, 2), (5, 4), (15, 4), (10, 8)):
+        spec = LadderSpec(levels=levels, radix=radix, unit_ms=1)
+        assert len(spec.bindings()) == levels * radix
+        assert len(list(spec.level_queues())) == levels * (radix - 1)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, "5", None, True])
+def test_invalid_delays_are_rejected(bad: object) -> None:
+    with pytest.raises(InvalidDelay):
+        LadderSpec().units_for(bad)  # type: ignore[arg-type]
+
+
+def test_zero_and_negative_delay_mean_now() -> None:
+    assert LadderSpec().units_for(0) == 0
+    assert LadderSpec().units_for(-3.5) == 0
+
+
+def test_delay_beyond_maximum_is_an_error_not_truncated() -> None:
+    spec = LadderSpec(levels=10, unit_ms=10)
+    assert spec.units_for(spec.max_delay_s) == spec.max_units
+    with pytest.raises(DelayTooLong, match="never truncates"):
+        spec.units_for(spec.max_delay_s + 0.011)
+    with pytest.raises(DelayTooLong):
+        spec.units_for(1e30)
+
+
+def test_default_ladder_reaches_a_month_within_erlang_timer_limit() -> None:
+    spec = LadderSpec()
+    assert spec.max_delay_s > 31 * 86400
+    assert spec.max_ttl_ms <= 2**32 - 1
+    assert LadderSpec(radix=2, levels=29).max_delay_s > 62 * 86400  # binary reaches two months
+    with pytest.raises(ValueError, match="timers"):
+        LadderSpec(levels=15)
+
+
+def test_prefix_may_not_clash_with_celery_native_ladder() -> None:
+    with pytest.raises(ValueError, match="celery_delayed"):
+        LadderSpec(prefix="celery_delayed")
+
+
+def test_too_long_names_are_rejected_clearly() -> None:
+    with pytest.raises(InvalidName, match="255 bytes"):
+        check_name("queue name", "q" * 256)
+    with pytest.raises(ValueError):
+        LadderSpec(prefix="p" * 250)
+
+
+def test_destination_token_has_no_wildcards_and_fixed_size() -> None:
+    t = destination_token("ex.*", "a.#.b")
+    assert len(t) == 16 and all(c in "0123456789abcdef" for c in t)
+    assert destination_token("a", "b") != destination_token("a.b", "")

@@ -1,0 +1,210 @@
+"""The kombu-level ladder publisher against the real broker: confirms, returns, nacks, timing."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+
+import amqp
+import kombu
+import pytest
+
+from celery_delayq import headers as H
+from celery_delayq.config import DelayqConfig
+from celery_delayq.errors import (
+    DelayTooLong, InvalidDelay, PublishNacked, PublishReturned, TopologyMissing, UnroutableDestination,
+)
+from celery_delayq.publisher import LadderPublisher
+from helpers import drain, queue_depth
+
+
+@pytest.fixture
+def publisher(broker_url: str, prefix: str):
+    pub = LadderPublisher(kombu.Connection(broker_url), DelayqConfig(prefix=prefix))
+    yield pub
+    pub.close()
+
+
+@pytest.fixture
+def dest(amqp_conn: amqp.Connection, uid: str) -> str:
+    name = f"dest.{uid}"
+    amqp_conn.channel().queue_declare(name, durable=True, auto_delete=False)
+    return name
+
+
+def test_publish_to_queue_waits_and_is_never_early(publisher: LadderPublisher, amqp_conn, dest: str) -> None:
+    delays = [0.05, 0.5, 1.9, 0.31, 1.0]
+    for d in delays:
+        publisher.publish({"d": d, "sent": time.time()}, delay=d, queue=dest)
+    got = drain(amqp_conn, dest, len(delays), timeout=10)
+    for m in got:
+        due = m.headers[H.DUE]
+        assert m.arrived >= due, f"early by {due - m.arrived:.4f} s"
+        assert m.arrived - due < 5.0  # sanity only; lateness is measured in benchmarks/
+        assert m.headers[H.DELAY] in delays
+
+
+def test_publish_to_exchange_and_routing_key(publisher: LadderPublisher, amqp_conn, uid: str) -> None:
+    ch = amqp_conn.channel()
+    ch.exchange_declare(f"x.{uid}", "topic", durable=True, auto_delete=False)
+    ch.queue_declare(f"a.{uid}", durable=True, auto_delete=False)
+    ch.queue_declare(f"b.{uid}", durable=True, auto_delete=False)
+    ch.queue_bind(f"a.{uid}", f"x.{uid}", "orders.*")
+    ch.queue_bind(f"b.{uid}", f"x.{uid}", "#")
+    publisher.publish("hello", delay=0.2, exchange=f"x.{uid}", routing_key="orders.eu")
+    a = drain(amqp_conn, f"a.{uid}", 1, timeout=5)
+    b = drain(amqp_conn, f"b.{uid}", 1, timeout=5)
+    assert a[0].body == b[0].body and '"hello"' in str(a[0].body)
+    assert a[0].delivery_info["routing_key"] == "orders.eu"  # the original key is restored
+
+
+def test_headers_properties_and_priority_survive(publisher: LadderPublisher, amqp_conn, dest: str) -> None:
+    publisher.publish({"x": 1}, delay=0.1, queue=dest, headers={"custom": "v", "n": 7},
+                      priority=5, correlation_id="cid-1", reply_to="replies")
+    m = drain(amqp_conn, dest, 1, timeout=5)[0]
+    assert m.headers["custom"] == "v" and m.headers["n"] == 7
+    assert m.properties["priority"] == 5
+    assert m.properties["correlation_id"] == "cid-1" and m.properties["reply_to"] == "replies"
+    assert m.properties["delivery_mode"] == 2
+
+
+def test_client_x_death_is_stripped_so_retries_are_not_cycle_dropped(publisher, amqp_conn, dest: str) -> None:
+    # A message that already passed the ladder carries x-death for its queues; publish it again
+    # through the same queues twice, as 30 retries would: it must arrive every time.
+    m = None
+    headers = {"x-death": [{"queue": publisher.spec.level_queue(3, 1), "reason": "expired", "count": 1,
+                            "exchange": "", "routing-keys": ["k"]}],
+               "x-first-death-queue": "whatever", "x-first-death-reason": "expired"}
+    for _ in range(3):
+        publisher.publish("again", delay=0.08, queue=dest, headers=headers)
+        m = drain(amqp_conn, dest, 1, timeout=5)[0]
+        headers = dict(m.headers)
+    assert m is not None
+    death_queues = [d["queue"] for d in m.headers["x-death"]]
+    assert all(d["count"] == 1 for d in m.headers["x-death"]), m.headers["x-death"]
+    assert "whatever" not in str(death_queues)
+
+
+def test_unroutable_destination_fails_at_publish(publisher: LadderPublisher, uid: str) -> None:
+    with pytest.raises(UnroutableDestination, match="no-such-queue"):
+        publisher.publish("x", delay=1, queue=f"no-such-queue.{uid}")
+    with pytest.raises(UnroutableDestination, match="no-such-exchange"):
+        publisher.publish("x", delay=1, exchange=f"no-such-exchange.{uid}", routing_key="k")
+
+
+def test_bad_delays_fail_before_publishing(publisher: LadderPublisher, dest: str, amqp_conn) -> None:
+    with pytest.raises(InvalidDelay):
+        publisher.publish("x", delay=float("nan"), queue=dest)
+    with pytest.raises(DelayTooLong, match="never truncates"):
+        publisher.publish("x", delay=publisher.spec.max_delay_s * 2, queue=dest)
+    assert publisher.publish("x", delay=-1, queue=dest) is None  # caller publishes now, as Celery
+    assert queue_depth(amqp_conn, dest) == 0
+
+
+@pytest.fixture
+def private_publisher(broker_url: str, private_ladder):
+    """A publisher on a ladder of the test's own (deleted afterwards), for tests that break it."""
+    def factory(queue_type: str = "quorum") -> LadderPublisher:
+        topo = private_ladder(queue_type, levels=8)
+        pub = LadderPublisher(kombu.Connection(broker_url),
+                              DelayqConfig(prefix=topo.spec.prefix, levels=8, queue_type=queue_type))
+        made.append(pub)
+        return pub
+    made: list[LadderPublisher] = []
+    yield factory
+    for pub in made:
+        pub.close()
+
+
+def _break_level(publisher: LadderPublisher, conn: amqp.Connection, level: int) -> None:
+    """Unbind level ``level``'s queue, so a digit 1 there routes nowhere (a broken ladder)."""
+    publisher.declare()
+    spec = publisher.spec
+    b = next(b for b in spec.bindings() if b.source == spec.level_exchange(level) and b.destination_kind == "queue")
+    conn.channel().queue_unbind(b.destination, b.source, b.routing_key)
+
+
+def test_unroutable_ladder_publish_is_returned_and_raised(private_publisher, amqp_conn, dest: str) -> None:
+    publisher = private_publisher()
+    spec = publisher.spec
+    _break_level(publisher, amqp_conn, 4)
+    with pytest.raises(PublishReturned, match="NOT scheduled"):
+        publisher.publish("x", delay=spec.radix**4 * spec.unit_ms / 1000, queue=dest)  # digit 1 at level 4
+    # the publisher is still usable afterwards
+    assert publisher.publish("y", delay=0.02, queue=dest) is not None
+
+
+def test_nacked_publish_raises_to_the_caller(private_publisher, vhost: str, dest: str) -> None:
+    # A length-limit policy with reject-publish makes the broker nack.
+    publisher = private_publisher("classic")
+    publisher.declare()
+    spec = publisher.spec
+    policy = f"full-{uuid.uuid4().hex[:6]}"
+    subprocess.run(["rabbitmqctl", "-q", "set_policy", "-p", vhost, "--apply-to", "queues", policy,
+                    f"^{spec.level_queue(3, 1)}$", '{"max-length": 0, "overflow": "reject-publish"}'],
+                   check=True, capture_output=True, timeout=60)
+    try:
+        deadline = time.time() + 15
+        while True:  # the policy takes a moment to apply
+            try:
+                publisher.publish("x", delay=spec.radix**3 * spec.unit_ms / 1000, queue=dest)  # level 3
+            except PublishNacked as exc:
+                assert exc.failed and "NOT scheduled" in str(exc)
+                break
+            assert time.time() < deadline, "the broker never nacked"
+            time.sleep(0.3)
+        # other levels still work on the same publisher
+        assert publisher.publish("y", delay=2 * spec.unit_ms / 1000, queue=dest) is not None
+    finally:
+        subprocess.run(["rabbitmqctl", "-q", "clear_policy", "-p", vhost, policy], capture_output=True, timeout=60)
+
+
+def test_batch_pipelines_confirms_and_delivers_all(publisher, amqp_conn, dest: str) -> None:
+    n = 2000
+    with publisher.batch():
+        for i in range(n):
+            publisher.publish(i, delay=0.2 + (i % 50) / 100, queue=dest)
+    got = drain(amqp_conn, dest, n, timeout=30)
+    assert sorted(int(m.body) for m in got) == list(range(n))
+    assert all(m.arrived >= m.headers[H.DUE] for m in got)
+
+
+def test_batch_raises_on_exit_when_a_message_was_refused(private_publisher, amqp_conn, dest: str) -> None:
+    publisher = private_publisher()
+    spec = publisher.spec
+    _break_level(publisher, amqp_conn, 5)
+    with pytest.raises(PublishReturned) as err:
+        with publisher.batch():
+            publisher.publish("ok", delay=0.01, queue=dest)
+            publisher.publish("bad", delay=spec.radix**5 * spec.unit_ms / 1000, queue=dest)  # level 5
+            publisher.publish("ok2", delay=0.02, queue=dest)
+    assert len(err.value.failed) == 1
+    assert len(drain(amqp_conn, dest, 2, timeout=5)) == 2
+
+
+def test_verify_only_publisher_refuses_a_missing_ladder(broker_url: str, dest: str, uid: str) -> None:
+    pub = LadderPublisher(kombu.Connection(broker_url), DelayqConfig(prefix=f"absent{uid}", declare=False))
+    with pytest.raises(TopologyMissing, match=f"absent{uid}"):
+        pub.publish("x", delay=1, queue=dest)
+    pub.close()
+
+
+def test_verify_only_publisher_works_on_a_declared_ladder(publisher, broker_url: str, amqp_conn, dest: str) -> None:
+    publisher.declare()
+    verifying = LadderPublisher(kombu.Connection(broker_url), DelayqConfig(prefix=publisher.spec.prefix, declare=False))
+    # the exit queue is part of what verify-only needs; the declaring publisher makes it
+    publisher.publish("first", delay=0.01, queue=dest)
+    assert verifying.publish("second", delay=0.02, queue=dest) is not None
+    assert len(drain(amqp_conn, dest, 2, timeout=5)) == 2
+    verifying.close()
+
+
+def test_exit_queue_uses_the_ladder_queue_type(publisher, amqp_conn, dest: str) -> None:
+    sched = publisher.publish("x", delay=0.05, queue=dest)
+    assert sched is not None and sched.destination.exit_queue.startswith(publisher.spec.prefix + ".exit.")
+    # redeclaring with the same quorum arguments succeeds only if it is a quorum queue already
+    args = publisher.topology.exit_queue_args("", dest)
+    assert args["x-queue-type"] == "quorum" and args["x-message-ttl"] == 0
+    amqp_conn.channel().queue_declare(sched.destination.exit_queue, durable=True, auto_delete=False, arguments=args)
+    drain(amqp_conn, dest, 1, timeout=5)
