@@ -6,7 +6,7 @@ import contextlib
 import socket
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Hashable, Iterator
 
 import amqp
 
@@ -63,20 +63,28 @@ def queue_depth(conn: amqp.Connection, name: str) -> int:
             ch.close()
 
 
-def drain(conn: amqp.Connection, queue: str, n: int, timeout: float = 30.0) -> list[amqp.Message]:
-    """Consume ``n`` messages from ``queue`` (acked), failing after ``timeout``."""
+def drain(conn: amqp.Connection, queue: str, n: int, timeout: float = 30.0,
+          key: Callable[[amqp.Message], Hashable] | None = None) -> list[amqp.Message]:
+    """Consume messages from ``queue`` (acked) until ``n`` have arrived, failing after ``timeout``.
+
+    With ``key``, ``n`` counts *distinct* keys: quorum queues dead-letter
+    at-least-once, so a redelivered duplicate must not stand in for a message
+    that is still missing. Every message consumed is returned, duplicates too.
+    """
     ch = conn.channel()
     got: list[amqp.Message] = []
+    seen: set[Hashable] = set()
 
     def on(m: amqp.Message) -> None:
         m.arrived = time.time()  # type: ignore[attr-defined]
         got.append(m)
+        seen.add(key(m) if key is not None else len(got))
         ch.basic_ack(m.delivery_tag)
 
     ch.basic_qos(0, 1000, False)
-    ch.basic_consume(queue, callback=on)
+    tag = ch.basic_consume(queue, callback=on)
     deadline = time.time() + timeout
-    while len(got) < n:
+    while len(seen) < n:
         left = deadline - time.time()
         if left <= 0:
             break
@@ -85,6 +93,9 @@ def drain(conn: amqp.Connection, queue: str, n: int, timeout: float = 30.0) -> l
         except socket.timeout:
             pass
     with contextlib.suppress(Exception):
+        ch.basic_cancel(tag)
+    with contextlib.suppress(Exception):
         ch.close()
-    assert len(got) == n, f"{len(got)} of {n} messages arrived in {queue} within {timeout} s"
+    assert len(seen) == n, (f"{len(seen)} of {n} distinct messages arrived in {queue} within {timeout} s "
+                            f"({len(got)} consumed in all)")
     return got

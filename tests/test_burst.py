@@ -40,10 +40,17 @@ PUBLISHER = textwrap.dedent('''
 ''')
 
 
+def _nonempty_queues(vhost: str) -> dict[str, int]:
+    out = subprocess.run(["rabbitmqctl", "-q", "list_queues", "-p", vhost, "--no-table-headers", "name", "messages"],
+                         capture_output=True, text=True, timeout=60).stdout
+    rows = (line.split("\t") for line in out.splitlines() if "\t" in line)
+    return {name: int(n) for name, n in rows if n.strip().isdigit() and int(n)}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("batched", ["1", "0"], ids=["pipelined-confirms", "confirm-each"])
-def test_burst_from_short_lived_processes_arrives_complete(broker_url: str, prefix: str, uid: str, amqp_conn,
-                                                           batched: str) -> None:
+def test_burst_from_short_lived_processes_arrives_complete(broker_url: str, vhost: str, prefix: str, uid: str,
+                                                           amqp_conn, batched: str) -> None:
     procs, per_proc = 8, 2500
     queue = f"burst.{uid}"
     amqp_conn.channel().queue_declare(queue, durable=True, auto_delete=False)
@@ -53,14 +60,17 @@ def test_burst_from_short_lived_processes_arrives_complete(broker_url: str, pref
     for child in children:
         assert child.wait(timeout=240) == 0
     published_in = time.time() - start
-    got = drain(amqp_conn, queue, procs * per_proc, timeout=120)
-    seen = {tuple(json.loads(m.body)[0]) for m in got}
-    assert len(seen) == procs * per_proc, f"{procs * per_proc - len(seen)} distinct messages missing"
-    assert all(m.arrived >= m.headers["x-delayq-due"] for m in got)
-    print(f"\n{procs * per_proc} delayed publishes from {procs} processes in {published_in:.1f} s; all arrived")
-    # the publishers were other processes: remove the exit queue they created
-    from celery_delayq.ladder import LadderSpec
-    from celery_delayq.topology import Topology
 
-    exit_queue = Topology(LadderSpec(prefix=prefix), "quorum").destination("", queue).exit_queue
-    amqp_conn.channel().queue_delete(exit_queue)
+    def job_key(m) -> tuple[int, int]:
+        return tuple(json.loads(m.body)[0])
+
+    # Quorum queues dead-letter at-least-once: under load a level may hand a message
+    # on twice. A duplicate is not a loss, so count distinct jobs (and report copies).
+    try:
+        got = drain(amqp_conn, queue, procs * per_proc, timeout=180, key=job_key)
+    except AssertionError as exc:  # say where the rest is: still in the ladder, parked, or gone
+        raise AssertionError(f"{exc}; queues still holding messages: {_nonempty_queues(vhost)}") from None
+    early = [m for m in got if m.arrived < m.headers["x-delayq-due"]]
+    assert not early, f"{len(early)} messages arrived before their due time"
+    print(f"\n{procs * per_proc} delayed publishes from {procs} processes in {published_in:.1f} s; "
+          f"all arrived ({len(got) - procs * per_proc} at-least-once duplicates)")
