@@ -50,6 +50,14 @@ def _div(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else a / b
 
 
+def _ceiling(native: float | None, times: float, limit: float | None, what: str) -> str:
+    """Say so when a ratio target asks for more than this machine's own limit allows."""
+    if not native or not limit or native * times <= limit:
+        return ""
+    return (f"; unreachable on this machine: {times:g}x native = {_f(native * times)}/s exceeds {what} "
+            f"({_f(limit)}/s, {limit / native:.1f}x native)")
+
+
 def _lat_row(res: dict[str, Any], peer: str, at: str, rate: int) -> dict[str, Any] | None:
     for row in (res.get("lateness") or {}).get("rows", []):
         if row["peer"] == peer and row["at"] == at and row["offered"] == rate and "p99_ms" in row:
@@ -67,7 +75,9 @@ def targets(res: dict[str, Any]) -> list[Target]:
                         ("apply_async_batch", "apply_async in celery_delayq.batch()")):
         r = rate_of(res, "delayq", mode)
         out.append(Target(f"tp_{mode}_vs_native", f"Scheduling, {label}, 1 process: >= 5x Celery native with confirms",
-                          _div(r, native), 5.0, "x", detail=f"{_f(r)}/s vs native {_f(native)}/s"))
+                          _div(r, native), 5.0, "x",
+                          detail=f"{_f(r)}/s vs native {_f(native)}/s" + _ceiling(native, 5.0, send_task,
+                                                                                 "Celery's own unconfirmed send_task")))
         out.append(Target(f"tp_{mode}_vs_send_task", f"Scheduling, {label}, 1 process: >= 70% of Celery's unconfirmed send_task",
                           _div(r, send_task), 0.70, "", detail=f"{_f(r)}/s vs send_task {_f(send_task)}/s"))
     for mode, label in (("publish_batch", "LadderPublisher.publish in publisher.batch()"),
@@ -75,7 +85,8 @@ def targets(res: dict[str, Any]) -> list[Target]:
         r = rate_of(res, "delayq", mode)
         out.append(Target(f"tp_{mode}_vs_native", f"Scheduling, kombu level, {label}, 1 process: >= 50x Celery native",
                           _div(r, native), 50.0, "x",
-                          detail=f"{_f(r)}/s vs native {_f(native)}/s; {_pct(_div(r, raw))} of the raw pipelined-confirm limit {_f(raw)}/s"))
+                          detail=f"{_f(r)}/s vs native {_f(native)}/s; {_pct(_div(r, raw))} of the raw pipelined-confirm "
+                                 f"limit {_f(raw)}/s" + _ceiling(native, 50.0, raw, "the raw pipelined-confirm limit")))
     cs = res.get("confirm_safety") or {}
     rows = cs.get("rows") or []
     out.append(Target("nack_reaches_caller", "Confirms on in every path; a nack reaches the caller as an error",

@@ -98,7 +98,14 @@ class ConfirmChannel:
 
     # -- broker callbacks ------------------------------------------------------
     def _settle(self, tag: int, multiple: bool, nacked: bool) -> None:
-        tags = [t for t in self.pending if t <= tag] if multiple else [tag]
+        if multiple:
+            tags = []
+            for t in self.pending:  # insertion order is tag order: stop at the first later tag
+                if t > tag:
+                    break
+                tags.append(t)
+        else:
+            tags = [tag]
         for t in tags:
             item = self.pending.pop(t, None)
             if item is None:

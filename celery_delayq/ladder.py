@@ -23,6 +23,7 @@ to the exchange and routing key an undelayed publish would have used.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
@@ -183,6 +184,20 @@ class LadderSpec:
         """Ladder routing key: the digits, most significant first, then the destination token."""
         return ".".join(_digit_word(d) for d in self.digits(units)) + "." + token
 
+    def route(self, units: int, token: str) -> tuple[str, str, int]:
+        """``(entry exchange, routing key, hops)`` in one pass over the digits (the publish hot path)."""
+        digits = self.digits(units)
+        key = ".".join([_DIGIT_WORDS[d] for d in digits]) + "." + token
+        hops = self.levels - digits.count(0) + 1
+        for i, d in enumerate(digits):
+            if d:
+                return self._level_exchanges[self.levels - 1 - i], key, hops
+        return self.delivery_exchange, key, hops
+
+    @functools.cached_property
+    def _level_exchanges(self) -> tuple[str, ...]:
+        return tuple(self.level_exchange(k) for k in range(self.levels))
+
     def hops(self, units: int) -> int:
         """Queues a message of ``units`` waits in, the exit queue included."""
         return sum(1 for d in self.digits(units) if d) + 1
@@ -283,5 +298,8 @@ class LadderSpec:
         return out
 
 
+_DIGIT_WORDS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
 def _digit_word(d: int) -> str:
-    return "0123456789abcdefghijklmnopqrstuvwxyz"[d]
+    return _DIGIT_WORDS[d]

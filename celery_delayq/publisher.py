@@ -64,7 +64,7 @@ class Scheduled:
 def plan(spec: LadderSpec, destination: Destination, *, due: float, now: float) -> tuple[int, str, str, int]:
     """Pure: ``(units, entry exchange, ladder routing key, hops)`` for a due time."""
     units = spec.units_for(due - now)
-    return units, spec.entry_exchange(units), spec.routing_key(units, destination.token), spec.hops(units)
+    return (units, *spec.route(units, destination.token))
 
 
 @dataclass
@@ -193,7 +193,12 @@ class LadderPublisher(OwnsConnection):
                 batch.entries.add(entry)
                 batch.scheduled.append((sched, hdrs))
                 batch.last_tag = tag
-                self._wait(upto=None, keep=self.config.batch_window)
+                window = self.config.batch_window
+                assert self._confirm is not None
+                if len(self._confirm.pending) > window:
+                    # Drain down to half the window, so confirms are read in runs
+                    # rather than one frame per publish.
+                    self._wait(upto=None, keep=window // 2)
                 return sched
             self._wait(upto=tag)
             self._raise_failures({entry})

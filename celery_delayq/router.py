@@ -53,6 +53,20 @@ def _forget_pass(headers: dict[str, Any]) -> None:
         headers.pop(name, None)
 
 
+def _maybe_declare_all(producer: Any, entities: list[Any]) -> None:
+    """Declare Celery's destination queues exactly as kombu would, skipping cached ones cheaply.
+
+    kombu's ``maybe_declare`` binds a copy of the entity before it looks at its
+    declaration cache, which costs more than the rest of a ladder publish; the
+    cache check comes first here, against the same per-connection cache.
+    """
+    declared = getattr(producer.connection, "declared_entities", None)
+    for entity in entities:
+        if declared is not None and entity.can_cache_declaration and hash(entity) in declared:
+            continue
+        producer.maybe_declare(entity)
+
+
 class Router:
     """Ladder routing for one Celery app (and its broker)."""
 
@@ -158,8 +172,7 @@ class Router:
                   due: float, now: float, kwargs: dict[str, Any]) -> Scheduled:
         headers = kwargs["headers"]
         declare = list(kwargs.get("declare") or [])
-        for entity in declare:  # Celery's destination queue, exactly as kombu would declare it
-            producer.maybe_declare(entity)
+        _maybe_declare_all(producer, declare)
         queue_hint = next((getattr(e, "name", None) for e in declare if hasattr(e, "queue_arguments")), None)
         payload, content_type, content_encoding = producer._prepare(
             body, kwargs.get("serializer"), kwargs.get("content_type"), kwargs.get("content_encoding"),

@@ -161,3 +161,11 @@ def test_destination_token_has_no_wildcards_and_fixed_size() -> None:
     t = destination_token("ex.*", "a.#.b")
     assert len(t) == 16 and all(c in "0123456789abcdef" for c in t)
     assert destination_token("a", "b") != destination_token("a.b", "")
+
+
+@settings(max_examples=300)
+@given(specs(), st.data())
+def test_route_is_entry_exchange_routing_key_and_hops_in_one_pass(spec: LadderSpec, data: st.DataObject) -> None:
+    units = data.draw(st.integers(min_value=0, max_value=spec.max_units))
+    token = "t" * 16
+    assert spec.route(units, token) == (spec.entry_exchange(units), spec.routing_key(units, token), spec.hops(units))

@@ -8,7 +8,9 @@ is sampled again once it stops changing.
 Classic ETA hands every pending message to the worker, which keeps it
 unacknowledged in memory. For it to hold N pending tasks at all, its
 prefetch must allow N ("100k prefetch"): the classic worker runs with a
-prefetch multiplier of N, and kombu disables QoS entirely above 65,535.
+prefetch multiplier of min(N, 65,535) (a larger one crashes Celery's worker
+at start: prefetch_count is 16 bits), and once the ETA tasks it holds raise
+the prefetch past 65,535, kombu disables QoS entirely.
 (With Celery's default multiplier of 4 it raises prefetch so slowly that
 the tasks mostly stay in the queue.) With celery_delayq and Celery native the
 messages wait in the broker's ladder and the worker (default multiplier 4)
@@ -75,7 +77,10 @@ def measure(ctx: Ctx, system: str, pending: int) -> dict[str, Any]:
         declare(ctx, vh, system, opts)
         peer = make_peer(system, vh.url, **opts)
         worker_opts: dict[str, Any] = {"delayq": peer.settings} if system == "delayq" else {}  # type: ignore[attr-defined]
-        prefetch = pending if system == "classic" else 4
+        # Celery sends its initial basic.qos unchecked, and AMQP's prefetch_count is 16 bits:
+        # 65,535 is the largest multiplier a solo worker starts with. Each ETA task it
+        # receives raises the prefetch by one, and past 65,535 kombu turns QoS off.
+        prefetch = min(pending, 65_535) if system == "classic" else 4
         with running_worker(peer.worker_system, vh.name, vh.url, peer.dest_queue, label=f"rss-{system}",
                             opts=worker_opts, prefetch=prefetch) as worker:
             started = worker.rss_mb()

@@ -1,10 +1,12 @@
 """Buffered, fail-safe JSON Lines recorder for delayed-task telemetry.
 
 Producers (publisher, worker signal handlers) call :meth:`TelemetryRecorder.record`
+(or, for the built-in events, the internal :meth:`TelemetryRecorder.record_task_event`)
 on their hot path, so the recorder's contract is:
 
 * ``record()`` never blocks on I/O and never raises: it appends to an in-memory
-  buffer under a short lock; a background daemon thread does the writing.
+  buffer (lock-free: a ``deque`` append is atomic) and a background daemon
+  thread does the encoding and the writing.
 * Telemetry is expendable: when the directory cannot be created or a write
   fails (disk full, permissions, ...), the affected events are dropped,
   counted in :attr:`TelemetryRecorder.dropped` and a rate-limited warning is
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import json.encoder
 import logging
 import math
 import os
@@ -38,6 +41,7 @@ import threading
 import time
 import uuid
 import weakref
+from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -111,7 +115,120 @@ def _json_default(obj: Any) -> str:
 # One reusable encoder: json.dumps() with non-default options builds a new
 # encoder per call, which doubles the writer's per-event cost.  NaN/inf are
 # refused because they are not JSON (the analytics job would reject the line).
-_ENCODE = json.JSONEncoder(separators=(",", ":"), default=_json_default, allow_nan=False).encode
+# No circular-reference bookkeeping: a self-referencing event still fails (with
+# RecursionError, which the writer counts as unserialisable), just later.
+_ENCODE = json.JSONEncoder(
+    separators=(",", ":"), default=_json_default, allow_nan=False, check_circular=False
+).encode
+
+# -- the fast path for the built-in events ---------------------------------------
+#
+# The worker records two events per task, so the generic path (a dict per event,
+# make_event's validation, the json encoder calling back into Python for every
+# float) cost more than the task itself.  record_task_event() buffers a plain
+# tuple of the raw values and the writer thread formats it with one f-string per
+# event type.  The output is byte for byte what _ENCODE(make_event(...)) gives
+# for the same values; anything the fast formatter doesn't expect (a non-str
+# id, an int ts, NaN, an unknown event name...) takes the generic path instead,
+# which coerces, or drops and counts, exactly like record(make_event(...)).
+
+#: Extra fields of each event type, in the order record_task_event() takes them.
+TASK_EVENT_EXTRAS: dict[str, tuple[str, ...]] = {
+    "scheduled": ("delay_s", "due_at", "entry", "hops"),
+    "delivered": ("delay_s", "due_at"),
+    "succeeded": (),
+    "retried": ("exception",),
+    "exhausted": ("exception",),
+}
+# Extras coerced with float() (as the worker hooks always did).
+_FLOAT_EXTRAS = frozenset({"delay_s", "due_at"})
+
+_q = json.encoder.encode_basestring_ascii  # C: quoted, escaped, ASCII-only (as _ENCODE)
+
+
+def _finite(x: Any) -> Any:
+    # The formatters only accept real floats: an int would print without ".0"
+    # (make_event stores float(ts)) and a bool would print as "True".
+    if x.__class__ is not float or x - x != 0.0:  # inf - inf and nan - nan are nan
+        raise ValueError(x)
+    return x
+
+
+def _line_scheduled(item: tuple[Any, ...]) -> str:
+    _, task_id, task_name, queue, attempt, ts, delay_s, due_at, entry, hops = item
+    return (
+        f'{{"event":"scheduled","task_id":{_q(task_id)},"task_name":{_q(task_name)},'
+        f'"queue":{_q(queue)},"attempt":{attempt:d},"ts":{_finite(ts)!r},'
+        f'"delay_s":{_finite(delay_s)!r},"due_at":{_finite(due_at)!r},'
+        f'"entry":{_q(entry)},"hops":{hops:d}}}'
+    )
+
+
+def _line_delivered(item: tuple[Any, ...]) -> str:
+    _, task_id, task_name, queue, attempt, ts, delay_s, due_at = item
+    return (
+        f'{{"event":"delivered","task_id":{_q(task_id)},"task_name":{_q(task_name)},'
+        f'"queue":{_q(queue)},"attempt":{attempt:d},"ts":{_finite(ts)!r},'
+        f'"delay_s":{_finite(delay_s)!r},"due_at":{_finite(due_at)!r}}}'
+    )
+
+
+def _line_succeeded(item: tuple[Any, ...]) -> str:
+    _, task_id, task_name, queue, attempt, ts = item
+    return (
+        f'{{"event":"succeeded","task_id":{_q(task_id)},"task_name":{_q(task_name)},'
+        f'"queue":{_q(queue)},"attempt":{attempt:d},"ts":{_finite(ts)!r}}}'
+    )
+
+
+def _failure_formatter(event: str) -> Callable[[tuple[Any, ...]], str]:
+    head = f'{{"event":"{event}","task_id":'
+
+    def line(item: tuple[Any, ...]) -> str:
+        _, task_id, task_name, queue, attempt, ts, exception = item
+        return (
+            f'{head}{_q(task_id)},"task_name":{_q(task_name)},"queue":{_q(queue)},'
+            f'"attempt":{attempt:d},"ts":{_finite(ts)!r},"exception":{_q(exception)}}}'
+        )
+
+    return line
+
+
+_FAST_LINES: dict[str, Callable[[tuple[Any, ...]], str]] = {
+    "scheduled": _line_scheduled,
+    "delivered": _line_delivered,
+    "succeeded": _line_succeeded,
+    "retried": _failure_formatter("retried"),
+    "exhausted": _failure_formatter("exhausted"),
+}
+# A formatter rejects what it can't print exactly with one of these.
+_FAST_MISS = (TypeError, ValueError, KeyError, AttributeError)
+
+
+def _task_event_dict(item: tuple[Any, ...]) -> dict[str, Any]:
+    """The event a record_task_event() tuple stands for, built by make_event."""
+    event, task_id, task_name, queue, attempt, ts, *extra = item
+    names = TASK_EVENT_EXTRAS.get(event)
+    if names is None or len(names) != len(extra):
+        raise ValueError(f"bad telemetry task event {event!r} with {len(extra)} extra field(s)")
+    extras = {
+        name: float(value) if name in _FLOAT_EXTRAS else value for name, value in zip(names, extra)
+    }
+    return make_event(
+        event, task_id=task_id, task_name=task_name, queue=queue, attempt=attempt, ts=ts, **extras
+    )
+
+
+def encode_task_event(item: tuple[Any, ...]) -> str:
+    """One JSON line (without newline) for a :meth:`TelemetryRecorder.record_task_event` tuple.
+
+    Raises ``TypeError``/``ValueError`` (or ``RecursionError``) for an event
+    that can't be recorded, exactly when ``_ENCODE(make_event(...))`` would.
+    """
+    try:
+        return _FAST_LINES[item[0]](item)
+    except _FAST_MISS:
+        return _ENCODE(_task_event_dict(item))
 
 
 class TelemetryRecorder:
@@ -140,7 +257,9 @@ class TelemetryRecorder:
         Minimum number of seconds between two warnings about dropped events,
         so a full disk doesn't also flood the logs.
 
-    The recorder is thread-safe and fork-safe: in a forked child it starts
+    The recorder is thread-safe (appends are lock-free; the ``max_buffer`` cap
+    may be overshot by a few events when threads record concurrently) and
+    fork-safe: in a forked child it starts
     with an empty buffer, fresh counters and a fresh file name, and its writer
     thread is restarted on the first ``record()``.  Buffered events are
     flushed at :meth:`close` and at interpreter exit.
@@ -150,7 +269,7 @@ class TelemetryRecorder:
         self,
         root: str | os.PathLike[str],
         *,
-        flush_every: int = 512,
+        flush_every: int = 4096,
         flush_interval_s: float = 1.0,
         max_buffer: int = 100_000,
         clock: Callable[[], float] = time.time,
@@ -180,7 +299,11 @@ class TelemetryRecorder:
         # Serialises writers so that batches hit the file in record order.
         self._flush_lock = threading.Lock()
         self._wake = threading.Event()
-        self._buffer: list[dict[str, Any]] = []
+        # Producers append on the right (atomic under the GIL, no lock); only a
+        # flush pops on the left, under _flush_lock, so nothing appended during
+        # a flush can be lost between two batches.  Items are event dicts
+        # (record) or tuples (record_task_event).
+        self._buffer: deque[Any] = deque()
         self._written = 0
         self._dropped = 0
         self._thread: threading.Thread | None = None
@@ -225,8 +348,7 @@ class TelemetryRecorder:
     @property
     def buffered(self) -> int:
         """Number of events waiting to be written."""
-        with self._lock:
-            return len(self._buffer)
+        return len(self._buffer)
 
     def record(self, event: Mapping[str, Any]) -> None:
         """Queue one event for writing.  Never blocks on I/O, never raises.
@@ -239,32 +361,78 @@ class TelemetryRecorder:
         except Exception:  # not a mapping: count it, don't break the caller
             self._drop(1, "telemetry event is not a mapping: %r", type(event).__name__)
             return
-        overflow = False
-        start_thread = False
-        with self._lock:
-            if self._closed:
+        self._enqueue(item)
+
+    def record_task_event(
+        self,
+        event: str,
+        task_id: str,
+        task_name: str,
+        queue: str,
+        attempt: int,
+        ts: float,
+        *extra: Any,
+    ) -> None:
+        """Queue one built-in event from its raw values: the hot-path twin of
+        ``record(make_event(...))``.  Never blocks on I/O, never raises.
+
+        ``extra`` are the values of :data:`TASK_EVENT_EXTRAS[event]
+        <TASK_EVENT_EXTRAS>`, in that order (``delay_s, due_at, entry, hops``
+        for ``scheduled``, ``delay_s, due_at`` for ``delivered``, ``exception``
+        for ``retried``/``exhausted``).  Nothing is validated or converted
+        here: the writer thread formats the values, and the line it writes is
+        the one ``record(make_event(event, task_id=..., ..., ts=ts,
+        delay_s=float(delay_s), due_at=float(due_at), ...))`` would have
+        written (events it can't encode are dropped and counted the same way).
+        An unknown ``event`` or a wrong number of extras is dropped and counted
+        as unserialisable.  Only immutable values should be passed: they are
+        read later, by another thread.
+        """
+        buf = self._buffer
+        if self._closed or len(buf) >= self._max_buffer or not self._thread_claimed:
+            self._enqueue((event, task_id, task_name, queue, attempt, ts, *extra))
+            return
+        buf.append((event, task_id, task_name, queue, attempt, ts, *extra))
+        if len(buf) >= self._flush_every or self._closed:
+            self._after_append(len(buf))
+
+    def _enqueue(self, item: Any) -> None:
+        """Buffer one item, with every check; the slow twin of record_task_event's fast path."""
+        if self._closed:
+            with self._lock:
                 self._dropped += 1
-                return
-            if len(self._buffer) >= self._max_buffer:
+            return
+        buf = self._buffer
+        if len(buf) >= self._max_buffer:
+            with self._lock:
                 self._dropped += 1
-                overflow = True
-            else:
-                self._buffer.append(item)
-                size = len(self._buffer)
-            if not self._thread_claimed:
-                # Started lazily so that a recorder created in a parent process
-                # before forking (Celery prefork) doesn't spawn a useless thread.
-                self._thread_claimed = True
-                start_thread = True
-        if start_thread:
-            self._start_thread()
-        if overflow:
             self._warn(
                 "telemetry buffer full (%d events); dropping newest events", self._max_buffer
             )
+            return
+        buf.append(item)
+        if not self._thread_claimed:
+            start_thread = False
+            with self._lock:
+                if not self._thread_claimed:
+                    # Started lazily so that a recorder created in a parent process
+                    # before forking (Celery prefork) doesn't spawn a useless thread.
+                    self._thread_claimed = True
+                    start_thread = True
+            if start_thread:
+                self._start_thread()
+        self._after_append(len(buf))
+
+    def _after_append(self, size: int) -> None:
+        if self._closed:
+            # close() ran between our closed-check and the append, and may have
+            # flushed already: write the straggler ourselves rather than leave
+            # it in the buffer, unwritten and uncounted.
+            self.flush()
         elif size >= self._flush_every:
             if self._thread is not None:
-                self._wake.set()
+                if not self._wake.is_set():
+                    self._wake.set()
             else:
                 # No writer thread (e.g. at interpreter shutdown): flush inline
                 # rather than letting the buffer fill up and drop everything.
@@ -278,8 +446,10 @@ class TelemetryRecorder:
         """
         try:
             with self._flush_lock:
-                with self._lock:
-                    batch, self._buffer = self._buffer, []
+                buf = self._buffer
+                pop = buf.popleft
+                # Only flushes pop, and they hold _flush_lock: these items exist.
+                batch = [pop() for _ in range(len(buf))]
                 if batch:
                     self._write(batch)
         except Exception:  # last-resort guard: telemetry must not take the caller down
@@ -342,6 +512,11 @@ class TelemetryRecorder:
 
     def _partition(self, ts: Any) -> tuple[str, str]:
         """Return ``(YYYY-MM-DD, HH)`` in UTC for an event timestamp."""
+        return self._partition_span(ts)[0]
+
+    def _partition_span(self, ts: Any) -> tuple[tuple[str, str], float, float]:
+        """``(partition, start, end)``: the partition of ``ts`` and the ``[start, end)``
+        range of timestamps that share it (empty when ``ts`` is unusable)."""
         try:
             t = float(ts)
             if not math.isfinite(t):
@@ -349,28 +524,52 @@ class TelemetryRecorder:
             hour = int(t // 3600)
             cached = self._partitions.get(hour)
             if cached is not None:
-                return cached
+                return cached, hour * 3600.0, (hour + 1) * 3600.0
             moment = datetime.fromtimestamp(hour * 3600, tz=timezone.utc)
         except (TypeError, ValueError, OverflowError, OSError):
             # Missing or absurd ts: file it under "now" rather than losing it.
             hour = int(self._safe_now() // 3600)
             moment = datetime.fromtimestamp(hour * 3600, tz=timezone.utc)
+            key = self._partitions.get(hour) or (moment.strftime("%Y-%m-%d"), moment.strftime("%H"))
+            self._partitions[hour] = key
+            return key, math.inf, -math.inf
         key = (moment.strftime("%Y-%m-%d"), moment.strftime("%H"))
         if len(self._partitions) > 4096:
             self._partitions.clear()
         self._partitions[hour] = key
-        return key
+        return key, hour * 3600.0, (hour + 1) * 3600.0
 
-    def _write(self, batch: list[dict[str, Any]]) -> None:
+    def _write(self, batch: list[Any]) -> None:
         groups: dict[tuple[str, str], list[str]] = {}
         unserialisable = 0
+        fast_lines = _FAST_LINES
+        # The hour of the previous event: consecutive events nearly always share it.
+        lines: list[str] = []
+        start, end = math.inf, -math.inf
         for item in batch:
             try:
-                line = _ENCODE(item)
+                if item.__class__ is tuple:
+                    try:
+                        line = fast_lines[item[0]](item)
+                        ts = item[5]
+                    except _FAST_MISS:
+                        item = _task_event_dict(item)
+                        line = _ENCODE(item)
+                        ts = item["ts"]
+                else:
+                    line = _ENCODE(item)
+                    ts = item.get("ts")
             except (TypeError, ValueError, RecursionError):
                 unserialisable += 1
                 continue
-            groups.setdefault(self._partition(item.get("ts")), []).append(line)
+            try:
+                same_hour = start <= ts < end
+            except TypeError:  # ts missing or not a number
+                same_hour = False
+            if not same_hour:
+                key, start, end = self._partition_span(ts)
+                lines = groups.setdefault(key, [])
+            lines.append(line)
         if unserialisable:
             self._drop(
                 unserialisable, "dropped %d unserialisable telemetry event(s)", unserialisable
