@@ -146,38 +146,50 @@ _FLOAT_EXTRAS = frozenset({"delay_s", "due_at"})
 _q = json.encoder.encode_basestring_ascii  # C: quoted, escaped, ASCII-only (as _ENCODE)
 
 
-def _finite(x: Any) -> Any:
-    # The formatters only accept real floats: an int would print without ".0"
-    # (make_event stores float(ts)) and a bool would print as "True".
-    if x.__class__ is not float or x - x != 0.0:  # inf - inf and nan - nan are nan
-        raise ValueError(x)
-    return x
+# The formatters print only what they can print exactly as _ENCODE(make_event(...))
+# would: str fields, an int attempt (not a bool: make_event stores int(True) = 1)
+# and finite floats (an int ts would lose the ".0" make_event's float() adds; NaN
+# and inf aren't JSON).  ``x - x`` is 0.0 (falsy) for a finite float, NaN otherwise.
+# Anything else raises _Unprintable and takes the generic path.
+
+
+class _Unprintable(Exception):
+    pass
 
 
 def _line_scheduled(item: tuple[Any, ...]) -> str:
     _, task_id, task_name, queue, attempt, ts, delay_s, due_at, entry, hops = item
+    if (attempt.__class__ is not int or hops.__class__ is not int or ts.__class__ is not float
+            or delay_s.__class__ is not float or due_at.__class__ is not float
+            or ts - ts or delay_s - delay_s or due_at - due_at):
+        raise _Unprintable
     return (
         f'{{"event":"scheduled","task_id":{_q(task_id)},"task_name":{_q(task_name)},'
-        f'"queue":{_q(queue)},"attempt":{attempt:d},"ts":{_finite(ts)!r},'
-        f'"delay_s":{_finite(delay_s)!r},"due_at":{_finite(due_at)!r},'
-        f'"entry":{_q(entry)},"hops":{hops:d}}}'
+        f'"queue":{_q(queue)},"attempt":{attempt},"ts":{ts!r},"delay_s":{delay_s!r},'
+        f'"due_at":{due_at!r},"entry":{_q(entry)},"hops":{hops}}}\n'
     )
 
 
 def _line_delivered(item: tuple[Any, ...]) -> str:
     _, task_id, task_name, queue, attempt, ts, delay_s, due_at = item
+    if (attempt.__class__ is not int or ts.__class__ is not float
+            or delay_s.__class__ is not float or due_at.__class__ is not float
+            or ts - ts or delay_s - delay_s or due_at - due_at):
+        raise _Unprintable
     return (
         f'{{"event":"delivered","task_id":{_q(task_id)},"task_name":{_q(task_name)},'
-        f'"queue":{_q(queue)},"attempt":{attempt:d},"ts":{_finite(ts)!r},'
-        f'"delay_s":{_finite(delay_s)!r},"due_at":{_finite(due_at)!r}}}'
+        f'"queue":{_q(queue)},"attempt":{attempt},"ts":{ts!r},"delay_s":{delay_s!r},'
+        f'"due_at":{due_at!r}}}\n'
     )
 
 
 def _line_succeeded(item: tuple[Any, ...]) -> str:
     _, task_id, task_name, queue, attempt, ts = item
+    if attempt.__class__ is not int or ts.__class__ is not float or ts - ts:
+        raise _Unprintable
     return (
         f'{{"event":"succeeded","task_id":{_q(task_id)},"task_name":{_q(task_name)},'
-        f'"queue":{_q(queue)},"attempt":{attempt:d},"ts":{_finite(ts)!r}}}'
+        f'"queue":{_q(queue)},"attempt":{attempt},"ts":{ts!r}}}\n'
     )
 
 
@@ -186,9 +198,11 @@ def _failure_formatter(event: str) -> Callable[[tuple[Any, ...]], str]:
 
     def line(item: tuple[Any, ...]) -> str:
         _, task_id, task_name, queue, attempt, ts, exception = item
+        if attempt.__class__ is not int or ts.__class__ is not float or ts - ts:
+            raise _Unprintable
         return (
             f'{head}{_q(task_id)},"task_name":{_q(task_name)},"queue":{_q(queue)},'
-            f'"attempt":{attempt:d},"ts":{_finite(ts)!r},"exception":{_q(exception)}}}'
+            f'"attempt":{attempt},"ts":{ts!r},"exception":{_q(exception)}}}\n'
         )
 
     return line
@@ -201,8 +215,6 @@ _FAST_LINES: dict[str, Callable[[tuple[Any, ...]], str]] = {
     "retried": _failure_formatter("retried"),
     "exhausted": _failure_formatter("exhausted"),
 }
-# A formatter rejects what it can't print exactly with one of these.
-_FAST_MISS = (TypeError, ValueError, KeyError, AttributeError)
 
 
 def _task_event_dict(item: tuple[Any, ...]) -> dict[str, Any]:
@@ -220,15 +232,19 @@ def _task_event_dict(item: tuple[Any, ...]) -> dict[str, Any]:
 
 
 def encode_task_event(item: tuple[Any, ...]) -> str:
-    """One JSON line (without newline) for a :meth:`TelemetryRecorder.record_task_event` tuple.
+    """The line (with its ``\\n``) written for a :meth:`TelemetryRecorder.record_task_event` tuple.
 
     Raises ``TypeError``/``ValueError`` (or ``RecursionError``) for an event
     that can't be recorded, exactly when ``_ENCODE(make_event(...))`` would.
     """
     try:
         return _FAST_LINES[item[0]](item)
-    except _FAST_MISS:
-        return _ENCODE(_task_event_dict(item))
+    except Exception:  # not printable as is: coerce (or fail) the make_event way
+        return _ENCODE(_task_event_dict(item)) + "\n"
+
+
+#: Lines per write() call when a batch is appended to its file.
+_WRITE_CHUNK = 512
 
 
 class TelemetryRecorder:
@@ -242,6 +258,8 @@ class TelemetryRecorder:
     flush_every:
         Wake the writer thread once this many events are buffered, bounding
         both memory and the delay between an event and its line on disk.
+        Larger batches mean fewer writer wake-ups competing with the producer
+        for the GIL; ``flush_interval_s`` still bounds the delay.
     flush_interval_s:
         The writer thread also flushes this often, so a quiet process still
         gets its events on disk promptly.
@@ -259,10 +277,10 @@ class TelemetryRecorder:
 
     The recorder is thread-safe (appends are lock-free; the ``max_buffer`` cap
     may be overshot by a few events when threads record concurrently) and
-    fork-safe: in a forked child it starts
-    with an empty buffer, fresh counters and a fresh file name, and its writer
-    thread is restarted on the first ``record()``.  Buffered events are
-    flushed at :meth:`close` and at interpreter exit.
+    fork-safe: in a forked child it starts with an empty buffer, fresh
+    counters and a fresh file name, and its writer thread is restarted on the
+    first ``record()``.  Buffered events are flushed at :meth:`close` and at
+    interpreter exit.
     """
 
     def __init__(
@@ -552,14 +570,14 @@ class TelemetryRecorder:
                     try:
                         line = fast_lines[item[0]](item)
                         ts = item[5]
-                    except _FAST_MISS:
+                    except Exception:  # not printable as is: coerce (or fail) the make_event way
                         item = _task_event_dict(item)
-                        line = _ENCODE(item)
+                        line = _ENCODE(item) + "\n"
                         ts = item["ts"]
                 else:
-                    line = _ENCODE(item)
+                    line = _ENCODE(item) + "\n"
                     ts = item.get("ts")
-            except (TypeError, ValueError, RecursionError):
+            except Exception:  # TypeError, ValueError, RecursionError, or a str() that raised
                 unserialisable += 1
                 continue
             try:
@@ -580,7 +598,7 @@ class TelemetryRecorder:
             path = os.path.join(directory, self._filename)
             try:
                 os.makedirs(directory, exist_ok=True)
-                self._append(path, "\n".join(lines) + "\n")
+                self._append(path, lines)
             except OSError as exc:
                 self._drop(
                     len(lines),
@@ -594,11 +612,16 @@ class TelemetryRecorder:
                     self._written += len(lines)
 
     @staticmethod
-    def _append(path: str, payload: str) -> None:
+    def _append(path: str, lines: list[str]) -> None:
+        """Append ``lines`` (each ending with a newline) to ``path``, all or nothing."""
         with open(path, "a", encoding="utf-8") as fh:
             start = fh.tell()
             try:
-                fh.write(payload)
+                # Joined in slices: one multi-megabyte string (and its encoded
+                # copy) per batch costs more in fresh-memory page faults than
+                # the formatting of the lines in it.
+                for i in range(0, len(lines), _WRITE_CHUNK):
+                    fh.write("".join(lines[i : i + _WRITE_CHUNK]))
                 fh.flush()
             except OSError:
                 # Roll back a partial write so the next batch doesn't get glued

@@ -11,17 +11,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from celery import signals as celery_signals
 
 from .. import headers as H
 from .. import signals
-from .recorder import TelemetryRecorder, make_event
+from .recorder import TelemetryRecorder
 
 __all__ = ["recorder_for", "flush_all"]
 
 log = logging.getLogger(__name__)
+_now = time.time
 _RECORDERS: dict[str, TelemetryRecorder] = {}
 _LOCK = threading.Lock()
 
@@ -41,70 +43,158 @@ def flush_all() -> None:
         rec.flush()
 
 
-def _root_of_task(task: Any) -> str | None:
-    from ..integration import router_for
+# -- finding the recorder (hot path: once per event) ------------------------------------
+#
+# The router installed on an app holds the settings (read once, on first use);
+# the resolved recorder (or None when telemetry is off) is cached on the router
+# itself.  A new install, or another app, means another router, so the cache
+# can't go stale; uninstall makes router_for() return None.
 
-    app = getattr(task, "app", None) or getattr(task, "_app", None)
-    router = router_for(app) if app is not None else None
-    return router.config.telemetry_dir if router is not None else None
-
-
-def _task_fields(task: Any, request: Any) -> dict[str, Any]:
-    info = getattr(request, "delivery_info", None) or {}
-    return {
-        "task_id": str(getattr(request, "id", "") or ""),
-        "task_name": str(getattr(request, "task", None) if isinstance(getattr(request, "task", None), str)
-                         else getattr(task, "name", "") or ""),
-        "queue": str(info.get("routing_key") or ""),
-        "attempt": int(getattr(request, "retries", 0) or 0),
-    }
+_CACHE_ATTR = "_delayq_telemetry"
+_router_for: Callable[[Any], Any] | None = None  # integration.router_for, imported on first use
 
 
-def _record(root: str, event: str, **fields: Any) -> None:
+def _recorder_of_router(router: Any) -> TelemetryRecorder | None:
     try:
-        recorder_for(root).record(make_event(event, ts=time.time(), **fields))
-    except Exception:  # pragma: no cover - telemetry must never break a task
-        log.debug("delayq telemetry: could not record %s", event, exc_info=True)
+        return getattr(router, _CACHE_ATTR)[0]
+    except AttributeError:
+        pass
+    root = router.config.telemetry_dir
+    rec = recorder_for(root) if root else None
+    try:
+        setattr(router, _CACHE_ATTR, (rec,))
+    except AttributeError:  # pragma: no cover - a router that takes no attributes: no cache
+        pass
+    return rec
+
+
+def _recorder_of_task(task: Any) -> TelemetryRecorder | None:
+    global _router_for
+    app = getattr(task, "app", None) or getattr(task, "_app", None)
+    if app is None:
+        return None
+    router_for = _router_for
+    if router_for is None:  # a module-level import would be circular
+        from ..integration import router_for
+
+        _router_for = router_for
+    router = router_for(app)
+    return None if router is None else _recorder_of_router(router)
+
+
+def _recorder_of_root(root: str) -> TelemetryRecorder:
+    return _RECORDERS.get(root) or recorder_for(root)
+
+
+def _root_of_task(task: Any) -> str | None:
+    """The telemetry root of the app ``task`` belongs to (``None`` = off)."""
+    rec = _recorder_of_task(task)
+    return rec.root if rec is not None else None
+
+
+# -- the hooks ----------------------------------------------------------------------------
+#
+# Field rules (unchanged): task_id = request id, task_name = the request's task
+# name (else the task's), queue = the delivery routing key, attempt = Celery's
+# retries counter; missing values become "" / 0.  Values are handed over raw:
+# the recorder's writer thread formats (and, if ever needed, coerces) them.
+
+
+def _log_failure(event: str) -> None:  # pragma: no cover - telemetry must never break a task
+    log.debug("delayq telemetry: could not record %s", event, exc_info=True)
 
 
 @signals.message_scheduled.connect
 def _on_scheduled(sender: Any = None, plan: Any = None, headers: Any = None, **_: Any) -> None:
-    root = getattr(getattr(sender, "config", None), "telemetry_dir", None)
+    try:
+        root = sender.config.telemetry_dir
+    except AttributeError:
+        return
     if not root:
         return
-    headers = headers or {}
-    _record(root, "scheduled", task_id=str(headers.get("id") or plan.entry), task_name=str(headers.get("task") or ""),
-            queue=plan.destination.routing_key, attempt=int(headers.get(H.ATTEMPT) or 0),
-            delay_s=float(plan.delay), due_at=float(plan.due), entry=plan.entry, hops=plan.hops)
+    try:
+        headers = headers or {}
+        entry = plan.entry
+        _recorder_of_root(root).record_task_event(
+            "scheduled", headers.get("id") or entry, headers.get("task") or "",
+            plan.destination.routing_key, headers.get(H.ATTEMPT) or 0, _now(),
+            plan.delay, plan.due, entry, plan.hops)
+    except Exception:  # pragma: no cover
+        _log_failure("scheduled")
 
 
 @signals.message_delivered.connect
-def _on_delivered(sender: Any = None, request: Any = None, due: float = 0.0, delay: float = 0.0, **_: Any) -> None:
-    root = _root_of_task(sender)
-    if root:
-        fields = _task_fields(sender, request)
-        fields["attempt"] = int((getattr(request, "request_dict", None) or {}).get("retries") or 0)
-        _record(root, "delivered", delay_s=float(delay), due_at=float(due), **fields)
+def _on_delivered(sender: Any = None, request: Any = None, due: float = 0.0, delay: float = 0.0,
+                  **_: Any) -> None:
+    try:
+        rec = _recorder_of_task(sender)
+        if rec is None:
+            return
+        try:  # a worker Request: read its fields directly
+            name = request.task
+            if name.__class__ is not str:
+                name = sender.name
+            info = request.delivery_info
+            task_id, queue = request.id or "", (info.get("routing_key") if info else None) or ""
+            attempt = (request.request_dict or {}).get("retries") or 0
+        except AttributeError:  # anything else: the careful way
+            task_id, name, queue, _retries = _task_fields(sender, request)
+            attempt = (getattr(request, "request_dict", None) or {}).get("retries") or 0
+        rec.record_task_event("delivered", task_id, name or "", queue, attempt, _now(), delay, due)
+    except Exception:  # pragma: no cover
+        _log_failure("delivered")
 
 
 @celery_signals.task_success.connect
 def _on_success(sender: Any = None, **_: Any) -> None:
-    root = _root_of_task(sender)
-    if root:
-        _record(root, "succeeded", **_task_fields(sender, sender.request))
+    try:
+        rec = _recorder_of_task(sender)
+        if rec is None:
+            return
+        request = sender.request
+        try:  # Celery's task Context: read its fields directly
+            name = request.task
+            if name.__class__ is not str:
+                name = sender.name
+            info = request.delivery_info
+            fields = (request.id or "", name or "",
+                      (info.get("routing_key") if info else None) or "", request.retries or 0)
+        except AttributeError:  # anything else: the careful way
+            fields = _task_fields(sender, request)
+        rec.record_task_event("succeeded", *fields, _now())
+    except Exception:  # pragma: no cover
+        _log_failure("succeeded")
+
+
+def _task_fields(task: Any, request: Any) -> tuple[Any, Any, Any, Any]:
+    """``(task_id, task_name, queue, attempt)`` of a request (the rare events' path)."""
+    name = getattr(request, "task", None)
+    if not isinstance(name, str):
+        name = getattr(task, "name", "")
+    info = getattr(request, "delivery_info", None) or {}
+    return (getattr(request, "id", "") or "", name or "", info.get("routing_key") or "",
+            getattr(request, "retries", 0) or 0)
 
 
 @celery_signals.task_retry.connect
 def _on_retry(sender: Any = None, request: Any = None, reason: Any = None, **_: Any) -> None:
-    root = _root_of_task(sender)
-    if root:
+    try:
+        rec = _recorder_of_task(sender)
+        if rec is None:
+            return
         exc = getattr(reason, "exc", None) or reason
-        _record(root, "retried", exception=type(exc).__name__, **_task_fields(sender, request))
+        rec.record_task_event("retried", *_task_fields(sender, request), _now(), type(exc).__name__)
+    except Exception:  # pragma: no cover
+        _log_failure("retried")
 
 
 @signals.retry_exhausted.connect
 def _on_exhausted(sender: Any = None, request: Any = None, exc: Any = None, **_: Any) -> None:
-    root = _root_of_task(sender)
-    if root:
-        _record(root, "exhausted", exception=type(exc).__name__ if exc is not None else "",
-                **_task_fields(sender, request))
+    try:
+        rec = _recorder_of_task(sender)
+        if rec is None:
+            return
+        rec.record_task_event("exhausted", *_task_fields(sender, request), _now(),
+                              type(exc).__name__ if exc is not None else "")
+    except Exception:  # pragma: no cover
+        _log_failure("exhausted")
