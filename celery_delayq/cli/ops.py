@@ -84,20 +84,39 @@ def verify(ctx: click.Context) -> None:
     click.echo(f"ladder {router.config.prefix!r} is complete and matches the settings")
 
 
+def _app_destinations(router: Any) -> list[str]:
+    """Where the app's own publishes go: each configured queue's exchange and routing key, and the queue itself."""
+    values: list[str] = []
+    for queue in router.app.amqp.queues.values():
+        exchange = queue.exchange.name if queue.exchange is not None else ""
+        values.append(f"{exchange}:{queue.routing_key or queue.name}")
+        values.append(queue.name)
+    return values
+
+
 @topology.command()
 @click.option("--force", is_flag=True, help="Delete queues even if they still hold delayed messages.")
+@click.option("--destination", "-d", multiple=True, metavar="EXCHANGE:ROUTING_KEY|QUEUE",
+              help="Also delete the exit queue of this destination (repeatable). The exit queues of the "
+                   "app's configured task queues are always included.")
 @click.pass_context
-def delete(ctx: click.Context, force: bool) -> None:
-    """Delete the ladder (refuses while messages wait in it, unless --force)."""
+def delete(ctx: click.Context, force: bool, destination: tuple[str, ...]) -> None:
+    """Delete the ladder and its exit queues (refuses while messages wait in them, unless --force).
+
+    AMQP cannot list queues, so the exit queues deleted are those of the app's
+    configured queues plus every ``--destination`` given.
+    """
     router = _router(ctx)
     pub = router.publisher
     try:
         with _reported():
             topo = pub.declare()
-            deleted = topo.delete(pub.raw_connection(), if_empty=not force)
+            exits = [d.exit_queue for d in _destinations(router, (*_app_destinations(router), *destination))]
+            deleted = topo.delete(pub.raw_connection(), if_empty=not force, exit_queues=exits)
     finally:
         pub.close()
-    click.echo(f"deleted {len(deleted)} ladder objects")
+    removed_exits = sum(1 for name in deleted if ".exit." in name)
+    click.echo(f"deleted {len(deleted)} ladder objects, {removed_exits} of them exit queues")
 
 
 @click.command()

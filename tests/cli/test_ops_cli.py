@@ -16,6 +16,7 @@ import pytest
 from celery_delayq.config import DelayqConfig
 from celery_delayq.ladder import LadderSpec
 from celery_delayq.publisher import LadderPublisher
+from celery_delayq.topology import Topology
 from helpers import drain
 
 APP = textwrap.dedent('''
@@ -92,3 +93,18 @@ def test_terraform_export_has_every_resource(cli, uid: str) -> None:
     assert hcl.count('resource "rabbitmq_exchange"') == 8 + 2
     assert hcl.count('resource "rabbitmq_binding"') == 8 * radix + 1
     assert '"x-dead-letter-strategy\\\\": \\\\"at-least-once\\\\"' in hcl or "at-least-once" in hcl
+
+
+def test_delete_removes_the_exit_queues_it_is_told_about(cli, amqp_conn: amqp.Connection, uid: str) -> None:
+    dest = f"exitdel.{uid}"
+    amqp_conn.channel().queue_declare(dest, durable=True, auto_delete=False)
+    exit_queue = Topology(LadderSpec(prefix=f"cli{uid}", levels=8), "quorum").destination("", dest).exit_queue
+    try:
+        cli("topology", "declare", "--destination", dest)
+        assert amqp_conn.channel().queue_declare(exit_queue, passive=True).message_count == 0
+        out = cli("topology", "delete", "--destination", dest).stdout
+        assert "1 of them exit queues" in out
+        with pytest.raises(amqp.NotFound):
+            amqp_conn.channel().queue_declare(exit_queue, passive=True)
+    finally:
+        amqp_conn.channel().queue_delete(dest)
