@@ -152,7 +152,7 @@ def run_once(broker: str, n: int, telemetry: str | None) -> tuple[float, float]:
         if not done.wait(120):
             raise SystemExit(f"only {len(stamps)} of {n} tasks ran")
     elapsed = stamps[-1] - stamps[0]
-    topology = celery_delayq.install(app).publisher.topology
+    topology = celery_delayq.router_for(app).publisher.topology
     exit_queue = topology.destination("", f"tele.{tag}").exit_queue if topology is not None else None
     celery_delayq.uninstall(app)
     with app.connection_for_write() as conn:

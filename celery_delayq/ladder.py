@@ -182,25 +182,16 @@ class LadderSpec:
 
     def routing_key(self, units: int, token: str) -> str:
         """Ladder routing key: the digits, most significant first, then the destination token."""
-        return ".".join(_digit_word(d) for d in self.digits(units)) + "." + token
+        return self._key_of(self.digits(units), token)
 
     def route(self, units: int, token: str) -> tuple[str, str, int]:
-        """``(entry exchange, routing key, hops)`` in one pass over the digits (the publish hot path)."""
+        """``(entry exchange, routing key, hops)`` from one digit expansion (the publish hot path)."""
         digits = self.digits(units)
-        key = ".".join([_DIGIT_WORDS[d] for d in digits]) + "." + token
-        hops = self.levels - digits.count(0) + 1
-        for i, d in enumerate(digits):
-            if d:
-                return self._level_exchanges[self.levels - 1 - i], key, hops
-        return self.delivery_exchange, key, hops
-
-    @functools.cached_property
-    def _level_exchanges(self) -> tuple[str, ...]:
-        return tuple(self.level_exchange(k) for k in range(self.levels))
+        return self._entry_of(digits), self._key_of(digits, token), self._hops_of(digits)
 
     def hops(self, units: int) -> int:
         """Queues a message of ``units`` waits in, the exit queue included."""
-        return sum(1 for d in self.digits(units) if d) + 1
+        return self._hops_of(self.digits(units))
 
     def path(self, units: int) -> list[str]:
         """Names of the ladder queues the message waits in, in order (exit queue excluded)."""
@@ -217,11 +208,24 @@ class LadderSpec:
         Publishing there, rather than at the top, skips the pass-through hops
         of the leading zeros; the routing key still carries every digit.
         """
-        digits = self.digits(units)
+        return self._entry_of(self.digits(units))
+
+    # -- digits -> names (shared by the public methods and route()) --------
+    def _key_of(self, digits: tuple[int, ...], token: str) -> str:
+        return ".".join([_DIGIT_WORDS[d] for d in digits]) + "." + token
+
+    def _hops_of(self, digits: tuple[int, ...]) -> int:
+        return self.levels - digits.count(0) + 1
+
+    def _entry_of(self, digits: tuple[int, ...]) -> str:
         for i, d in enumerate(digits):
             if d:
-                return self.level_exchange(self.levels - 1 - i)
+                return self._level_exchanges[self.levels - 1 - i]
         return self.delivery_exchange
+
+    @functools.cached_property
+    def _level_exchanges(self) -> tuple[str, ...]:
+        return tuple(self.level_exchange(k) for k in range(self.levels))
 
     # -- names -------------------------------------------------------------
     @property

@@ -115,7 +115,7 @@ def delete(ctx: click.Context, force: bool, destination: tuple[str, ...]) -> Non
             deleted = topo.delete(pub.raw_connection(), if_empty=not force, exit_queues=exits)
     finally:
         pub.close()
-    removed_exits = sum(1 for name in deleted if ".exit." in name)
+    removed_exits = len({f"queue {name}" for name in exits} & set(deleted))
     click.echo(f"deleted {len(deleted)} ladder objects, {removed_exits} of them exit queues")
 
 

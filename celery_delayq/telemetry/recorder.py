@@ -528,13 +528,10 @@ class TelemetryRecorder:
 
     # -- writing ------------------------------------------------------------
 
-    def _partition(self, ts: Any) -> tuple[str, str]:
-        """Return ``(YYYY-MM-DD, HH)`` in UTC for an event timestamp."""
-        return self._partition_span(ts)[0]
-
     def _partition_span(self, ts: Any) -> tuple[tuple[str, str], float, float]:
-        """``(partition, start, end)``: the partition of ``ts`` and the ``[start, end)``
-        range of timestamps that share it (empty when ``ts`` is unusable)."""
+        """``(partition, start, end)``: the ``(YYYY-MM-DD, HH)`` partition of ``ts`` in
+        UTC and the ``[start, end)`` range of timestamps that share it (empty when
+        ``ts`` is unusable)."""
         try:
             t = float(ts)
             if not math.isfinite(t):

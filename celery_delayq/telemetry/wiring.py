@@ -86,12 +86,6 @@ def _recorder_of_root(root: str) -> TelemetryRecorder:
     return _RECORDERS.get(root) or recorder_for(root)
 
 
-def _root_of_task(task: Any) -> str | None:
-    """The telemetry root of the app ``task`` belongs to (``None`` = off)."""
-    rec = _recorder_of_task(task)
-    return rec.root if rec is not None else None
-
-
 # -- the hooks ----------------------------------------------------------------------------
 #
 # Field rules (unchanged): task_id = request id, task_name = the request's task
@@ -130,17 +124,9 @@ def _on_delivered(sender: Any = None, request: Any = None, due: float = 0.0, del
         rec = _recorder_of_task(sender)
         if rec is None:
             return
-        try:  # a worker Request: read its fields directly
-            name = request.task
-            if name.__class__ is not str:
-                name = sender.name
-            info = request.delivery_info
-            task_id, queue = request.id or "", (info.get("routing_key") if info else None) or ""
-            attempt = (request.request_dict or {}).get("retries") or 0
-        except AttributeError:  # anything else: the careful way
-            task_id, name, queue, _retries = _task_fields(sender, request)
-            attempt = (getattr(request, "request_dict", None) or {}).get("retries") or 0
-        rec.record_task_event("delivered", task_id, name or "", queue, attempt, _now(), delay, due)
+        # A worker Request's own retries counter is in the message it carries.
+        attempt = (getattr(request, "request_dict", None) or {}).get("retries") or 0
+        rec.record_task_event("delivered", *_task_fields(sender, request), attempt, _now(), delay, due)
     except Exception:  # pragma: no cover
         _log_failure("delivered")
 
@@ -152,28 +138,31 @@ def _on_success(sender: Any = None, **_: Any) -> None:
         if rec is None:
             return
         request = sender.request
-        try:  # Celery's task Context: read its fields directly
-            name = request.task
-            if name.__class__ is not str:
-                name = sender.name
-            info = request.delivery_info
-            fields = (request.id or "", name or "",
-                      (info.get("routing_key") if info else None) or "", request.retries or 0)
-        except AttributeError:  # anything else: the careful way
-            fields = _task_fields(sender, request)
-        rec.record_task_event("succeeded", *fields, _now())
+        rec.record_task_event("succeeded", *_task_fields(sender, request), _retries(request), _now())
     except Exception:  # pragma: no cover
         _log_failure("succeeded")
 
 
-def _task_fields(task: Any, request: Any) -> tuple[Any, Any, Any, Any]:
-    """``(task_id, task_name, queue, attempt)`` of a request (the rare events' path)."""
-    name = getattr(request, "task", None)
+def _task_fields(task: Any, request: Any) -> tuple[Any, Any, Any]:
+    """``(task_id, task_name, queue)`` of a request.
+
+    Celery's own request types (worker ``Request``, task ``Context``) have every
+    attribute, so they are read directly (this runs twice per task); anything
+    else is read attribute by attribute with defaults.
+    """
+    try:
+        task_id, name, info = request.id, request.task, request.delivery_info
+    except AttributeError:
+        task_id = getattr(request, "id", "")
+        name = getattr(request, "task", None)
+        info = getattr(request, "delivery_info", None)
     if not isinstance(name, str):
         name = getattr(task, "name", "")
-    info = getattr(request, "delivery_info", None) or {}
-    return (getattr(request, "id", "") or "", name or "", info.get("routing_key") or "",
-            getattr(request, "retries", 0) or 0)
+    return task_id or "", name or "", (info.get("routing_key") if info else None) or ""
+
+
+def _retries(request: Any) -> Any:
+    return getattr(request, "retries", 0) or 0
 
 
 @celery_signals.task_retry.connect
@@ -183,7 +172,8 @@ def _on_retry(sender: Any = None, request: Any = None, reason: Any = None, **_: 
         if rec is None:
             return
         exc = getattr(reason, "exc", None) or reason
-        rec.record_task_event("retried", *_task_fields(sender, request), _now(), type(exc).__name__)
+        rec.record_task_event("retried", *_task_fields(sender, request), _retries(request), _now(),
+                              type(exc).__name__)
     except Exception:  # pragma: no cover
         _log_failure("retried")
 
@@ -194,7 +184,7 @@ def _on_exhausted(sender: Any = None, request: Any = None, exc: Any = None, **_:
         rec = _recorder_of_task(sender)
         if rec is None:
             return
-        rec.record_task_event("exhausted", *_task_fields(sender, request), _now(),
+        rec.record_task_event("exhausted", *_task_fields(sender, request), _retries(request), _now(),
                               type(exc).__name__ if exc is not None else "")
     except Exception:  # pragma: no cover
         _log_failure("exhausted")
