@@ -7,13 +7,18 @@ set on the app, in a config module, or in Django settings as ``CELERY_DELAYQ_*``
 
 from __future__ import annotations
 
+import difflib
+import logging
+import weakref
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Iterable
 
 from .ladder import LadderSpec
 from .queue_delays import normalize_queue_delays
 
-__all__ = ["DelayqConfig", "SETTINGS"]
+__all__ = ["DelayqConfig", "SETTINGS", "unknown_settings", "warn_unknown_settings"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,7 @@ class DelayqConfig:
     def from_app(cls, app: Any) -> "DelayqConfig":
         """Read ``delayq_*`` settings from a Celery app (Django's ``CELERY_DELAYQ_*`` too)."""
         conf = app.conf
+        warn_unknown_settings(app)
         values: dict[str, Any] = {}
         for f in fields(cls):
             value = _lookup(conf, f"delayq_{f.name}")
@@ -119,3 +125,66 @@ def _lookup(conf: Any, key: str) -> Any:
 
 #: Setting name -> default, for documentation and the CLI's ``config`` command.
 SETTINGS: dict[str, Any] = {f"delayq_{f.name}": f.default for f in fields(DelayqConfig)}
+
+
+def _namespace(app: Any) -> str:
+    """The prefix of Django-style settings (``config_from_object(..., namespace='CELERY')``)."""
+    return (getattr(app, "namespace", None) or "CELERY").upper()
+
+
+def unknown_settings(keys: Iterable[str], namespace: str = "CELERY") -> list[tuple[str, str | None]]:
+    """``(key, closest valid key or None)`` for every ``delayq_*`` key that is not a setting.
+
+    Recognises the three spellings :meth:`DelayqConfig.from_app` reads:
+    ``delayq_x``, ``DELAYQ_X`` and ``<NAMESPACE>_DELAYQ_X``. The suggestion
+    is given in the spelling of the key itself. Pure, so it is easy to test.
+    """
+    valid = [name[len("delayq_"):] for name in SETTINGS]
+    ns = f"{namespace.upper()}_DELAYQ_"
+    found: list[tuple[str, str | None]] = []
+    for key in keys:
+        if not isinstance(key, str):
+            continue
+        if key.startswith("delayq_"):
+            head, rest, upper = "delayq_", key[len("delayq_"):], False
+        elif key.startswith("DELAYQ_"):
+            head, rest, upper = "DELAYQ_", key[len("DELAYQ_"):], True
+        elif key.startswith(ns):
+            head, rest, upper = ns, key[len(ns):], True
+        else:
+            continue
+        if rest.lower() in valid:
+            continue
+        close = difflib.get_close_matches(rest.lower(), valid, n=1, cutoff=0.6)
+        suggestion = None
+        if close:
+            suggestion = head + (close[0].upper() if upper else close[0])
+        found.append((key, suggestion))
+    return found
+
+
+_WARNED: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def warn_unknown_settings(app: Any) -> list[tuple[str, str | None]]:
+    """Log one warning per unknown ``delayq_*`` setting of ``app``, once per app.
+
+    A misspelt setting (``delayq_enable`` for ``delayq_enabled``) is otherwise
+    silently ignored and the default applies, which is hard to notice.
+    Returns what was found (empty on later calls for the same app).
+    """
+    try:
+        if app in _WARNED:
+            return []
+        _WARNED.add(app)
+    except TypeError:  # pragma: no cover - an app that cannot be weakly referenced
+        pass
+    try:
+        keys = list(app.conf.keys())
+    except Exception:  # pragma: no cover - exotic conf objects
+        return []
+    found = unknown_settings(keys, _namespace(app))
+    for key, suggestion in found:
+        hint = f"did you mean {suggestion!r}?" if suggestion else "see celery_delayq.config.SETTINGS for the valid ones."
+        log.warning("celery_delayq: unknown setting %r is ignored; %s", key, hint)
+    return found
