@@ -19,7 +19,7 @@ from tenacity import RetryCallState
 
 from . import headers as H
 from . import signals
-from .integration import install
+from .integration import ladder_for
 from .parking.capture import RawMessage, take_raw
 from .parking.errors import ParkingFailed
 from .parking.park import failure_headers, parker_for, parking_message
@@ -112,7 +112,7 @@ def park(task: Any, request: Any, exc: BaseException, *, reason: str, options: R
                   "delayq_park=True (or keep delayq_park on for the app) and a Request class derived "
                   "from celery_delayq.parking.capture.CapturingRequest", task.name, request.id)
         return
-    router = install(task._get_app())
+    router = ladder_for(task._get_app())
     config = router.config
     failure = failure_headers(
         task=task.name, task_id=request.id, attempts=int(request.retries or 0) + 1,

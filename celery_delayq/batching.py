@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
-from .integration import install
+from .integration import ladder_for
 
 __all__ = ["batch"]
 
@@ -20,5 +20,5 @@ __all__ = ["batch"]
 @contextlib.contextmanager
 def batch(app: Any) -> Iterator[None]:
     """Pipeline ladder confirms for the delayed publishes of ``app`` in this block."""
-    with install(app).publisher.batch():
+    with ladder_for(app).publisher.batch():
         yield

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 __all__ = [
-    "DUE", "DELAY", "ENTRY", "ATTEMPT", "FIRST_ATTEMPT", "EXCHANGE", "ROUTING_KEY", "HOPS",
-    "strip_broker_headers",
+    "DUE", "DELAY", "ENTRY", "ATTEMPT", "FIRST_ATTEMPT", "EXCHANGE", "ROUTING_KEY", "HOPS", "PASS",
+    "strip_broker_headers", "stamp_pass", "forget_pass",
 ]
 
 #: Epoch seconds at which the message is due at its destination.
@@ -30,7 +30,35 @@ ROUTING_KEY = "x-delayq-routing-key"
 #: Queues the message waits in, for telemetry and the broker-cost benchmark.
 HOPS = "x-delayq-hops"
 
+#: The headers that describe one pass through the ladder (a retry copies its
+#: request's headers, so they must be forgotten before the next pass).
+PASS = (DUE, DELAY, ENTRY, HOPS)
+
 _BROKER_PREFIXES = ("x-first-death-", "x-last-death-")
+
+
+def stamp_pass(headers: dict[str, Any], *, due: float, delay: float, entry: str, hops: int,
+               exchange: str, routing_key: str, now: float) -> dict[str, Any]:
+    """Record one ladder pass in ``headers`` (in place; returned for convenience).
+
+    The attempt counter follows Celery's own ``retries`` header when the
+    message is a Celery task; the first attempt's time is kept from an
+    earlier pass, so time-based stop rules measure from the very first run.
+    """
+    headers.update({DUE: due, DELAY: delay, ENTRY: entry, HOPS: hops,
+                    EXCHANGE: exchange, ROUTING_KEY: routing_key})
+    if "retries" in headers:  # a Celery task message: Celery's own counter is the truth
+        headers[ATTEMPT] = int(headers["retries"] or 0)
+    else:
+        headers.setdefault(ATTEMPT, 0)
+    headers.setdefault(FIRST_ATTEMPT, now)
+    return headers
+
+
+def forget_pass(headers: dict[str, Any]) -> None:
+    """Drop the headers of a previous ladder pass (in place)."""
+    for name in PASS:
+        headers.pop(name, None)
 
 
 def strip_broker_headers(headers: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,100 +1,204 @@
-"""Celery glue: install the ladder on an app, declare it when a worker starts.
+"""Turning the ladder on for a Celery app: activation, the producer hook, the worker step.
 
-Thin on purpose: it wires the router (what to divert), the publisher
-(how to publish) and Celery's extension points (bootsteps, signals) together.
+How an app's delayed publishes reach the ladder, in one sentence: **an app
+whose** ``delayq_enabled`` **is true switches its own producers to the
+ladder when it loads its configuration, in every process that has imported
+celery_delayq (web, script, beat or worker); or call** :func:`install`
+**yourself.** ``DelayedRetryTask`` tasks install it for their app when they
+are bound.
+
+The mechanism, step by step:
+
+* Importing celery_delayq registers :func:`watch_app` as a Celery *fixup*
+  (Celery's per-app extension point; its Django support is one) and runs it
+  on the apps that already exist. It changes nothing by itself: it asks the
+  app to call back once its configuration is loaded (``app.add_defaults``,
+  at once if it already is).
+* If ``delayq_enabled`` is set then, :func:`install` points the app's two
+  producer seams at :class:`~celery_delayq.producer.LadderProducer`: its
+  producer pool (``apply_async``, ``send_task``, canvas, retries) and
+  ``app.amqp.Producer`` (celery beat). No other app, pool or producer in the
+  process is touched, and nothing is patched on import.
+* The app loads its configuration before its first publish (Celery reads
+  ``task_routes`` first), so the first publish already goes through the ladder.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import weakref
 from typing import Any
 
-from celery import bootsteps, signals as celery_signals
-from celery._state import connect_on_app_finalize
+from celery import Celery, bootsteps, signals as celery_signals
+from celery import _state as celery_state
 
 from . import headers as H
 from . import signals
-from .producer import DelayqProducer, register_router, unregister_router
-from .router import Router
+from .app_ladder import AppLadder
+from .config import _lookup
+from .producer import LadderProducerPool, producer_factory
 from .telemetry import wiring as _telemetry_wiring  # noqa: F401  (connects the telemetry hooks)
 
-__all__ = ["install", "uninstall", "router_for", "DelayqWorkerStep"]
+__all__ = ["install", "uninstall", "ladder_for", "router_for", "is_installed", "watch_app",
+           "DelayqWorkerStep"]
 
 log = logging.getLogger(__name__)
 
-_APP_ROUTERS: "weakref.WeakKeyDictionary[Any, Router]" = weakref.WeakKeyDictionary()
+_LADDERS: "weakref.WeakKeyDictionary[Any, AppLadder]" = weakref.WeakKeyDictionary()
+_INSTALLED: "weakref.WeakKeyDictionary[Any, AppLadder]" = weakref.WeakKeyDictionary()
+_WATCHED: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_LOCK = threading.RLock()
+_FIXUP = "celery_delayq.integration:watch_app"
 
 
-def router_for(app: Any) -> Router | None:
-    """The router installed on ``app``, if any."""
-    return _APP_ROUTERS.get(app)
+def ladder_for(app: Any) -> AppLadder:
+    """The app's :class:`~celery_delayq.app_ladder.AppLadder` (settings, publisher), without hooking anything.
 
-
-def install(app: Any) -> Router:
-    """Hook the ladder into ``app`` (idempotent) and return its router.
-
-    After this, delayed publishes of :class:`~celery_delayq.DelayedRetryTask`
-    tasks, or of every task when ``delayq_enabled`` is set, wait in the
-    ladder; workers declare the ladder when they start.
+    Use it to read the app's ladder settings or reach its publisher; use
+    :func:`install` to make the app's publishes go through it.
     """
-    router = _APP_ROUTERS.get(app)
-    if router is not None:
-        return router
-    router = _APP_ROUTERS[app] = Router(app)
-    if app.Task.Request == "celery.worker.request:Request":
-        # App-wide: plain tasks skip the eta timer for due ladder deliveries too.
-        app.Task.Request = "celery_delayq.request:LadderRequest"
-    register_router(router)
-    pool = getattr(app.amqp, "_producer_pool", None)
-    if pool is not None:  # created before install: make it build our producers too
-        pool.Producer = DelayqProducer
-        for item in list(getattr(pool._resource, "queue", [])):
-            if type(item) is not DelayqProducer and isinstance(item, DelayqProducer.__mro__[1]):
-                item.__class__ = DelayqProducer
-    if DelayqWorkerStep not in app.steps["consumer"]:
-        app.steps["consumer"].add(DelayqWorkerStep)
-    return router
+    ladder = _LADDERS.get(app)
+    if ladder is None:
+        with _LOCK:
+            ladder = _LADDERS.get(app)
+            if ladder is None:
+                ladder = _LADDERS[app] = AppLadder(app)
+    return ladder
+
+
+def router_for(app: Any) -> AppLadder | None:
+    """The ladder installed on ``app``, or ``None`` (kept from 0.1; see :func:`is_installed`)."""
+    return _INSTALLED.get(app)
+
+
+def is_installed(app: Any) -> bool:
+    """Do ``app``'s publishes go through the ladder in this process?"""
+    return app in _INSTALLED
+
+
+def install(app: Any) -> AppLadder:
+    """Make ``app``'s delayed publishes wait in the ladder (idempotent); returns its ladder.
+
+    After this, every publish of the app that is delayed (``countdown``, ``eta``,
+    ``retry``) goes through the ladder when ``delayq_enabled`` is set, and
+    those of :class:`~celery_delayq.DelayedRetryTask` tasks always; a worker of
+    the app declares the ladder when it starts. Calling it is optional when
+    ``delayq_enabled`` is set (see the module docstring).
+    """
+    with _LOCK:
+        ladder = _INSTALLED.get(app)
+        if ladder is not None:
+            return ladder
+        # Registered first: what follows may load the app's configuration, whose
+        # activation callback then finds the app installed and returns.
+        ladder = _INSTALLED[app] = ladder_for(app)
+        _hook_producers(app, ladder)
+        app.on_after_fork.connect(_rehook_after_fork, weak=False)
+        if app.Task.Request == "celery.worker.request:Request":
+            # App-wide: plain tasks skip the eta timer for due ladder deliveries too.
+            app.Task.Request = "celery_delayq.request:LadderRequest"
+        if DelayqWorkerStep not in app.steps["consumer"]:
+            app.steps["consumer"].add(DelayqWorkerStep)
+        _connect_worker_signals()
+    return ladder
 
 
 def uninstall(app: Any) -> None:
-    """Undo :func:`install` (mostly for tests): delayed publishes go the Celery way again."""
-    router = _APP_ROUTERS.pop(app, None)
-    if router is not None:
-        unregister_router(router)
+    """Undo :func:`install` (tests, mostly): the app's publishes go the plain Celery way again."""
+    with _LOCK:
+        ladder = _INSTALLED.pop(app, None)
+        _LADDERS.pop(app, None)  # a later install reads the settings again
+        if ladder is None:
+            return
+        amqp = app.amqp
+        amqp.__dict__.pop("Producer", None)
+        if isinstance(amqp._producer_pool, LadderProducerPool):
+            amqp._producer_pool = None  # the next publish takes kombu's shared pool again
         app.steps["consumer"].discard(DelayqWorkerStep)
 
 
+def _hook_producers(app: Any, ladder: AppLadder) -> None:
+    """Point the app's producer pool and ``app.amqp.Producer`` at the ladder's producer."""
+    amqp = app.amqp
+    amqp.Producer = producer_factory(ladder)
+    connections = app.pool
+    amqp._producer_pool = LadderProducerPool(connections, limit=connections.limit, routing=ladder)
+
+
+def _rehook_after_fork(sender: Any = None, **_: Any) -> None:
+    # Celery drops the app's producer pool in a forked child; build ours again.
+    ladder = _INSTALLED.get(sender)
+    if ladder is not None:
+        _hook_producers(sender, ladder)
+
+
+# -- activation from the setting ---------------------------------------------------------
+def enabled_in(app: Any) -> bool:
+    """Is ``delayq_enabled`` (or Django's ``CELERY_DELAYQ_ENABLED``) set on the app?"""
+    return bool(_lookup(app.conf, "delayq_enabled"))
+
+
+def watch_app(app: Any) -> None:
+    """Install the ladder on ``app`` once its configuration is loaded, if ``delayq_enabled`` is set.
+
+    Registered as a Celery fixup for every app created after celery_delayq is
+    imported, and called on the apps that already existed then.
+    """
+    if app in _WATCHED:
+        return
+    _WATCHED.add(app)
+    ref = weakref.ref(app)
+
+    def on_configured() -> dict[str, Any]:
+        target = ref()
+        if target is not None and enabled_in(target):
+            install(target)
+        return {}  # no defaults: Django's CELERY_DELAYQ_* must keep precedence
+
+    app.add_defaults(on_configured)
+
+
+def _register_fixup() -> None:
+    if _FIXUP not in Celery.builtin_fixups:
+        Celery.builtin_fixups = frozenset(Celery.builtin_fixups) | {_FIXUP}
+    for app in list(getattr(celery_state, "_get_active_apps", lambda: ())()):
+        watch_app(app)
+
+
+# -- worker side -----------------------------------------------------------------------
 class DelayqWorkerStep(bootsteps.StartStopStep):
     """Worker bootstep: declare (or verify) the ladder before consuming."""
 
     requires = ("celery.worker.consumer.connection:Connection",)
 
     def start(self, c: Any) -> None:
-        router = router_for(c.app)
-        if router is None:
+        ladder = router_for(c.app)
+        if ladder is None:
             return
-        topology = router.publisher.declare()
-        log.info("delayq: ladder %r ready (%s queues, unit %d ms, max %.0f s)",
-                 router.config.prefix, topology.queue_type, router.config.unit_ms,
-                 router.config.spec.max_delay_s)
+        topology = ladder.publisher.declare()
+        log.info("delayq: %s ready", _describe(ladder, topology.queue_type))
 
 
-@connect_on_app_finalize
-def _install_when_enabled(app: Any) -> None:
-    # The app-wide switch works without code: any app finalized after
-    # celery_delayq is imported gets the hook when delayq_enabled is set.
+def _describe(ladder: AppLadder, queue_type: str) -> str:
     try:
-        enabled = bool(app.conf.get("delayq_enabled") or app.conf.get("DELAYQ_ENABLED")
-                       or app.conf.get("CELERY_DELAYQ_ENABLED"))
-    except Exception:  # pragma: no cover - a broken config is reported by Celery itself
-        enabled = False
-    if enabled:
-        install(app)
+        from .humanize import describe_ladder
+    except ImportError:  # pragma: no cover - until humanize lands
+        spec = ladder.config.spec
+        return f"ladder {spec.prefix!r} ({queue_type} queues, max {spec.max_delay_s:.0f} s)"
+    return describe_ladder(ladder.config.spec, queue_type=queue_type)
 
 
-@celery_signals.task_received.connect
+_WORKER_SIGNALS = [False]
+
+
+def _connect_worker_signals() -> None:
+    if not _WORKER_SIGNALS[0]:
+        celery_signals.task_received.connect(_on_task_received, weak=False)
+        _WORKER_SIGNALS[0] = True
+
+
 def _on_task_received(sender: Any = None, request: Any = None, **_: Any) -> None:
     """Emit :data:`~celery_delayq.signals.message_delivered` for messages that left the ladder."""
     info = getattr(request, "request_dict", None) or {}
@@ -104,3 +208,6 @@ def _on_task_received(sender: Any = None, request: Any = None, **_: Any) -> None
     now = time.time()
     signals.message_delivered.send(sender=request.task, request=request, due=float(due),
                                    delay=float(info.get(H.DELAY) or 0.0), lateness=now - float(due))
+
+
+_register_fixup()

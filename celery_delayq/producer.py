@@ -1,119 +1,113 @@
-"""The kombu-level hook: a ``Producer`` that diverts delayed publishes into the ladder.
+"""The kombu-level hook: a ``Producer`` that sends delayed publishes to the ladder.
 
 Celery publishes every task (``apply_async``, ``send_task``, ``retry``,
-canvas, worker-lost retries) through ``kombu.Producer.publish`` taken from
-kombu's producer pools. Importing celery_delayq makes those pools build
-:class:`DelayqProducer`, which is a plain pass-through until a
-:class:`~celery_delayq.router.Router` is registered for its broker. A publish
-is diverted only when its headers carry a future ``eta`` (Celery's message
-protocol 2) or an ``x-delayq-due``, and the router wants that task; all
-other publishes take the unchanged kombu path after one dict lookup. The
-one exception is a queue with a default delay (``delayq_queue_delays``):
-once any registered app has one, undelayed publishes also look up their
-queue's default; apps without queue defaults skip that after one cached flag.
+canvas, worker-lost retries) through ``kombu.Producer.publish``, taken from
+the app's producer pool; celery beat builds its producer from
+``app.amqp.Producer``. :func:`celery_delayq.install` points both of *that
+app's* seams at :class:`LadderProducer` (kombu's own ``ProducerPool(Producer=...)``
+seam); no other app, pool or producer in the process changes.
+
+A :class:`LadderProducer` asks its :class:`~celery_delayq.typing.DelayRouting`
+one question per publish (:meth:`~celery_delayq.typing.DelayRouting.divert`):
+undelayed publishes then take the unchanged kombu path; delayed ones are
+serialised here, exactly as kombu would, and handed to the routing's
+:class:`~celery_delayq.typing.DelayBackend`. Nothing calls back into the producer.
 """
 
 from __future__ import annotations
 
-import threading
-from typing import Any
+import functools
+from typing import Any, Callable
 
-from kombu import Producer, pools
+from kombu import Producer
+from kombu.pools import ProducerPool
 
-from . import headers as H
+from .typing import DelayRouting, Diversion
 
-__all__ = ["DelayqProducer", "register_router", "unregister_router", "routers"]
+__all__ = ["LadderProducer", "LadderProducerPool", "producer_factory", "DelayqProducer"]
 
-_ROUTERS: list[Any] = []
-_GENERATION = [0]
-_LOCK = threading.Lock()
-
-
-def register_router(router: Any) -> None:
-    """Make producers on ``router``'s broker consult it (idempotent)."""
-    with _LOCK:
-        if router not in _ROUTERS:
-            _ROUTERS.append(router)
-            _GENERATION[0] += 1
+#: AMQP basic properties a publish may carry into the ladder (the rest are kombu options).
+_AMQP_PROPERTIES = frozenset({
+    "content_type", "content_encoding", "delivery_mode", "priority", "correlation_id",
+    "reply_to", "expiration", "message_id", "timestamp", "type", "user_id", "app_id",
+})
 
 
-def unregister_router(router: Any) -> None:
-    """Stop consulting ``router`` (used by tests and by :func:`celery_delayq.uninstall`)."""
-    with _LOCK:
-        if router in _ROUTERS:
-            _ROUTERS.remove(router)
-            _GENERATION[0] += 1
+class LadderProducer(Producer):
+    """``kombu.Producer`` whose delayed publishes wait in the ladder instead of in a worker."""
 
-
-def routers() -> list[Any]:
-    """The registered routers, oldest first."""
-    return list(_ROUTERS)
-
-
-class DelayqProducer(Producer):
-    """``kombu.Producer`` that sends delayed publishes through the ladder."""
-
-    _delayq_cache: tuple[int, Any] = (-1, None)
-
-    def _delayq_router(self) -> Any:
-        generation, router = self._delayq_cache
-        if generation != _GENERATION[0]:
-            router = None
-            key = _connection_key(self.connection)
-            for candidate in reversed(_ROUTERS):
-                if candidate.connection_key() == key:
-                    router = candidate
-                    break
-            self._delayq_cache = (_GENERATION[0], router)
-        return router
+    def __init__(self, channel: Any, *args: Any, routing: DelayRouting, **kwargs: Any) -> None:
+        self.routing = routing
+        super().__init__(channel, *args, **kwargs)
 
     def publish(self, body: Any, routing_key: Any = None, *args: Any, **kwargs: Any) -> Any:  # noqa: D102
         headers = kwargs.get("headers")
-        if args or not _ROUTERS or not headers:
+        if args or not headers:  # Celery always sends headers and keywords only
             return super().publish(body, routing_key, *args, **kwargs)
-        if headers.get("eta") is None and H.DUE not in headers:
-            if not _queue_delays_possible():  # the common case: no queue has a default delay
-                return super().publish(body, routing_key, *args, **kwargs)
-            router = self._delayq_router()
-            due = None if router is None else router.queue_default_due(self, routing_key, kwargs)
-            if due is None:
-                return super().publish(body, routing_key, *args, **kwargs)
-            headers[H.DUE] = due
-            return router.publish(self, body, routing_key, kwargs, queue_default=True)
-        router = self._delayq_router()
-        if router is None:
-            return super().publish(body, routing_key, *args, **kwargs)
-        return router.publish(self, body, routing_key, kwargs)
+        exchange = kwargs.get("exchange")
+        diversion = self.routing.divert(
+            headers, self.exchange if exchange is None else exchange,
+            self.routing_key if routing_key is None else routing_key, kwargs.get("declare") or ())
+        if diversion is None:
+            return super().publish(body, routing_key, **kwargs)
+        if diversion.due is None:  # due already, but Celery's native ladder was unwrapped
+            return super().publish(body, diversion.routing_key, **dict(kwargs, exchange=diversion.exchange))
+        return self._schedule(body, diversion, kwargs)
 
-    def publish_undelayed(self, body: Any, routing_key: Any, kwargs: dict[str, Any]) -> Any:
-        """The unchanged kombu publish (for messages the router leaves alone)."""
-        return super().publish(body, routing_key, **kwargs)
+    def _schedule(self, body: Any, diversion: Diversion, kwargs: dict[str, Any]) -> Any:
+        """Serialise like kombu's ``publish`` would, then hand the message to the delay backend."""
+        assert diversion.due is not None
+        headers: dict[str, Any] = kwargs["headers"]
+        self._declare_destination(kwargs.get("declare") or ())
+        payload, content_type, content_encoding = self._prepare(
+            body, kwargs.get("serializer"), kwargs.get("content_type"), kwargs.get("content_encoding"),
+            kwargs.get("compression", self.compression), headers)
+        _, delivery_mode = self._delivery_details(kwargs.get("exchange") or self.exchange,
+                                                  kwargs.get("delivery_mode"))
+        props = {k: v for k, v in kwargs.items() if k in _AMQP_PROPERTIES and v is not None}
+        props["delivery_mode"] = delivery_mode
+        if not props.get("priority"):
+            props.pop("priority", None)
+        reply_to = props.get("reply_to")
+        if reply_to is not None and not isinstance(reply_to, str):
+            props["reply_to"] = reply_to.name
+        # A per-message TTL would expire the message inside a ladder level, so it is
+        # not carried; Celery's own ``expires`` header still makes the worker discard
+        # a task that comes due after its expiry.
+        for name in ("expiration", "content_type", "content_encoding"):
+            props.pop(name, None)
+        return self.routing.backend.schedule(
+            payload, due=diversion.due, delay=diversion.delay,
+            exchange=diversion.exchange, routing_key=diversion.routing_key, headers=headers,
+            content_type=content_type, content_encoding=content_encoding,
+            queue_hint=diversion.queue_hint, **props)
+
+    def _declare_destination(self, entities: Any) -> None:
+        """Declare Celery's destination queues exactly as kombu would, skipping cached ones cheaply.
+
+        kombu's ``maybe_declare`` binds a copy of the entity before it looks at its
+        declaration cache, which costs more than the rest of a ladder publish; the
+        cache check comes first here, against the same per-connection cache.
+        """
+        declared = getattr(self.connection, "declared_entities", None)
+        for entity in entities:
+            if declared is not None and entity.can_cache_declaration and hash(entity) in declared:
+                continue
+            self.maybe_declare(entity)
 
 
-_QUEUE_DELAYS: list[Any] = [-1, False]  # [router generation, any router has queue delays]
+def producer_factory(routing: DelayRouting) -> Callable[..., LadderProducer]:
+    """A ``Producer(channel, ...)`` callable bound to ``routing`` (for ``app.amqp.Producer``)."""
+    return functools.partial(LadderProducer, routing=routing)
 
 
-def _queue_delays_possible() -> bool:
-    # Recomputed once per change of the registered routers, at publish time,
-    # when the apps' settings are surely loaded (Django loads them late).
-    if _QUEUE_DELAYS[0] != _GENERATION[0]:
-        possible = False
-        for router in list(_ROUTERS):
-            try:
-                possible = possible or bool(router.queue_delays)
-            except Exception:  # pragma: no cover - a broken config fails on its own publishes
-                possible = True
-        _QUEUE_DELAYS[:] = [_GENERATION[0], possible]
-    return bool(_QUEUE_DELAYS[1])
+class LadderProducerPool(ProducerPool):
+    """kombu's ``ProducerPool`` building :class:`LadderProducer` for one app's routing."""
+
+    def __init__(self, connections: Any, *args: Any, routing: DelayRouting, **kwargs: Any) -> None:
+        self.routing = routing
+        super().__init__(connections, *args, Producer=producer_factory(routing), **kwargs)
 
 
-def _connection_key(connection: Any) -> str:
-    try:
-        return str(connection.as_uri(include_password=True))
-    except Exception:  # pragma: no cover - a connection without a URI never matches
-        return ""
-
-
-# Pools created from now on build DelayqProducer; pools that already exist are
-# switched by celery_delayq.install(app) for that app's broker.
-pools.ProducerPool.Producer = DelayqProducer
+#: Old name (before 0.2), kept for imports.
+DelayqProducer = LadderProducer

@@ -30,7 +30,7 @@ from . import signals
 from .attempts import begin_attempt, current_attempt, end_attempt, first_attempt_time, park, state_for
 from .dedup import DuplicateGuard, delivery_key, guard_for
 from .delays import due_from, parse_eta
-from .integration import install
+from .integration import install, ladder_for
 from .policies.explicit import RetryAfter
 from .policies.resolve import RetryOptions, resolve_options, split_call_options
 
@@ -75,7 +75,7 @@ class DelayedRetryTask(Task):
     # -- options -------------------------------------------------------------------
     def delayq_options(self, **call: Any) -> RetryOptions:
         """This task's retry options; ``call`` holds ``delayq_*`` overrides of one retry."""
-        return resolve_options(self, install(self._get_app()).config, call)
+        return resolve_options(self, ladder_for(self._get_app()).config, call)
 
     @cached_property
     def delayq_captures(self) -> bool:
@@ -86,7 +86,7 @@ class DelayedRetryTask(Task):
     @cached_property
     def delayq_guard(self) -> DuplicateGuard | None:
         """The duplicate guard, when ``delayq_dedup`` is on for this task."""
-        config = install(self._get_app()).config
+        config = ladder_for(self._get_app()).config
         if not self.delayq_options().dedup:
             return None
         return guard_for(config.dedup_url, ttl=config.dedup_ttl, namespace=f"delayq:{config.prefix}")
@@ -228,7 +228,7 @@ class DelayedRetryTask(Task):
         if countdown is not None or eta is not None:
             now = time.time()
             due = due_from(countdown, eta, now=now)  # InvalidDelay for NaN, inf, junk
-            router = install(self._get_app())
+            router = ladder_for(self._get_app())
             if due is not None:
                 router.config.spec.units_for(due - now)  # DelayTooLong, before publishing
                 if _native_delayed_delivery_active(self._get_app()):

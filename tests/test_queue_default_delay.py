@@ -13,7 +13,6 @@ from celery_delayq import DelayedRetryTask
 from celery_delayq import headers as H
 from celery_delayq.config import DelayqConfig
 from celery_delayq.errors import DelayTooLong, InvalidDelay
-from celery_delayq.producer import _queue_delays_possible
 from celery_delayq.queue_delays import DelayedQueue, default_delay
 from helpers import running_worker
 
@@ -82,12 +81,12 @@ def test_apps_without_defaults_never_consult_the_router(make_app, collector, uid
     def fail(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("an undelayed publish looked up a queue default")
 
-    monkeypatch.setattr(router, "queue_default_due", fail)
+    monkeypatch.setattr("celery_delayq.app_ladder.default_delay", fail)
     with running_worker(app):
         quick.delay(time.time())
         (run,) = collector.wait_for(1, timeout=10)
     assert run["delay"] is None
-    assert not _queue_delays_possible()
+    assert router.queue_delays == {}
 
 
 def test_bad_queue_delays_fail_when_the_config_is_read() -> None:

@@ -1,0 +1,202 @@
+"""One Celery app's ladder: its settings, its publisher, and which publishes it delays.
+
+:class:`AppLadder` answers the one question the kombu hook asks about a
+publish (:meth:`AppLadder.divert`): is it delayed, until when, and where
+would an undelayed publish have gone. It decides from the message headers
+alone and does no I/O; the producer then hands the serialised message to
+:attr:`AppLadder.backend`. It also undoes Celery's own native delayed
+delivery when that is active, so a task passes through exactly one ladder,
+once.
+
+Not to be confused with Celery's task router (``task_routes``), which
+chooses a task's queue; this only decides *when* the message gets there.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable
+
+from kombu import Exchange
+
+from . import headers as H
+from .config import DelayqConfig
+from .delays import parse_eta
+from .ladder import check_name
+from .publisher import LadderPublisher, publisher_for
+from .queue_delays import default_delay, queue_delays_of
+from .typing import Diversion
+
+__all__ = ["AppLadder", "native_unwrap", "exchange_name"]
+
+#: Celery's native ladder: 28 levels, top exchange ``[prefix_]celery_delayed_27``.
+_NATIVE_TOP = re.compile(r"^(?:(?P<prefix>.+)_)?celery_delayed_27$")
+_NATIVE_BITS = 28
+
+
+def native_unwrap(exchange: str, routing_key: str) -> tuple[str, str] | None:
+    """``(native delivery exchange, original routing key)`` of a native-ladder publish, else None."""
+    m = _NATIVE_TOP.match(exchange or "")
+    if not m:
+        return None
+    words = (routing_key or "").split(".")
+    if len(words) <= _NATIVE_BITS or any(w not in ("0", "1") for w in words[:_NATIVE_BITS]):
+        return None
+    prefix = m.group("prefix")
+    delivery = f"{prefix}_celery_delayed_delivery" if prefix else "celery_delayed_delivery"
+    return delivery, ".".join(words[_NATIVE_BITS:])
+
+
+def exchange_name(exchange: Any) -> str:
+    """The name of a kombu ``Exchange`` or of an exchange given by name (``""`` = default)."""
+    return exchange.name if isinstance(exchange, Exchange) else (exchange or "")
+
+
+class AppLadder:
+    """The ladder of one Celery app: settings, publisher, and the per-publish decision.
+
+    Get it with :func:`celery_delayq.ladder_for` (no side effects) or
+    :func:`celery_delayq.install` (which also makes the app's producers ask it).
+    """
+
+    def __init__(self, app: Any, config: DelayqConfig | None = None, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.app = app
+        self._config = config
+        self.clock = clock
+        #: Names of tasks delayed through the ladder even when ``delayq_enabled`` is off
+        #: (the :class:`~celery_delayq.DelayedRetryTask` tasks of the app).
+        self.tasks: set[str] = set()
+        self._publisher: LadderPublisher | None = None
+        self._queue_delays: dict[str, float] | None = None
+
+    def __repr__(self) -> str:
+        return f"<AppLadder {self.config.prefix!r} of {getattr(self.app, 'main', None)!r}>"
+
+    @property
+    def config(self) -> DelayqConfig:
+        """Settings, read from ``app.conf`` on first use (so Django settings are loaded)."""
+        if self._config is None:
+            self._config = DelayqConfig.from_app(self.app)
+        return self._config
+
+    def connection(self) -> Any:
+        """A (not yet connected) kombu connection to the ladder's broker."""
+        if self.config.broker_url:
+            return self.app.connection_for_write(self.config.broker_url)
+        return self.app.connection_for_write()
+
+    @property
+    def publisher(self) -> LadderPublisher:
+        """The process-wide ladder publisher for this app's broker and settings."""
+        if self._publisher is None:
+            self._publisher = publisher_for(self.connection(), self.config)
+        return self._publisher
+
+    @property
+    def backend(self) -> LadderPublisher:
+        """The :class:`~celery_delayq.typing.DelayBackend` delayed messages go to: the ladder."""
+        return self.publisher
+
+    @property
+    def queue_delays(self) -> dict[str, float]:
+        """Queue name -> default delay (``delayq_queue_delays`` and ``DelayedQueue``s); often empty."""
+        if self._queue_delays is None:
+            self._queue_delays = queue_delays_of(self.app, self.config.queue_delays)
+        return self._queue_delays
+
+    def wants(self, headers: dict[str, Any]) -> bool:
+        """Does this task's delay belong in the ladder (``delayq_enabled``, or a ladder task)?"""
+        return self.config.enabled or headers.get("task") in self.tasks
+
+    # -- the one question the producer asks ------------------------------------------
+    def divert(self, headers: dict[str, Any], exchange: Any, routing_key: str | None,
+               declare: Iterable[Any]) -> Diversion | None:
+        """Where and when a publish must arrive, or ``None`` to publish it unchanged.
+
+        A publish is delayed when its headers carry a future ``eta`` (Celery's
+        message protocol 2) or an ``x-delayq-due``, and the task belongs in the
+        ladder; or when it goes undelayed to a queue with a default delay
+        (``delayq_queue_delays``), which applies to every task of the app.
+        Names are checked here, before any broker call.
+
+        Raises:
+            InvalidDelay: an eta that is not a point in time.
+            InvalidName: an exchange, routing key or queue name RabbitMQ would refuse.
+            DelayTooLong: a delay the ladder cannot hold.
+        """
+        eta = headers.get("eta")
+        if eta is None and H.DUE not in headers:
+            delays = self.queue_delays
+            if not delays:
+                return None  # the common case: an undelayed publish, no queue defaults
+            name, key = exchange_name(exchange), routing_key or ""
+            delay = default_delay(delays, name, key, declare)
+            if delay is None:
+                return None
+            due = self.clock() + delay
+        elif not self.wants(headers):
+            H.forget_pass(headers)
+            return None
+        else:
+            name, key = exchange_name(exchange), routing_key or ""
+            # Celery's eta wins: a retry may still carry the previous pass's x-delayq-due.
+            due = parse_eta(eta) if eta is not None else float(headers[H.DUE])
+
+        native = native_unwrap(name, key)
+        if native is not None:
+            name, key = self._native_destination(*native, native_key=key)
+        now = self.clock()
+        if due <= now:
+            H.forget_pass(headers)
+            return None if native is None else Diversion(name, key)
+
+        queue_hint = _check_names(name, key, declare)
+        self.config.spec.units_for(due - now)  # DelayTooLong, before anything is sent
+        if headers.get("eta") is None:
+            # Keep Celery's own eta, so request.eta is right and a worker would hold an
+            # early arrival rather than run it (belt and braces: the ladder rounds up).
+            headers["eta"] = datetime.fromtimestamp(due, tz=timezone.utc).isoformat()
+        return Diversion(name, key, due=due, delay=due - now, queue_hint=queue_hint)
+
+    def _native_destination(self, delivery_exchange: str, original_key: str, *, native_key: str) -> tuple[str, str]:
+        """Where an undelayed publish of a native-ladder task would have gone.
+
+        Celery replaced the task's exchange with its ladder's; the task's queue
+        in ``task_queues`` tells the original exchange. If that is ambiguous,
+        deliver through Celery's native delivery exchange, which its workers
+        bind to the same queues.
+        """
+        exchanges = {
+            q.exchange.name for q in self.app.amqp.queues.values()
+            if q.routing_key == original_key and q.exchange is not None and q.exchange.type != "direct"
+        }
+        if len(exchanges) == 1:
+            return exchanges.pop(), original_key
+        return delivery_exchange, native_key
+
+
+def _check_names(exchange: str, routing_key: str, declare: Iterable[Any]) -> str | None:
+    """Validate every name a delayed publish will use; return the destination queue's name, if any.
+
+    kombu would otherwise fail deep inside a declare with ``struct.error`` on a
+    name longer than 255 bytes, after part of the work was done.
+    """
+    check_name("exchange name", exchange)
+    check_name("routing key", routing_key)
+    queue_hint = None
+    for entity in declare or ():
+        name = getattr(entity, "name", None)
+        if not isinstance(name, str):
+            continue
+        if hasattr(entity, "queue_arguments"):
+            check_name("queue name", name)
+            queue_hint = queue_hint or name
+            ex = getattr(entity, "exchange", None)
+            if ex is not None and getattr(ex, "name", None):
+                check_name("exchange name", ex.name)
+        else:
+            check_name("exchange name", name)
+    return queue_hint
