@@ -11,7 +11,7 @@ from celery.utils.dispatch import Signal
 
 __all__ = [
     "before_schedule", "message_scheduled", "message_delivered",
-    "retry_scheduled", "retry_exhausted", "message_parked",
+    "retry_scheduled", "retry_exhausted", "message_parked", "message_replayed", "message_cancelled",
 ]
 
 #: Before a message enters the ladder. ``headers`` may still be changed.
@@ -35,3 +35,16 @@ retry_exhausted = Signal(name="delayq.retry_exhausted", providing_args={"request
 
 #: A message was moved to a parking queue. Args: ``request``, ``exc``, ``queue``.
 message_parked = Signal(name="delayq.message_parked", providing_args={"request", "exc", "queue"})
+
+#: A parked message was sent back to its queue (the replay is committed).
+#: Sender: the parking queue's name. Args: ``parked``
+#: (:class:`~celery_delayq.parking.record.ParkedMessage`), ``delay`` (s, ``None`` = at once).
+message_replayed = Signal(name="delayq.message_replayed", providing_args={"parked", "delay"})
+
+#: A waiting task was cancelled: it will not run. Sender: the Celery app.
+#: Args: ``task_id``, ``task_name``, ``queue`` (``""`` when unknown), ``attempt``,
+#: ``reason`` (e.g. ``"cancelled"``). Celery's own ``task_revoked`` covers
+#: revoked and expired tasks a worker drops; send this where a task is dropped
+#: without a worker (e.g. removed from the ladder).
+message_cancelled = Signal(name="delayq.message_cancelled",
+                           providing_args={"task_id", "task_name", "queue", "attempt", "reason"})

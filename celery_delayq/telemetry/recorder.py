@@ -1,8 +1,9 @@
 """Buffered, fail-safe JSON Lines recorder for delayed-task telemetry.
 
-Producers (publisher, worker signal handlers) call :meth:`TelemetryRecorder.record`
-(or, for the built-in events, the internal :meth:`TelemetryRecorder.record_task_event`)
-on their hot path, so the recorder's contract is:
+Producers (the telemetry subscriber's signal handlers) call
+:meth:`TelemetryRecorder.record_event` with one of the named tuples of
+:mod:`celery_delayq.telemetry.events` (or :meth:`TelemetryRecorder.record` with
+a dict) on their hot path, so the recorder's contract is:
 
 * ``record()`` never blocks on I/O and never raises: it appends to an in-memory
   buffer (lock-free: a ``deque`` append is atomic) and a background daemon
@@ -24,8 +25,9 @@ Event contract (what :func:`make_event` builds and the analytics job reads):
 ``event`` (one of :data:`EVENT_TYPES`), ``task_id``, ``task_name``, ``queue``
 (str), ``attempt`` (int, 0 for the first run), ``ts`` (epoch seconds float);
 ``scheduled``/``delivered`` add ``delay_s`` and ``due_at``; ``retried``/
-``exhausted`` add ``exception`` (the exception type name).  Extra fields are
-allowed and ignored by the analytics job.
+``exhausted``/``parked``/``failed`` add ``exception`` (the exception type name);
+see :mod:`~celery_delayq.telemetry.events` for every type's fields.  Extra
+fields are allowed and ignored by the analytics job.
 """
 
 from __future__ import annotations
@@ -46,22 +48,31 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from .events import (
+    DELAY_EVENTS,
+    EVENT_CLASSES,
+    EVENT_TYPES,
+    FAILURE_EVENTS,
+    Delivered,
+    Exhausted,
+    Failed,
+    Parked,
+    Retried,
+    Scheduled,
+    Succeeded,
+    TelemetryEvent,
+)
+
 __all__ = [
     "DELAY_EVENTS",
     "EVENT_TYPES",
     "FAILURE_EVENTS",
     "TelemetryRecorder",
+    "encode_event",
     "make_event",
 ]
 
 logger = logging.getLogger(__name__)
-
-#: Every valid value of the ``event`` field, in lifecycle order.
-EVENT_TYPES: tuple[str, ...] = ("scheduled", "delivered", "succeeded", "retried", "exhausted")
-#: Events that also carry ``delay_s`` and ``due_at``.
-DELAY_EVENTS: frozenset[str] = frozenset({"scheduled", "delivered"})
-#: Events that also carry ``exception``.
-FAILURE_EVENTS: frozenset[str] = frozenset({"retried", "exhausted"})
 
 _HOSTNAME = socket.gethostname().replace(os.sep, "_") or "localhost"
 
@@ -125,21 +136,19 @@ _ENCODE = json.JSONEncoder(
 #
 # The worker records two events per task, so the generic path (a dict per event,
 # make_event's validation, the json encoder calling back into Python for every
-# float) cost more than the task itself.  record_task_event() buffers a plain
-# tuple of the raw values and the writer thread formats it with one f-string per
+# float) cost more than the task itself.  record_event() buffers the event's
+# named tuple as it is and the writer thread formats it with one f-string per
 # event type.  The output is byte for byte what _ENCODE(make_event(...)) gives
 # for the same values; anything the fast formatter doesn't expect (a non-str
-# id, an int ts, NaN, an unknown event name...) takes the generic path instead,
-# which coerces, or drops and counts, exactly like record(make_event(...)).
+# id, an int ts, NaN...) takes the generic path instead, which coerces, or
+# drops and counts, exactly like record(make_event(...)).
 
-#: Extra fields of each event type, in the order record_task_event() takes them.
+#: Fields of each event type after the core ones, in tuple order.
 TASK_EVENT_EXTRAS: dict[str, tuple[str, ...]] = {
-    "scheduled": ("delay_s", "due_at", "entry", "hops"),
-    "delivered": ("delay_s", "due_at"),
-    "succeeded": (),
-    "retried": ("exception",),
-    "exhausted": ("exception",),
+    cls.event: cls._fields[5:] for cls in EVENT_CLASSES
 }
+#: The named tuple of each event name.
+EVENT_CLASS: dict[str, type[Any]] = {cls.event: cls for cls in EVENT_CLASSES}
 # Extras coerced with float() (as the worker hooks always did).
 _FLOAT_EXTRAS = frozenset({"delay_s", "due_at"})
 
@@ -157,8 +166,8 @@ class _Unprintable(Exception):
     pass
 
 
-def _line_scheduled(item: tuple[Any, ...]) -> str:
-    _, task_id, task_name, queue, attempt, ts, delay_s, due_at, entry, hops = item
+def _line_scheduled(item: Scheduled) -> str:
+    task_id, task_name, queue, attempt, ts, delay_s, due_at, entry, hops = item
     if (attempt.__class__ is not int or hops.__class__ is not int or ts.__class__ is not float
             or delay_s.__class__ is not float or due_at.__class__ is not float
             or ts - ts or delay_s - delay_s or due_at - due_at):
@@ -170,8 +179,8 @@ def _line_scheduled(item: tuple[Any, ...]) -> str:
     )
 
 
-def _line_delivered(item: tuple[Any, ...]) -> str:
-    _, task_id, task_name, queue, attempt, ts, delay_s, due_at = item
+def _line_delivered(item: Delivered) -> str:
+    task_id, task_name, queue, attempt, ts, delay_s, due_at = item
     if (attempt.__class__ is not int or ts.__class__ is not float
             or delay_s.__class__ is not float or due_at.__class__ is not float
             or ts - ts or delay_s - delay_s or due_at - due_at):
@@ -183,8 +192,8 @@ def _line_delivered(item: tuple[Any, ...]) -> str:
     )
 
 
-def _line_succeeded(item: tuple[Any, ...]) -> str:
-    _, task_id, task_name, queue, attempt, ts = item
+def _line_succeeded(item: Succeeded) -> str:
+    task_id, task_name, queue, attempt, ts = item
     if attempt.__class__ is not int or ts.__class__ is not float or ts - ts:
         raise _Unprintable
     return (
@@ -193,11 +202,11 @@ def _line_succeeded(item: tuple[Any, ...]) -> str:
     )
 
 
-def _failure_formatter(event: str) -> Callable[[tuple[Any, ...]], str]:
+def _failure_formatter(event: str) -> Callable[[Any], str]:
     head = f'{{"event":"{event}","task_id":'
 
-    def line(item: tuple[Any, ...]) -> str:
-        _, task_id, task_name, queue, attempt, ts, exception = item
+    def line(item: Any) -> str:
+        task_id, task_name, queue, attempt, ts, exception = item
         if attempt.__class__ is not int or ts.__class__ is not float or ts - ts:
             raise _Unprintable
         return (
@@ -208,39 +217,53 @@ def _failure_formatter(event: str) -> Callable[[tuple[Any, ...]], str]:
     return line
 
 
-_FAST_LINES: dict[str, Callable[[tuple[Any, ...]], str]] = {
-    "scheduled": _line_scheduled,
-    "delivered": _line_delivered,
-    "succeeded": _line_succeeded,
-    "retried": _failure_formatter("retried"),
-    "exhausted": _failure_formatter("exhausted"),
+# Keyed by class: the writer looks the formatter up with item.__class__.  The
+# rare events (replayed, cancelled) take the generic path.
+_FAST_LINES: dict[type, Callable[[Any], str]] = {
+    Scheduled: _line_scheduled,
+    Delivered: _line_delivered,
+    Succeeded: _line_succeeded,
+    Retried: _failure_formatter("retried"),
+    Exhausted: _failure_formatter("exhausted"),
+    Parked: _failure_formatter("parked"),
+    Failed: _failure_formatter("failed"),
 }
 
 
-def _task_event_dict(item: tuple[Any, ...]) -> dict[str, Any]:
-    """The event a record_task_event() tuple stands for, built by make_event."""
-    event, task_id, task_name, queue, attempt, ts, *extra = item
-    names = TASK_EVENT_EXTRAS.get(event)
-    if names is None or len(names) != len(extra):
-        raise ValueError(f"bad telemetry task event {event!r} with {len(extra)} extra field(s)")
+def event_dict(event: TelemetryEvent) -> dict[str, Any]:
+    """The dict :func:`make_event` builds for ``event`` (what its JSON line holds)."""
+    cls = event.__class__
+    if EVENT_CLASS.get(getattr(cls, "event", None)) is not cls:
+        raise ValueError(f"not a telemetry event: {cls.__name__}")
+    task_id, task_name, queue, attempt, ts, *extra = event
     extras = {
-        name: float(value) if name in _FLOAT_EXTRAS else value for name, value in zip(names, extra)
+        name: float(value) if name in _FLOAT_EXTRAS else value
+        for name, value in zip(cls._fields[5:], extra)
     }
     return make_event(
-        event, task_id=task_id, task_name=task_name, queue=queue, attempt=attempt, ts=ts, **extras
+        cls.event, task_id=task_id, task_name=task_name, queue=queue, attempt=attempt, ts=ts,
+        **extras,
     )
 
 
-def encode_task_event(item: tuple[Any, ...]) -> str:
-    """The line (with its ``\\n``) written for a :meth:`TelemetryRecorder.record_task_event` tuple.
+def encode_event(event: TelemetryEvent) -> str:
+    """The line (with its ``\\n``) the recorder writes for ``event``.
 
     Raises ``TypeError``/``ValueError`` (or ``RecursionError``) for an event
     that can't be recorded, exactly when ``_ENCODE(make_event(...))`` would.
     """
     try:
-        return _FAST_LINES[item[0]](item)
+        return _FAST_LINES[event.__class__](event)
     except Exception:  # not printable as is: coerce (or fail) the make_event way
-        return _ENCODE(_task_event_dict(item)) + "\n"
+        return _ENCODE(event_dict(event)) + "\n"
+
+
+def _legacy_tuple(item: tuple[Any, ...]) -> TelemetryEvent:
+    """The named tuple of a ``(event, task_id, ..., *extras)`` tuple (record_task_event)."""
+    cls = EVENT_CLASS.get(item[0])
+    if cls is None or len(item) != len(cls._fields) + 1:
+        raise ValueError(f"bad telemetry task event {item[0]!r} with {len(item) - 6} extra field(s)")
+    return cls._make(item[1:])
 
 
 #: Lines per write() call when a batch is appended to its file.
@@ -320,7 +343,7 @@ class TelemetryRecorder:
         # Producers append on the right (atomic under the GIL, no lock); only a
         # flush pops on the left, under _flush_lock, so nothing appended during
         # a flush can be lost between two batches.  Items are event dicts
-        # (record) or tuples (record_task_event).
+        # (record) or named tuples (record_event).
         self._buffer: deque[Any] = deque()
         self._written = 0
         self._dropped = 0
@@ -364,6 +387,11 @@ class TelemetryRecorder:
             return self._dropped
 
     @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran (events recorded now are dropped)."""
+        return self._closed
+
+    @property
     def buffered(self) -> int:
         """Number of events waiting to be written."""
         return len(self._buffer)
@@ -381,6 +409,25 @@ class TelemetryRecorder:
             return
         self._enqueue(item)
 
+    def record_event(self, event: TelemetryEvent) -> None:
+        """Queue one event (a named tuple of :mod:`~celery_delayq.telemetry.events`).
+        Never blocks on I/O, never raises: the hot path of every worker hook.
+
+        Nothing is validated or converted here: the writer thread formats the
+        tuple, and the line it writes is the one ``record(make_event(...))``
+        would have written for the same values (with ``delay_s``/``due_at``
+        passed through ``float()``); events it can't encode are dropped and
+        counted the same way.  Only immutable values should be passed: they
+        are read later, by another thread.
+        """
+        buf = self._buffer
+        if self._closed or len(buf) >= self._max_buffer or not self._thread_claimed:
+            self._enqueue(event)
+            return
+        buf.append(event)
+        if len(buf) >= self._flush_every:
+            self._after_append(len(buf))
+
     def record_task_event(
         self,
         event: str,
@@ -391,31 +438,18 @@ class TelemetryRecorder:
         ts: float,
         *extra: Any,
     ) -> None:
-        """Queue one built-in event from its raw values: the hot-path twin of
-        ``record(make_event(...))``.  Never blocks on I/O, never raises.
-
-        ``extra`` are the values of :data:`TASK_EVENT_EXTRAS[event]
-        <TASK_EVENT_EXTRAS>`, in that order (``delay_s, due_at, entry, hops``
-        for ``scheduled``, ``delay_s, due_at`` for ``delivered``, ``exception``
-        for ``retried``/``exhausted``).  Nothing is validated or converted
-        here: the writer thread formats the values, and the line it writes is
-        the one ``record(make_event(event, task_id=..., ..., ts=ts,
-        delay_s=float(delay_s), due_at=float(due_at), ...))`` would have
-        written (events it can't encode are dropped and counted the same way).
-        An unknown ``event`` or a wrong number of extras is dropped and counted
-        as unserialisable.  Only immutable values should be passed: they are
-        read later, by another thread.
-        """
-        buf = self._buffer
-        if self._closed or len(buf) >= self._max_buffer or not self._thread_claimed:
-            self._enqueue((event, task_id, task_name, queue, attempt, ts, *extra))
+        """Deprecated positional form of :meth:`record_event`: ``extra`` are the
+        values of the event's fields after ``ts``, in order.  An unknown
+        ``event`` or a wrong number of extras is dropped and counted."""
+        try:
+            item = _legacy_tuple((event, task_id, task_name, queue, attempt, ts, *extra))
+        except Exception:
+            self._drop(1, "dropped an unknown telemetry event %r", event)
             return
-        buf.append((event, task_id, task_name, queue, attempt, ts, *extra))
-        if len(buf) >= self._flush_every or self._closed:
-            self._after_append(len(buf))
+        self.record_event(item)
 
     def _enqueue(self, item: Any) -> None:
-        """Buffer one item, with every check; the slow twin of record_task_event's fast path."""
+        """Buffer one item, with every check; the slow twin of record_event's fast path."""
         if self._closed:
             with self._lock:
                 self._dropped += 1
@@ -563,17 +597,17 @@ class TelemetryRecorder:
         start, end = math.inf, -math.inf
         for item in batch:
             try:
-                if item.__class__ is tuple:
-                    try:
-                        line = fast_lines[item[0]](item)
-                        ts = item[5]
-                    except Exception:  # not printable as is: coerce (or fail) the make_event way
-                        item = _task_event_dict(item)
-                        line = _ENCODE(item) + "\n"
-                        ts = item["ts"]
-                else:
+                if item.__class__ is dict:
                     line = _ENCODE(item) + "\n"
                     ts = item.get("ts")
+                else:
+                    try:
+                        line = fast_lines[item.__class__](item)
+                        ts = item[4]
+                    except Exception:  # rare event or not printable as is: the make_event way
+                        item = event_dict(item)
+                        line = _ENCODE(item) + "\n"
+                        ts = item["ts"]
             except Exception:  # TypeError, ValueError, RecursionError, or a str() that raised
                 unserialisable += 1
                 continue

@@ -1,190 +1,114 @@
-"""Feed celery_delayq's hooks and Celery's task signals into the telemetry recorder.
+"""Deprecated: telemetry switched on by importing this module.
 
-Opt-in with one setting, ``delayq_telemetry_dir``. Publishers write
-``scheduled``; workers write ``delivered``, ``succeeded``, ``retried`` and
-``exhausted``. Every handler returns at once when telemetry is off, and
-recording never raises into Celery (the recorder drops and counts instead).
+Telemetry is now a subscriber (:func:`celery_delayq.telemetry.attach`), which
+the Celery glue attaches when an app sets ``delayq_telemetry_dir``.  Until the
+glue does so, importing this module keeps the old behaviour: the first event
+of an app whose installed ladder has a telemetry directory attaches telemetry
+to it (and records that event), an uninstall or a new install is followed on
+the next event.  An app that was attached explicitly is left alone, so
+nothing is recorded twice.  Delete this module (and its import) once
+``install()`` calls ``attach()``.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from collections.abc import Callable
+import weakref
 from typing import Any
 
 from celery import signals as celery_signals
 
-from .. import headers as H
 from .. import signals
-from .recorder import TelemetryRecorder
+from . import subscriber as _sub
+from .recorders import flush_all, recorder_for
 
-__all__ = ["recorder_for", "flush_all"]
+__all__ = ["flush_all", "recorder_for"]
 
 log = logging.getLogger(__name__)
-_now = time.time
-_RECORDERS: dict[str, TelemetryRecorder] = {}
-_LOCK = threading.Lock()
+
+# app -> (the router we followed, whether we attached telemetry for it)
+_FOLLOWED: "weakref.WeakKeyDictionary[Any, tuple[Any, bool]]" = weakref.WeakKeyDictionary()
+_AUTO_ROOTS: set[str] = set()
 
 
-def recorder_for(root: str) -> TelemetryRecorder:
-    """The process's recorder for a telemetry root (created on first use)."""
-    with _LOCK:
-        rec = _RECORDERS.get(root)
-        if rec is None:
-            rec = _RECORDERS[root] = TelemetryRecorder(root)
-        return rec
+def _router_for(app: Any) -> Any:
+    from ..integration import router_for  # the cycle this module is deprecated for
+
+    return router_for(app)
 
 
-def flush_all() -> None:
-    """Write out every buffered event now (tests, shutdown hooks)."""
-    for rec in list(_RECORDERS.values()):
-        rec.flush()
-
-
-# -- finding the recorder (hot path: once per event) ------------------------------------
-#
-# The router installed on an app holds the settings (read once, on first use);
-# the resolved recorder (or None when telemetry is off) is cached on the router
-# itself.  A new install, or another app, means another router, so the cache
-# can't go stale; uninstall makes router_for() return None.
-
-_CACHE_ATTR = "_delayq_telemetry"
-_router_for: Callable[[Any], Any] | None = None  # integration.router_for, imported on first use
-
-
-def _recorder_of_router(router: Any) -> TelemetryRecorder | None:
-    try:
-        return getattr(router, _CACHE_ATTR)[0]
-    except AttributeError:
-        pass
-    root = router.config.telemetry_dir
-    rec = recorder_for(root) if root else None
-    try:
-        setattr(router, _CACHE_ATTR, (rec,))
-    except AttributeError:  # pragma: no cover - a router that takes no attributes: no cache
-        pass
-    return rec
-
-
-def _recorder_of_task(task: Any) -> TelemetryRecorder | None:
-    global _router_for
-    app = getattr(task, "app", None) or getattr(task, "_app", None)
+def _follow(signal: Any, sender: Any, kwargs: dict[str, Any]) -> None:
+    app = getattr(sender, "_app", None)
     if app is None:
-        return None
-    router_for = _router_for
-    if router_for is None:  # a module-level import would be circular
-        from ..integration import router_for
-
-        _router_for = router_for
-    router = router_for(app)
-    return None if router is None else _recorder_of_router(router)
-
-
-def _recorder_of_root(root: str) -> TelemetryRecorder:
-    return _RECORDERS.get(root) or recorder_for(root)
-
-
-# -- the hooks ----------------------------------------------------------------------------
-#
-# Field rules (unchanged): task_id = request id, task_name = the request's task
-# name (else the task's), queue = the delivery routing key, attempt = Celery's
-# retries counter; missing values become "" / 0.  Values are handed over raw:
-# the recorder's writer thread formats (and, if ever needed, coerces) them.
-
-
-def _log_failure(event: str) -> None:  # pragma: no cover - telemetry must never break a task
-    log.debug("delayq telemetry: could not record %s", event, exc_info=True)
-
-
-@signals.message_scheduled.connect
-def _on_scheduled(sender: Any = None, plan: Any = None, headers: Any = None, **_: Any) -> None:
-    try:
-        root = sender.config.telemetry_dir
-    except AttributeError:
         return
+    router = _router_for(app)
+    followed = _FOLLOWED.get(app)
+    if followed is not None and followed[0] is router:
+        return
+    current = _sub.subscription_for(app)
+    if current is not None and (followed is None or not followed[1]):
+        return  # attached explicitly: not ours to manage
+    root = router.config.telemetry_dir if router is not None else None
     if not root:
+        if current is not None:
+            current.detach()
+        _FOLLOWED[app] = (router, False)
         return
+    subscription = _sub.attach(app, router.config)
+    _FOLLOWED[app] = (router, True)
+    # Receivers connected during a dispatch miss it: record this event here.
+    for sig, receiver in subscription._receivers:
+        if sig is signal:
+            receiver(sender=sender, **kwargs)
+
+
+def _worker_shim(signal: Any) -> Any:
+    def receiver(sender: Any = None, **kwargs: Any) -> None:
+        try:
+            kwargs.pop("signal", None)
+            _follow(signal, sender, kwargs)
+        except Exception:  # pragma: no cover - telemetry must never break a task
+            log.debug("delayq telemetry: could not follow the app's settings", exc_info=True)
+
+    return receiver
+
+
+def _on_scheduled(sender: Any = None, **kwargs: Any) -> None:
     try:
-        headers = headers or {}
-        entry = plan.entry
-        _recorder_of_root(root).record_task_event(
-            "scheduled", headers.get("id") or entry, headers.get("task") or "",
-            plan.destination.routing_key, headers.get(H.ATTEMPT) or 0, _now(),
-            plan.delay, plan.due, entry, plan.hops)
-    except Exception:  # pragma: no cover
-        _log_failure("scheduled")
-
-
-@signals.message_delivered.connect
-def _on_delivered(sender: Any = None, request: Any = None, due: float = 0.0, delay: float = 0.0,
-                  **_: Any) -> None:
-    try:
-        rec = _recorder_of_task(sender)
-        if rec is None:
-            return
-        # A worker Request's own retries counter is in the message it carries.
-        attempt = (getattr(request, "request_dict", None) or {}).get("retries") or 0
-        rec.record_task_event("delivered", *_task_fields(sender, request), attempt, _now(), delay, due)
-    except Exception:  # pragma: no cover
-        _log_failure("delivered")
-
-
-@celery_signals.task_success.connect
-def _on_success(sender: Any = None, **_: Any) -> None:
-    try:
-        rec = _recorder_of_task(sender)
-        if rec is None:
-            return
-        request = sender.request
-        rec.record_task_event("succeeded", *_task_fields(sender, request), _retries(request), _now())
-    except Exception:  # pragma: no cover
-        _log_failure("succeeded")
-
-
-def _task_fields(task: Any, request: Any) -> tuple[Any, Any, Any]:
-    """``(task_id, task_name, queue)`` of a request.
-
-    Celery's own request types (worker ``Request``, task ``Context``) have every
-    attribute, so they are read directly (this runs twice per task); anything
-    else is read attribute by attribute with defaults.
-    """
-    try:
-        task_id, name, info = request.id, request.task, request.delivery_info
+        config = sender.config
+        root = config.telemetry_dir
     except AttributeError:
-        task_id = getattr(request, "id", "")
-        name = getattr(request, "task", None)
-        info = getattr(request, "delivery_info", None)
-    if not isinstance(name, str):
-        name = getattr(task, "name", "")
-    return task_id or "", name or "", (info.get("routing_key") if info else None) or ""
+        return
+    if not root or root in _AUTO_ROOTS or root in _sub._TAPS:
+        return
+    was_listening = bool(_sub._TAPS)
+    _sub._tap_acquire(root, _sub._parking_queue(config))
+    _AUTO_ROOTS.add(root)
+    if not was_listening:  # the tap's receiver was connected during this dispatch
+        kwargs.pop("signal", None)
+        _sub._on_scheduled(sender=sender, **kwargs)
 
 
-def _retries(request: Any) -> Any:
-    return getattr(request, "retries", 0) or 0
+_SHIMS = [
+    (sig, _worker_shim(sig))
+    for sig in (signals.message_delivered, celery_signals.task_success, celery_signals.task_retry,
+                signals.retry_exhausted, signals.message_parked, celery_signals.task_failure,
+                celery_signals.task_revoked, signals.message_cancelled)
+]
 
 
-@celery_signals.task_retry.connect
-def _on_retry(sender: Any = None, request: Any = None, reason: Any = None, **_: Any) -> None:
-    try:
-        rec = _recorder_of_task(sender)
-        if rec is None:
-            return
-        exc = getattr(reason, "exc", None) or reason
-        rec.record_task_event("retried", *_task_fields(sender, request), _retries(request), _now(),
-                              type(exc).__name__)
-    except Exception:  # pragma: no cover
-        _log_failure("retried")
+def connect() -> None:
+    """Connect the shim (done on import)."""
+    for sig, receiver in _SHIMS:
+        sig.connect(receiver, weak=False, dispatch_uid=("delayq.telemetry.wiring", sig.name))
+    signals.message_scheduled.connect(_on_scheduled, weak=False, dispatch_uid="delayq.telemetry.wiring")
 
 
-@signals.retry_exhausted.connect
-def _on_exhausted(sender: Any = None, request: Any = None, exc: Any = None, **_: Any) -> None:
-    try:
-        rec = _recorder_of_task(sender)
-        if rec is None:
-            return
-        rec.record_task_event("exhausted", *_task_fields(sender, request), _retries(request), _now(),
-                              type(exc).__name__ if exc is not None else "")
-    except Exception:  # pragma: no cover
-        _log_failure("exhausted")
+def disconnect() -> None:
+    """Disconnect the shim: only explicitly attached telemetry records (tests of the subscriber)."""
+    for sig, _ in _SHIMS:
+        sig.disconnect(dispatch_uid=("delayq.telemetry.wiring", sig.name))
+    signals.message_scheduled.disconnect(dispatch_uid="delayq.telemetry.wiring")
+
+
+connect()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from celery_delayq import DelayedRetryTask
 from celery_delayq.analytics import run_report
-from celery_delayq.telemetry.wiring import flush_all
+from celery_delayq.telemetry import flush_all
 from helpers import Collector, running_worker
 
 

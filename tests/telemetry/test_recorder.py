@@ -104,7 +104,8 @@ def test_make_event_exception_class_and_default_ts():
 def test_make_event_rejects_unknown_event():
     with pytest.raises(ValueError, match="unknown telemetry event"):
         make_event("started", task_id="a", task_name="t", queue="q", attempt=0)
-    assert set(EVENT_TYPES) == {"scheduled", "delivered", "succeeded", "retried", "exhausted"}
+    assert set(EVENT_TYPES) == {"scheduled", "delivered", "succeeded", "retried", "exhausted",
+                                "parked", "failed", "replayed", "cancelled"}
 
 
 # -- writing -------------------------------------------------------------------

@@ -1,0 +1,171 @@
+"""The telemetry events: one named tuple per event type.
+
+A tuple per event keeps the worker's hot path cheap (no dict, no validation:
+the recorder's writer thread formats it later), and naming the fields makes
+every producer and every test say what it records.  Each type's ``event``
+class attribute is the ``event`` field written to the JSON line; the other
+fields are written under their own names, in this order.
+
+Every event starts with the same five fields (:data:`CORE_FIELDS`):
+``task_id``, ``task_name``, ``queue`` (the routing key the task was, or will
+be, delivered with), ``attempt`` (Celery's retries counter, 0 for the first
+run) and ``ts`` (epoch seconds).  Stdlib only, like the rest of
+:mod:`celery_delayq.telemetry`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Union
+
+__all__ = [
+    "CORE_FIELDS",
+    "DELAY_EVENTS",
+    "EVENT_CLASSES",
+    "EVENT_TYPES",
+    "FAILURE_EVENTS",
+    "Cancelled",
+    "Delivered",
+    "Exhausted",
+    "Failed",
+    "Parked",
+    "Replayed",
+    "Retried",
+    "Scheduled",
+    "Succeeded",
+    "TelemetryEvent",
+]
+
+#: The fields every event starts with, in this order.
+CORE_FIELDS: tuple[str, ...] = ("task_id", "task_name", "queue", "attempt", "ts")
+
+
+class Scheduled(NamedTuple):
+    """The broker confirmed a message into the ladder (written by the publisher)."""
+
+    task_id: str
+    task_name: str
+    queue: str
+    attempt: int
+    ts: float
+    delay_s: float
+    due_at: float
+    #: The ladder pass's id (``x-delayq-entry``): unique per pass, even for retries.
+    entry: str
+    #: Queues the message waits in on its way down.
+    hops: int
+    event = "scheduled"
+
+
+class Delivered(NamedTuple):
+    """A message that waited in the ladder reached a worker."""
+
+    task_id: str
+    task_name: str
+    queue: str
+    attempt: int
+    ts: float
+    delay_s: float
+    due_at: float
+    event = "delivered"
+
+
+class Succeeded(NamedTuple):
+    """The task returned."""
+
+    task_id: str
+    task_name: str
+    queue: str
+    attempt: int
+    ts: float
+    event = "succeeded"
+
+
+class Retried(NamedTuple):
+    """The task failed and scheduled a retry."""
+
+    task_id: str
+    task_name: str
+    queue: str
+    attempt: int
+    ts: float
+    #: The exception's type name.
+    exception: str
+    event = "retried"
+
+
+class Exhausted(NamedTuple):
+    """A retry policy (or ``max_retries``) gave up; ``parked`` or ``failed`` follows."""
+
+    task_id: str
+    task_name: str
+    queue: str
+    attempt: int
+    ts: float
+    exception: str
+    event = "exhausted"
+
+
+class Parked(NamedTuple):
+    """The message went to a parking queue: retries exhausted, or ``delayq_park_on``."""
+
+    task_id: str
+    task_name: str
+    queue: str
+    attempt: int
+    ts: float
+    exception: str
+    event = "parked"
+
+
+class Failed(NamedTuple):
+    """The task failed for good: nothing will retry it and it was not parked."""
+
+    task_id: str
+    task_name: str
+    queue: str
+    attempt: int
+    ts: float
+    exception: str
+    event = "failed"
+
+
+class Replayed(NamedTuple):
+    """A parked message was sent back to its queue (``attempt`` is the parked one's)."""
+
+    task_id: str
+    task_name: str
+    queue: str
+    attempt: int
+    ts: float
+    #: Seconds the replay waits in the ladder first (0 = at once).
+    delay_s: float
+    event = "replayed"
+
+
+class Cancelled(NamedTuple):
+    """A task was dropped without running: revoked, expired or cancelled."""
+
+    task_id: str
+    task_name: str
+    queue: str
+    attempt: int
+    ts: float
+    #: ``revoked``, ``expired`` or ``cancelled``.
+    reason: str
+    event = "cancelled"
+
+
+TelemetryEvent = Union[
+    Scheduled, Delivered, Succeeded, Retried, Exhausted, Parked, Failed, Replayed, Cancelled
+]
+
+#: Every event type, in lifecycle order.
+EVENT_CLASSES: tuple[type[TelemetryEvent], ...] = (
+    Scheduled, Delivered, Succeeded, Retried, Exhausted, Parked, Failed, Replayed, Cancelled,
+)
+#: Every valid value of the ``event`` field, in lifecycle order.
+EVENT_TYPES: tuple[str, ...] = tuple(cls.event for cls in EVENT_CLASSES)
+#: Events that carry ``delay_s`` and ``due_at`` (the lateness events).
+DELAY_EVENTS: frozenset[str] = frozenset({"scheduled", "delivered"})
+#: Events that carry ``exception``.
+FAILURE_EVENTS: frozenset[str] = frozenset({"retried", "exhausted", "parked", "failed"})

@@ -1,0 +1,413 @@
+"""Telemetry as a subscriber: attach it to an app, detach it again.
+
+Like a dramatiq middleware, telemetry is an object added to one app, not a
+side effect of an import.  :func:`attach` connects receivers to Celery's task
+signals and to :mod:`celery_delayq.signals`; each receiver records only what
+concerns *its* app and returns at once for any other.  Nothing here imports
+the Celery glue (:mod:`celery_delayq.integration`): the glue calls
+``attach(app, config)`` when ``delayq_telemetry_dir`` is set, and
+``detach(app)`` when it is undone.
+
+What is recorded, and from which signal:
+
+=============  ==========================================================
+``scheduled``  :data:`~celery_delayq.signals.message_scheduled` (publisher)
+``delivered``  :data:`~celery_delayq.signals.message_delivered`
+``succeeded``  Celery's ``task_success``
+``retried``    Celery's ``task_retry``
+``exhausted``  :data:`~celery_delayq.signals.retry_exhausted`
+``parked``     :data:`~celery_delayq.signals.message_parked` (also ``delayq_park_on``)
+``failed``     Celery's ``task_failure``, unless the message was parked
+``replayed``   :data:`~celery_delayq.signals.message_replayed`
+``cancelled``  Celery's ``task_revoked`` and :data:`~celery_delayq.signals.message_cancelled`
+=============  ==========================================================
+
+Publisher-side events (``scheduled``, ``replayed``) come from objects shared by
+every app with the same settings (a publisher, a parking queue), so they are
+recorded once per telemetry directory, however many apps are attached to it.
+Receivers never raise into Celery: a recording that fails is logged at debug
+level and forgotten, and the recorder itself drops and counts rather than
+block.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from celery import signals as celery_signals
+
+from .. import headers as H
+from .. import signals
+from .events import Cancelled, Delivered, Exhausted, Failed, Parked, Replayed, Retried, Scheduled, Succeeded
+from .recorder import TelemetryRecorder
+from .recorders import recorder_for
+
+__all__ = ["Subscription", "TelemetryConfig", "attach", "detach", "subscription_for"]
+
+log = logging.getLogger(__name__)
+
+#: Remembered parked (task id, attempt) pairs per app, so that the task_failure
+#: that follows a parking is not also recorded as ``failed``.  Bounded: a
+#: parking whose failure never comes (a rejected retry) must not pile up.
+_PARKED_MEMORY = 4096
+_NOT_PARKED = object()
+
+
+class TelemetryConfig(Protocol):
+    """What :func:`attach` reads of a :class:`~celery_delayq.config.DelayqConfig`."""
+
+    @property
+    def telemetry_dir(self) -> str | None: ...
+
+    @property
+    def prefix(self) -> str: ...
+
+    @property
+    def parking_queue(self) -> str | None: ...
+
+
+def _log_failure(event: str) -> None:  # pragma: no cover - telemetry must never break a task
+    log.debug("delayq telemetry: could not record %s", event, exc_info=True)
+
+
+def _fields(task: Any, request: Any) -> tuple[str, str, str]:
+    """``(task_id, task_name, queue)`` of a request (``queue`` = the delivery routing key).
+
+    Celery's own request types (worker ``Request``, task ``Context``) have every
+    attribute, so they are read directly (this runs twice per task); anything
+    else is read attribute by attribute with defaults.
+    """
+    try:
+        task_id, name, info = request.id, request.task, request.delivery_info
+    except AttributeError:
+        task_id = getattr(request, "id", "")
+        name = getattr(request, "task", None)
+        info = getattr(request, "delivery_info", None)
+    if not isinstance(name, str):
+        name = getattr(task, "name", "")
+    return task_id or "", name or "", (info.get("routing_key") if info else None) or ""
+
+
+def _retries(request: Any) -> Any:
+    return getattr(request, "retries", 0) or 0
+
+
+def _exc_name(exc: Any) -> str:
+    if exc is None:
+        return ""
+    # Celery wraps exceptions it can't pickle; the wrapper knows the real name.
+    return getattr(exc, "exc_cls_name", None) or type(exc).__name__
+
+
+# -- publisher-side events: one tap per telemetry directory ------------------------------
+
+
+class _Tap:
+    """The publisher-side recording of one telemetry directory, shared by its subscriptions."""
+
+    def __init__(self, recorder: TelemetryRecorder) -> None:
+        self.recorder = recorder
+        self.parking_queues: dict[str, int] = {}  # name -> subscriptions that watch it
+
+    @property
+    def users(self) -> int:
+        return sum(self.parking_queues.values())
+
+
+_TAPS: dict[str, _Tap] = {}
+_LOCK = threading.RLock()
+_now = time.time
+
+
+def _on_scheduled(sender: Any = None, plan: Any = None, headers: Any = None, **_: Any) -> None:
+    try:
+        root = sender.config.telemetry_dir
+    except AttributeError:
+        return
+    tap = _TAPS.get(root) if root else None
+    if tap is None:
+        return
+    try:
+        headers = headers or {}
+        entry = plan.entry
+        tap.recorder.record_event(Scheduled(
+            headers.get("id") or entry, headers.get("task") or "", plan.destination.routing_key,
+            headers.get(H.ATTEMPT) or 0, _now(), plan.delay, plan.due, entry, plan.hops))
+    except Exception:  # pragma: no cover
+        _log_failure("scheduled")
+
+
+def _on_replayed(sender: Any = None, parked: Any = None, delay: Any = None, **_: Any) -> None:
+    try:
+        for tap in list(_TAPS.values()):
+            if sender in tap.parking_queues:
+                tap.recorder.record_event(Replayed(
+                    parked.task_id or parked.parked_id, parked.task, parked.routing_key,
+                    max(int(parked.attempts or 0) - 1, 0), _now(), float(delay or 0.0)))
+    except Exception:  # pragma: no cover
+        _log_failure("replayed")
+
+
+def _tap_acquire(root: str, parking_queue: str) -> _Tap:
+    with _LOCK:
+        if not _TAPS:
+            signals.message_scheduled.connect(_on_scheduled, weak=False, dispatch_uid=_on_scheduled)
+            signals.message_replayed.connect(_on_replayed, weak=False, dispatch_uid=_on_replayed)
+        tap = _TAPS.get(root)
+        if tap is None:
+            tap = _TAPS[root] = _Tap(recorder_for(root))
+        tap.parking_queues[parking_queue] = tap.parking_queues.get(parking_queue, 0) + 1
+        return tap
+
+
+def _tap_release(root: str, parking_queue: str) -> None:
+    with _LOCK:
+        tap = _TAPS.get(root)
+        if tap is None:
+            return
+        left = tap.parking_queues.get(parking_queue, 0) - 1
+        if left > 0:
+            tap.parking_queues[parking_queue] = left
+        else:
+            tap.parking_queues.pop(parking_queue, None)
+        if not tap.users:
+            del _TAPS[root]
+        if not _TAPS:
+            signals.message_scheduled.disconnect(dispatch_uid=_on_scheduled)
+            signals.message_replayed.disconnect(dispatch_uid=_on_replayed)
+
+
+# -- worker-side events: one subscription per app ---------------------------------------
+
+
+class Subscription:
+    """Telemetry attached to one app: what :func:`attach` returns.
+
+    Holds the receivers it connected; :meth:`detach` (or :func:`detach` of the
+    app) disconnects them.  ``recorder`` is the process-wide recorder of
+    ``root`` (see :func:`~celery_delayq.telemetry.recorder_for`).
+    """
+
+    def __init__(self, app: Any, root: str, parking_queue: str) -> None:
+        self.root = root
+        self.parking_queue = parking_queue
+        self._app_ref = weakref.ref(app)
+        self._tap = _tap_acquire(root, parking_queue)
+        self._receivers, self._stop = _worker_receivers(app, self._tap.recorder)
+        self._attached = True
+        uid = id(self)
+        for signal, receiver in self._receivers:
+            signal.connect(receiver, weak=False, dispatch_uid=(uid, signal.name))
+
+    @property
+    def app(self) -> Any:
+        """The app (None once it is gone)."""
+        return self._app_ref()
+
+    @property
+    def recorder(self) -> TelemetryRecorder:
+        """The recorder the events go to."""
+        return self._tap.recorder
+
+    @property
+    def attached(self) -> bool:
+        """False once :meth:`detach` ran."""
+        return self._attached
+
+    def detach(self) -> None:
+        """Disconnect every receiver (idempotent); events already buffered are still written."""
+        with _LOCK:
+            if not self._attached:
+                return
+            self._attached = False
+            # An event being dispatched right now may still reach a receiver:
+            # stopping it first makes it ignore everything.
+            self._stop()
+            uid = id(self)
+            for signal, _ in self._receivers:
+                signal.disconnect(dispatch_uid=(uid, signal.name))
+            _tap_release(self.root, self.parking_queue)
+            app = self._app_ref()
+            if app is not None and _SUBSCRIPTIONS.get(app) is self:
+                del _SUBSCRIPTIONS[app]
+
+    def __repr__(self) -> str:
+        state = "attached" if self._attached else "detached"
+        return f"<telemetry Subscription {state} root={self.root!r} app={self.app!r}>"
+
+
+def _worker_receivers(app: Any, recorder: TelemetryRecorder) -> tuple[list[tuple[Any, Callable[..., None]]], Callable[[], None]]:
+    """The receivers of one app, and the function that stops them all at once.
+
+    Closures rather than methods: the app check (``sender._app is not app``,
+    the first thing every receiver does) and the recording then cost no
+    attribute lookups, and ``stop`` rebinds ``app`` so that a detached
+    receiver still being dispatched ignores everything.
+    """
+    record = recorder.record_event
+    now = time.time
+    parked: OrderedDict[tuple[str, Any], None] = OrderedDict()
+
+    def stop() -> None:
+        nonlocal app
+        app = _DETACHED
+
+    def on_delivered(sender: Any = None, request: Any = None, due: float = 0.0, delay: float = 0.0,
+                     **_: Any) -> None:
+        try:
+            if sender._app is not app:
+                return
+            # A worker Request's own retries counter is in the message it carries.
+            attempt = (getattr(request, "request_dict", None) or {}).get("retries") or 0
+            record(Delivered(*_fields(sender, request), attempt, now(), delay, due))
+        except Exception:  # pragma: no cover
+            _log_failure("delivered")
+
+    def on_success(sender: Any = None, **_: Any) -> None:
+        try:
+            if sender._app is not app:
+                return
+            request = sender.request
+            record(Succeeded(*_fields(sender, request), _retries(request), now()))
+        except Exception:  # pragma: no cover
+            _log_failure("succeeded")
+
+    def on_retry(sender: Any = None, request: Any = None, reason: Any = None, **_: Any) -> None:
+        try:
+            if sender._app is not app:
+                return
+            exc = getattr(reason, "exc", None) or reason
+            record(Retried(*_fields(sender, request), _retries(request), now(), _exc_name(exc)))
+        except Exception:  # pragma: no cover
+            _log_failure("retried")
+
+    def on_exhausted(sender: Any = None, request: Any = None, exc: Any = None, **_: Any) -> None:
+        try:
+            if sender._app is not app:
+                return
+            record(Exhausted(*_fields(sender, request), _retries(request), now(), _exc_name(exc)))
+        except Exception:  # pragma: no cover
+            _log_failure("exhausted")
+
+    def on_parked(sender: Any = None, request: Any = None, exc: Any = None, **_: Any) -> None:
+        try:
+            if sender._app is not app:
+                return
+            fields = _fields(sender, request)
+            attempt = _retries(request)
+            parked[(fields[0], attempt)] = None
+            while len(parked) > _PARKED_MEMORY:
+                parked.popitem(last=False)
+            record(Parked(*fields, attempt, now(), _exc_name(exc)))
+        except Exception:  # pragma: no cover
+            _log_failure("parked")
+
+    def on_failure(sender: Any = None, task_id: Any = None, exception: Any = None, **_: Any) -> None:
+        try:
+            if sender._app is not app:
+                return
+            request = sender.request
+            if getattr(request, "id", None) != task_id:  # failed outside the task (worker lost, ...)
+                fields: tuple[str, str, str] = (task_id or "", sender.name or "", "")
+                attempt = 0
+            else:
+                fields = _fields(sender, request)
+                attempt = _retries(request)
+            if parked.pop((fields[0], attempt), _NOT_PARKED) is not _NOT_PARKED:
+                return  # it was parked: not a failure that nothing handles
+            record(Failed(*fields, attempt, now(), _exc_name(exception)))
+        except Exception:  # pragma: no cover
+            _log_failure("failed")
+
+    def on_revoked(sender: Any = None, request: Any = None, expired: bool = False, **_: Any) -> None:
+        try:
+            if sender is None or sender._app is not app:
+                return
+            record(Cancelled(*_fields(sender, request), _retries(request), now(),
+                             "expired" if expired else "revoked"))
+        except Exception:  # pragma: no cover
+            _log_failure("cancelled")
+
+    def on_cancelled(sender: Any = None, task_id: Any = "", task_name: Any = "", queue: Any = "",
+                     attempt: Any = 0, reason: Any = "cancelled", **_: Any) -> None:
+        try:
+            if sender is not app:
+                return
+            record(Cancelled(task_id or "", task_name or "", queue or "", attempt or 0, now(),
+                             reason or "cancelled"))
+        except Exception:  # pragma: no cover
+            _log_failure("cancelled")
+
+    receivers: list[tuple[Any, Callable[..., None]]] = [
+        (signals.message_delivered, on_delivered),
+        (celery_signals.task_success, on_success),
+        (celery_signals.task_retry, on_retry),
+        (signals.retry_exhausted, on_exhausted),
+        (signals.message_parked, on_parked),
+        (celery_signals.task_failure, on_failure),
+        (celery_signals.task_revoked, on_revoked),
+        (signals.message_cancelled, on_cancelled),
+    ]
+    return receivers, stop
+
+
+class _Detached:
+    """Stands in for a detached subscription's app: no sender's app is ever this."""
+
+
+_DETACHED = _Detached()
+_SUBSCRIPTIONS: "weakref.WeakKeyDictionary[Any, Subscription]" = weakref.WeakKeyDictionary()
+
+
+def _parking_queue(config: TelemetryConfig) -> str:
+    return getattr(config, "parking_queue", None) or f"{getattr(config, 'prefix', 'delayq')}.parking"
+
+
+def attach(app: Any, config: TelemetryConfig | None = None) -> Subscription:
+    """Record ``app``'s delayed-task events under ``config.telemetry_dir``; returns the subscription.
+
+    ``config`` defaults to the app's :class:`~celery_delayq.config.DelayqConfig`.
+    Idempotent: attaching again with the same directory returns the existing
+    subscription; with another directory, the old one is detached first.
+
+    Raises:
+        ValueError: ``config.telemetry_dir`` is not set; set ``delayq_telemetry_dir``
+            (or do not attach: telemetry is off by default).
+    """
+    if config is None:
+        from ..config import DelayqConfig
+
+        config = DelayqConfig.from_app(app)
+    root = config.telemetry_dir
+    if not root:
+        raise ValueError("telemetry needs a directory: set delayq_telemetry_dir "
+                         "(attach() is only for apps that record telemetry)")
+    root = str(root)
+    queue = _parking_queue(config)
+    with _LOCK:
+        current = _SUBSCRIPTIONS.get(app)
+        if current is not None:
+            if current.attached and current.root == root and current.parking_queue == queue:
+                return current
+            current.detach()
+        subscription = _SUBSCRIPTIONS[app] = Subscription(app, root, queue)
+        return subscription
+
+
+def detach(app: Any) -> None:
+    """Stop recording ``app``'s events (no-op when it has no telemetry attached)."""
+    with _LOCK:
+        subscription = _SUBSCRIPTIONS.get(app)
+    if subscription is not None:
+        subscription.detach()
+
+
+def subscription_for(app: Any) -> Subscription | None:
+    """The telemetry attached to ``app``, if any."""
+    return _SUBSCRIPTIONS.get(app)
