@@ -25,6 +25,7 @@ from . import headers as H
 from .config import DelayqConfig
 from .delays import parse_eta
 from .ladder import check_name
+from .management import key_matches
 from .publisher import LadderPublisher, publisher_for
 from .queue_delays import default_delay, queue_delays_of
 from .typing import Diversion
@@ -179,24 +180,46 @@ class AppLadder:
 
 
 def _check_names(exchange: str, routing_key: str, declare: Iterable[Any]) -> str | None:
-    """Validate every name a delayed publish will use; return the destination queue's name, if any.
+    """Validate every name a delayed publish will use; return the queue that surely receives it.
 
     kombu would otherwise fail deep inside a declare with ``struct.error`` on a
-    name longer than 255 bytes, after part of the work was done.
+    name longer than 255 bytes, after part of the work was done. The queue
+    returned is one Celery declares (``declare``) *and* binds so that
+    ``exchange``/``routing_key`` reach it; a publish that names a queue but
+    goes elsewhere (``apply_async(exchange=..., routing_key=...)``) gets
+    ``None``, and its routability is checked at the broker instead.
     """
     check_name("exchange name", exchange)
     check_name("routing key", routing_key)
-    queue_hint = None
+    receiving = None
     for entity in declare or ():
         name = getattr(entity, "name", None)
         if not isinstance(name, str):
             continue
-        if hasattr(entity, "queue_arguments"):
-            check_name("queue name", name)
-            queue_hint = queue_hint or name
-            ex = getattr(entity, "exchange", None)
-            if ex is not None and getattr(ex, "name", None):
-                check_name("exchange name", ex.name)
-        else:
+        if not hasattr(entity, "queue_arguments"):
             check_name("exchange name", name)
-    return queue_hint
+            continue
+        check_name("queue name", name)
+        for bound_exchange, key in _bindings_of(entity):
+            check_name("exchange name", bound_exchange.name or "")
+            if receiving is None and _reaches(bound_exchange, key, exchange, routing_key, name):
+                receiving = name
+    return receiving
+
+
+def _bindings_of(queue: Any) -> list[tuple[Any, str]]:
+    pairs = []
+    if getattr(queue, "exchange", None) is not None:
+        pairs.append((queue.exchange, queue.routing_key or ""))
+    for binding in getattr(queue, "bindings", None) or ():
+        if getattr(binding, "exchange", None) is not None:
+            pairs.append((binding.exchange, binding.routing_key or ""))
+    return pairs
+
+
+def _reaches(bound_exchange: Any, binding_key: str, exchange: str, routing_key: str, queue: str) -> bool:
+    if exchange == "":
+        return routing_key == queue  # the default exchange routes by queue name
+    if (bound_exchange.name or "") != exchange:
+        return False
+    return bool(key_matches(bound_exchange.type or "direct", binding_key, routing_key))

@@ -42,6 +42,9 @@ class DelayqConfig:
         batch_window: Unconfirmed messages allowed in flight inside
             :func:`~celery_delayq.batch` before the publisher waits.
         broker_url: Broker for the ladder; default is the app's write broker.
+        management_url: RabbitMQ's management API, for what AMQP cannot tell (bindings,
+            held messages, leaders). ``None`` = ``http://<broker host>:15672``;
+            ``""`` = never ask it.
         telemetry_dir: Root directory of the JSON Lines telemetry (``None`` = off);
             ``python -m celery_delayq.analytics`` turns it into a report.
         queue_delays: Default delay in seconds per destination queue name, e.g.
@@ -74,6 +77,7 @@ class DelayqConfig:
     batch_window: int = 1000
     broker_url: str | None = None
     telemetry_dir: str | None = None
+    management_url: str | None = None
     queue_delays: Any = ()
     park: bool = True
     parking_queue: str | None = None

@@ -1,29 +1,38 @@
 """Publish messages into the ladder: publisher confirms, mandatory flag, no silent loss.
 
 One :class:`LadderPublisher` per process and broker owns a dedicated
-connection whose channel is in confirm mode, so the app's own publishes keep
-whatever ``confirm_publish`` setting they had and pay nothing extra.
+connection (:class:`~celery_delayq.owned.OwnedConnection`) whose channel is
+in confirm mode, so the app's own publishes keep whatever ``confirm_publish``
+setting they had and pay nothing extra.
 
 Two ways to wait for confirms:
 
-* **one by one** (default): ``publish`` returns only once the broker has
-  confirmed the message, or raises :class:`~celery_delayq.errors.PublishError`.
+* **one by one** (default): :meth:`~LadderPublisher.schedule` returns only
+  once the broker has confirmed the message, or raises
+  :class:`~celery_delayq.errors.PublishError`.
 * **pipelined** inside :meth:`LadderPublisher.batch` (or :func:`celery_delayq.batch`):
   publishes return at once, up to ``batch_window`` stay unconfirmed, and
   leaving the block waits for the rest and raises if any was nacked or
   returned. Confirms stay on; they are only awaited together.
+
+When the connection drops, every unconfirmed message is republished on a new
+connection (at-least-once: the ladder may then hold a duplicate). When that
+fails too, nothing is left unnamed: the :class:`PublishError` raised lists in
+``failed`` the task id of every message that may not be scheduled, and the
+publisher keeps no state from it into the next call.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
-import os
 import threading
 import time
 import uuid
+import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 import amqp
 import kombu
@@ -32,12 +41,13 @@ from kombu.serialization import dumps
 from . import headers as H
 from . import signals
 from .config import DelayqConfig
-from .confirms import ConfirmChannel
+from .confirms import ConfirmChannel, Pending, Tracker, fail
 from .delays import due_from
-from .errors import PublishError, UnsupportedTransport
+from .errors import BrokerUnavailable, PublishError, PublishTimeout
 from .ladder import LadderSpec
-from .owned import OwnsConnection
+from .owned import OwnedConnection
 from .registry import ProcessRegistry
+from .management import ManagementAPI
 from .topology import Destination, Topology, broker_version, resolve_queue_type
 
 __all__ = ["LadderPublisher", "Scheduled", "publisher_for", "plan"]
@@ -45,6 +55,13 @@ __all__ = ["LadderPublisher", "Scheduled", "publisher_for", "plan"]
 log = logging.getLogger(__name__)
 
 _RECOVERABLE = (amqp.exceptions.RecoverableConnectionError, ConnectionError, OSError)
+#: Connections opened per call before giving up; no sleep between them (a dropped
+#: connection reconnects at once, a stopped broker refuses at once).
+_ATTEMPTS = 3
+#: Names shown in an error message; ``PublishError.failed`` has all of them.
+_SHOWN = 5
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -67,20 +84,47 @@ def plan(spec: LadderSpec, destination: Destination, *, due: float, now: float) 
     return (units, *spec.route(units, destination.token))
 
 
-@dataclass
+@dataclass(eq=False)
 class _Batch:
-    entries: set[str] = field(default_factory=set)
+    tracker: Tracker = field(default_factory=Tracker)
     scheduled: list[tuple[Scheduled, dict[str, Any]]] = field(default_factory=list)
-    last_tag: int = 0
+    #: Entry ids already reported to the caller as not (known to be) scheduled.
+    reported: set[str] = field(default_factory=set)
 
 
-class LadderPublisher(OwnsConnection):
+def _names(items: Sequence[Pending]) -> tuple[list[str], list[str]]:
+    return [p.name for p in items], [p.entry for p in items]
+
+
+def _preview(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:_SHOWN])
+    return shown + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
+
+
+def combine(failures: Sequence[PublishError], *, also: Sequence[tuple[str, str]] = (),
+            cause: PublishError | None = None) -> PublishError:
+    """One error naming every message of ``failures`` plus ``also`` (``(name, entry)`` pairs).
+
+    Its type is the failures' common type (``PublishError`` if they differ).
+    """
+    if len(failures) == 1 and not also and cause is None:
+        return failures[0]
+    names = [n for f in failures for n in f.failed] + [n for n, _ in also]
+    entries = [e for f in failures for e in f.entries] + [e for _, e in also]
+    if not names and cause is not None:
+        return cause
+    kinds = {type(f) for f in failures} | ({type(cause)} if cause is not None else set())
+    cls = kinds.pop() if len(kinds) == 1 else PublishError
+    first = str(cause if cause is not None else failures[0])
+    return cls(f"{first} -- {len(names)} delayed message(s) NOT scheduled or not confirmed: "
+               f"{_preview(names)}", failed=names, entries=entries)
+
+
+class LadderPublisher:
     """Publishes into one ladder over a dedicated confirm-mode connection.
 
     Thread-safe; fork-safe (a child process reconnects on first use).
     """
-
-    _lock_type = threading.RLock
 
     def __init__(self, connection: kombu.Connection, config: DelayqConfig, *, clock: Any = time.time) -> None:
         self.template = connection
@@ -89,48 +133,26 @@ class LadderPublisher(OwnsConnection):
         self.clock = clock
         self._lock = threading.RLock()
         self._local = threading.local()
-        self._pid = 0
-        self._conn: kombu.Connection | None = None
-        self._confirm: ConfirmChannel | None = None
+        self._link = OwnedConnection(connection, role="ladder publisher")
+        #: Unconfirmed publishes of a lost connection, republished on the next one.
+        self._orphans: collections.deque[Pending] = collections.deque()
         self.topology: Topology | None = None
 
     # -- connection ---------------------------------------------------------------
+    @property
+    def link(self) -> OwnedConnection:
+        """The dedicated connection (its options: ``link.describe()``)."""
+        return self._link
+
     def raw_connection(self) -> amqp.Connection:
-        """The py-amqp connection, connected and with the ladder declared or verified."""
-        with self._lock:
-            if self._conn is None or self._pid != os.getpid():
-                self._connect()
-            assert self._conn is not None
-            return self._conn.connection
+        """The py-amqp connection, connected and with the ladder declared or verified.
 
-    def _connect(self) -> None:
-        self._drop()
-        conn = self.template.clone()
-        if conn.transport.driver_type != "amqp":
-            raise UnsupportedTransport(
-                f"the delay ladder needs RabbitMQ (AMQP 0-9-1); broker transport is "
-                f"{conn.transport.driver_type!r}. Use an amqp:// or pyamqp:// broker URL.")
-        conn.connect()
-        raw = conn.connection
-        if not isinstance(raw, amqp.Connection):
-            raise UnsupportedTransport("the delay ladder needs kombu's 'pyamqp' transport (py-amqp)")
-        if self.topology is None:
-            qtype = resolve_queue_type(self.config.queue_type, broker_version(raw))
-            self.topology = Topology(self.spec, qtype)
-            if self.config.declare:
-                self.topology.declare(raw)
-            else:
-                self.topology.verify(raw)
-        self._conn, self._pid = conn, os.getpid()
-        self._confirm = ConfirmChannel(raw)
-
-    def close(self) -> None:
-        """Wait for outstanding confirms, then close the ladder connection."""
+        Raises:
+            BrokerUnavailable: the broker cannot be reached (tried once per host).
+        """
         with self._lock:
-            if self._confirm is not None and self._pid == os.getpid() and self._confirm.pending:
-                with contextlib.suppress(PublishError):
-                    self._confirm.wait(timeout=self.config.confirm_timeout)
-            self._drop()
+            self._io(Tracker(), lambda confirm: None)
+            return self._link.raw
 
     def declare(self) -> Topology:
         """Declare (or verify) the ladder now rather than at the first publish."""
@@ -138,17 +160,127 @@ class LadderPublisher(OwnsConnection):
         assert self.topology is not None
         return self.topology
 
-    # -- publishing ------------------------------------------------------------------
-    def publish(self, body: Any, *, delay: float | None = None, eta: Any = None,
-                exchange: str = "", routing_key: str = "", queue: str | None = None,
-                serializer: str = "json", headers: Mapping[str, Any] | None = None,
-                **properties: Any) -> Scheduled | None:
-        """Publish any message with a delay, to an exchange and routing key or to a queue.
+    def close(self) -> None:
+        """Wait for outstanding confirms, then close the ladder connection."""
+        with self._lock:
+            confirm = self._link.confirm
+            if confirm is not None and confirm.pending:
+                with contextlib.suppress(PublishError, *_RECOVERABLE):
+                    confirm.wait(timeout=self.config.confirm_timeout)
+            self._link.drop()
 
-        This is the plain-kombu entry point; Celery tasks get here through
-        :class:`~celery_delayq.producer.DelayqProducer`. Returns ``None`` (and
-        publishes nothing) when the delay is zero or negative: the caller
-        should then publish normally, as Celery does with a past eta.
+    def after_fork_in_child(self) -> None:
+        """In a forked child: forget the parent's connection, lock and batches."""
+        self._lock = threading.RLock()
+        self._local = threading.local()
+        self._orphans = collections.deque()
+        self._link.after_fork_in_child()
+
+    def _live(self) -> ConfirmChannel:
+        """The confirm channel, (re)connected, with the ladder declared and orphans republished."""
+        confirm = self._link.confirm
+        if confirm is not None and not confirm.pending and self._link.idle_too_long():
+            log.debug("delayq: ladder connection idle past its heartbeat; reconnecting")
+            confirm = None
+        if confirm is None:
+            confirm = self._link.open()
+        if self.topology is None:
+            raw = self._link.raw
+            topology = Topology(self.spec, resolve_queue_type(self.config.queue_type, broker_version(raw)))
+            api = ManagementAPI.for_connection(self.template, self.config.management_url)
+            topology.route_check = api.routes if api is not None else None
+            if self.config.declare:
+                topology.declare(raw)
+            else:
+                topology.verify(raw)
+            self.topology = topology
+        if self._orphans:
+            log.warning("delayq: republishing %d unconfirmed ladder message(s) on a new connection",
+                        len(self._orphans))
+            while self._orphans:  # pop only once sent: a failure leaves the rest orphaned
+                confirm.adopt(self._orphans[0])
+                self._orphans.popleft()
+        return confirm
+
+    def _io(self, tracker: Tracker, op: Callable[[ConfirmChannel], R],
+            also: Sequence[tuple[str, str]] = ()) -> R:
+        """Run ``op`` on a live channel, reconnecting (and republishing) if the connection drops.
+
+        ``also`` names messages the caller holds that are not tracked yet. On
+        giving up, every unconfirmed publish of every tracker is settled as
+        failed, and the error raised names ``tracker``'s and ``also``.
+        """
+        cause: BaseException | None = None
+        for _ in range(_ATTEMPTS):
+            try:
+                result = op(self._live())
+                self._link.touch()
+                return result
+            except _RECOVERABLE as exc:
+                cause = exc
+                self._lose(exc)
+            except BrokerUnavailable as exc:
+                fail(self._orphans, lambda items: BrokerUnavailable(
+                    f"{exc}; the connection had dropped before the broker confirmed these",
+                    failed=_names(items)[0], entries=_names(items)[1]))
+                self._orphans.clear()
+                raise combine(self._take(tracker), also=also, cause=exc) from exc.__cause__
+            except PublishTimeout as exc:
+                self._abandon(lambda items: PublishTimeout(
+                    f"no publisher confirm within {self.config.confirm_timeout:.1f} s; the "
+                    f"connection was closed, so {len(items)} ladder message(s) may or may not be "
+                    "scheduled. Check the broker's health (memory/disk alarms block publishers).",
+                    failed=_names(items)[0], entries=_names(items)[1]))
+                raise combine(self._take(tracker), also=also, cause=exc) from None
+            except (amqp.exceptions.ChannelError, amqp.exceptions.IrrecoverableConnectionError) as exc:
+                confirm = self._link.confirm
+                if isinstance(exc, amqp.exceptions.ChannelError) and confirm is not None \
+                        and confirm.channel.is_open:
+                    raise  # another channel's error (a declare): the confirm channel is fine
+                self._abandon(lambda items: PublishError(
+                    f"the broker closed the ladder's channel ({exc!r}); {len(items)} ladder "
+                    "message(s) may not be scheduled", failed=_names(items)[0], entries=_names(items)[1]))
+                raise combine(self._take(tracker), also=also, cause=PublishError(str(exc))) from exc
+        lost = PublishError(f"lost the broker connection {_ATTEMPTS} times in a row ({cause!r}); "
+                            "the unconfirmed messages may not be scheduled")
+        self._abandon(lambda items: PublishError(str(lost), failed=_names(items)[0],
+                                                 entries=_names(items)[1]))
+        raise combine(self._take(tracker), also=also, cause=lost) from cause
+
+    def _lose(self, exc: BaseException) -> None:
+        """The connection dropped: keep its unconfirmed publishes to republish, forget it."""
+        log.warning("delayq: ladder connection lost (%r); reconnecting", exc)
+        confirm = self._link.confirm
+        if confirm is not None:
+            self._orphans.extendleft(reversed(confirm.take()))
+        self._link.drop()
+
+    def _abandon(self, error: Callable[[list[Pending]], PublishError]) -> None:
+        """Give the connection up: every unconfirmed publish fails in its own tracker."""
+        confirm = self._link.confirm
+        items = (confirm.take() if confirm is not None else []) + list(self._orphans)
+        self._orphans.clear()
+        fail(items, error)
+        self._link.drop()
+
+    def _take(self, tracker: Tracker) -> list[PublishError]:
+        failures = tracker.take_failures()
+        batch: _Batch | None = getattr(self._local, "batch", None)
+        if batch is not None and batch.tracker is tracker:
+            batch.reported.update(e for f in failures for e in f.entries)
+        return failures
+
+    # -- publishing ------------------------------------------------------------------
+    def schedule_body(self, body: Any, *, delay: float | None = None, eta: Any = None,
+                      exchange: str = "", routing_key: str = "", queue: str | None = None,
+                      serializer: str = "json", headers: Mapping[str, Any] | None = None,
+                      **properties: Any) -> Scheduled | None:
+        """Serialise ``body`` and schedule it with a delay, to an exchange and routing key or a queue.
+
+        This is the plain-kombu entry point; Celery tasks reach :meth:`schedule`
+        through the producer hook. Returns ``None`` (and publishes nothing)
+        when the delay is zero or negative: the caller should then publish
+        normally, as Celery does with a past eta.
         """
         if queue is not None:
             exchange, routing_key = "", queue
@@ -160,20 +292,39 @@ class LadderPublisher(OwnsConnection):
                              exchange=exchange, routing_key=routing_key, headers=dict(headers or {}),
                              content_type=content_type, content_encoding=content_encoding, **properties)
 
+    def publish(self, body: Any, **kwargs: Any) -> Scheduled | None:
+        """Deprecated name of :meth:`schedule_body` (kept for code written against 0.x)."""
+        warnings.warn("LadderPublisher.publish() is deprecated; use schedule_body()",
+                      DeprecationWarning, stacklevel=2)
+        return self.schedule_body(body, **kwargs)
+
     def schedule(self, body: bytes | str, *, due: float, delay: float, exchange: str, routing_key: str,
                  headers: dict[str, Any], content_type: str | None = None,
                  content_encoding: str | None = None, queue_hint: str | None = None,
                  **properties: Any) -> Scheduled:
-        """Put an already serialised message into the ladder (confirmed, mandatory)."""
+        """Put an already serialised message into the ladder (confirmed, mandatory).
+
+        Raises:
+            PublishError: the message (and, inside ``batch()``, every other one
+                that may not be scheduled) is named in ``failed`` by task id.
+        """
         now = self.clock()
         properties.pop("expiration", None)  # a per-message TTL would make it skip levels early
+        entry = uuid.uuid4().hex
+        this = ((str(headers.get("id") or properties.get("message_id") or entry), entry),)
         with self._lock:
-            raw = self.raw_connection()
-            assert self.topology is not None
-            dest = self.topology.destination(exchange, routing_key)
-            self.topology.ensure_exit(raw, dest, declare=self.config.declare, queue_hint=queue_hint)
+            batch: _Batch | None = getattr(self._local, "batch", None)
+            tracker = batch.tracker if batch is not None else Tracker()
+
+            def prepare(confirm: ConfirmChannel) -> Destination:
+                assert self.topology is not None  # _live() declared it
+                dest = self.topology.destination(exchange, routing_key)
+                self.topology.ensure_exit(confirm.connection, dest, declare=self.config.declare,
+                                          queue_hint=queue_hint)
+                return dest
+
+            dest = self._io(tracker, prepare, this)
             units, entry_x, ladder_key, hops = plan(self.spec, dest, due=due, now=now)
-            entry = uuid.uuid4().hex
             sched = Scheduled(entry, due, delay, units, hops, entry_x, ladder_key, dest)
             hdrs = H.strip_broker_headers(headers)
             hdrs.update({H.DUE: due, H.DELAY: delay, H.ENTRY: entry, H.HOPS: hops,
@@ -187,78 +338,37 @@ class LadderPublisher(OwnsConnection):
             properties.setdefault("delivery_mode", 2)
             message = amqp.Message(body, content_type=content_type, content_encoding=content_encoding,
                                    application_headers=hdrs, **properties)
-            batch: _Batch | None = getattr(self._local, "batch", None)
-            tag = self._send(message, entry_x, ladder_key)
+            self._io(tracker, lambda c: c.publish(message, entry_x, ladder_key, tracker), this)
+            timeout = self.config.confirm_timeout
             if batch is not None:
-                batch.entries.add(entry)
                 batch.scheduled.append((sched, hdrs))
-                batch.last_tag = tag
                 window = self.config.batch_window
-                assert self._confirm is not None
-                if len(self._confirm.pending) > window:
+                confirm = self._link.confirm
+                if confirm is not None and len(confirm.pending) > window:
                     # Drain down to half the window, so confirms are read in runs
                     # rather than one frame per publish.
-                    self._wait(upto=None, keep=window // 2)
+                    self._io(tracker, lambda c: c.wait(timeout=timeout, keep=window // 2))
                 return sched
-            self._wait(upto=tag)
-            self._raise_failures({entry})
+            self._io(tracker, lambda c: c.wait(timeout=timeout, tracker=tracker))
+            self._raise_failures(tracker)
         signals.message_scheduled.send(sender=self, plan=sched, headers=hdrs)
         return sched
 
-    def _send(self, message: amqp.Message, exchange: str, routing_key: str) -> int:
-        for attempt in range(3):
-            try:
-                assert self._confirm is not None
-                return self._confirm.publish(message, exchange, routing_key)
-            except _RECOVERABLE as exc:
-                self._recover(exc, attempt)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _wait(self, upto: int | None, keep: int = 0) -> None:
-        for attempt in range(3):
-            try:
-                assert self._confirm is not None
-                self._confirm.wait(upto, timeout=self.config.confirm_timeout, keep=keep)
-                return
-            except _RECOVERABLE as exc:
-                # Tags restart on the new channel; every unconfirmed message is sent
-                # again, so wait for all of them.
-                self._recover(exc, attempt)
-                upto = None
-
-    def _recover(self, exc: BaseException, attempt: int) -> None:
-        """Reconnect and republish every unconfirmed message (at-least-once)."""
-        if attempt >= 2:
-            raise PublishError(f"lost the broker connection while scheduling ({exc!r}); "
-                               "the unconfirmed messages were NOT scheduled") from exc
-        log.warning("delayq: ladder connection lost (%r); reconnecting and republishing", exc)
-        old = self._confirm
-        pending = list(old.pending.values()) if old is not None else []
-        failures = old.take_failures() if old is not None else []
-        time.sleep(0.2 * (attempt + 1))
-        self._connect()
-        assert self._confirm is not None
-        self._confirm.failures.extend(failures)
-        for item in pending:
-            self._confirm.publish(item.message, item.exchange, item.routing_key)
-
-    def _raise_failures(self, entries: set[str]) -> None:
-        assert self._confirm is not None
-        mine = [f for f in self._confirm.failures if set(f.failed) & entries]
-        if not mine:
-            return
-        self._confirm.failures = [f for f in self._confirm.failures if f not in mine]
-        if len(mine) == 1:
-            raise mine[0]
-        failed = [e for f in mine for e in f.failed]
-        raise type(mine[0])(f"{len(mine)} ladder messages were not scheduled; first: {mine[0]}", failed=failed)
+    def _raise_failures(self, tracker: Tracker) -> None:
+        failures = self._take(tracker)
+        if failures:
+            raise combine(failures)
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
         """Pipeline confirms for every publish in the block (same thread).
 
-        On exit, waits for all of them; raises :class:`PublishError` listing the
-        entry ids that were nacked or returned. Nested blocks join the outer one.
+        On exit, waits for all of them; raises :class:`PublishError` naming (by
+        task id) each one that was nacked, returned or lost with the
+        connection. A failure found earlier is raised from the publish that
+        found it, naming every message of the block it affects; nothing is
+        named twice and nothing carries over into the next block. Nested
+        blocks join the outer one.
         """
         if getattr(self._local, "batch", None) is not None:
             yield
@@ -267,20 +377,17 @@ class LadderPublisher(OwnsConnection):
         try:
             yield
         finally:
-            self._local.batch = None
-            if b.entries:
+            try:
                 with self._lock:
-                    self._wait(upto=None)
-                    failed_entries = set()
-                    try:
-                        self._raise_failures(b.entries)
-                    except PublishError as exc:
-                        failed_entries = set(exc.failed)
-                        raise
-                    finally:
-                        for sched, hdrs in b.scheduled:
-                            if sched.entry not in failed_entries:
-                                signals.message_scheduled.send(sender=self, plan=sched, headers=hdrs)
+                    if b.tracker.outstanding:
+                        self._io(b.tracker, lambda c: c.wait(timeout=self.config.confirm_timeout,
+                                                             tracker=b.tracker))
+                    self._raise_failures(b.tracker)
+            finally:
+                self._local.batch = None
+                for sched, hdrs in b.scheduled:
+                    if sched.entry not in b.reported:
+                        signals.message_scheduled.send(sender=self, plan=sched, headers=hdrs)
 
 
 _PUBLISHERS: ProcessRegistry[LadderPublisher] = ProcessRegistry()

@@ -17,7 +17,7 @@ import amqp
 from .errors import BrokerTooOld, TopologyError, TopologyMismatch, TopologyMissing, UnroutableDestination
 from .ladder import LadderSpec, check_name, destination_token
 
-__all__ = ["Topology", "resolve_queue_type", "broker_version", "Destination"]
+__all__ = ["Topology", "resolve_queue_type", "broker_version", "Destination", "EntityState", "LadderState"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,66 @@ class Destination:
     exit_queue: str
 
 
+@dataclass(frozen=True)
+class EntityState:
+    """What a passive declare found for one exchange or queue.
+
+    Attributes:
+        kind: ``exchange`` or ``queue``.
+        name: Its name.
+        exists: Whether the broker has it.
+        messages: Ready messages of a queue (``None`` for exchanges and absent
+            queues). Messages a quorum queue holds in its dead-letter state
+            are not ready and not counted: AMQP cannot see them.
+        consumers: Consumers of a queue (``None`` likewise).
+    """
+
+    kind: str
+    name: str
+    exists: bool
+    messages: int | None = None
+    consumers: int | None = None
+
+
+@dataclass(frozen=True)
+class LadderState:
+    """The result of :meth:`Topology.inspect`: every ladder entity, found or not.
+
+    Attributes:
+        entities: The ladder's exchanges and queues, then any extra queues asked for.
+        namespace: The ladder's shape-specific name prefix (``LadderSpec.namespace``).
+    """
+
+    entities: tuple[EntityState, ...]
+    namespace: str = ""
+
+    @property
+    def exists(self) -> bool:
+        """Whether any part of *this* ladder is on the broker.
+
+        The ``<prefix>.unroutable`` exchange and queue do not count: every
+        shape (levels, radix) of a prefix shares them.
+        """
+        return any(e.exists and e.name.startswith(f"{self.namespace}.") for e in self.entities)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every part of the ladder is on the broker."""
+        return all(e.exists for e in self.entities)
+
+    @property
+    def missing(self) -> list[EntityState]:
+        """The entities the broker does not have."""
+        return [e for e in self.entities if not e.exists]
+
+    def queue(self, name: str) -> EntityState:
+        """The state of queue ``name`` (KeyError if it is not part of the ladder)."""
+        for e in self.entities:
+            if e.kind == "queue" and e.name == name:
+                return e
+        raise KeyError(name)
+
+
 @dataclass
 class Topology:
     """The ladder's exchanges, queues and bindings for one :class:`LadderSpec`.
@@ -84,6 +144,9 @@ class Topology:
     spec: LadderSpec
     queue_type: str
     _exits: dict[tuple[str, str], Destination] = field(default_factory=dict, repr=False)
+    #: ``(exchange, routing_key) -> routes?`` (``None``: cannot tell), e.g.
+    #: :meth:`~celery_delayq.management.ManagementAPI.routes`; used where AMQP cannot tell.
+    route_check: Callable[[str, str], bool | None] | None = field(default=None, repr=False)
 
     # -- arguments ----------------------------------------------------------
     def _queue_args(self, ttl_ms: int, dlx: str, dl_routing_key: str | None = None) -> dict[str, Any]:
@@ -168,40 +231,61 @@ class Topology:
                     log.info("delayq: no configure permission; ladder arguments not verified")
                     return
 
+    def inspect(self, connection: amqp.Connection, *, extra_queues: list[str] | tuple[str, ...] = ()) -> LadderState:
+        """Which ladder exchanges and queues exist, and how many messages each queue holds.
+
+        Passive declares only, so it never creates anything (a mistyped prefix
+        must not leave a ladder behind) and needs no configure permission.
+        ``extra_queues`` (exit or parking queues) are looked up the same way.
+        """
+        found: list[EntityState] = []
+        wanted = [(kind.split(":")[0], name) for kind, name, _args in self.entities()]
+        wanted += [("queue", name) for name in extra_queues]
+        with _Channels(connection) as chans:
+            for kind, name in wanted:
+                found.append(_probe(chans, kind, name))
+        return LadderState(tuple(found), self.spec.namespace)
+
     def delete(self, connection: amqp.Connection, *, if_empty: bool = True,
-               exit_queues: list[str] | tuple[str, ...] = ()) -> list[str]:
+               exit_queues: list[str] | tuple[str, ...] = (), keep_shared: bool = False) -> list[str]:
         """Delete the ladder (and the named exit queues); returns what was deleted.
 
-        With ``if_empty`` (the default) a queue still holding messages is kept and
-        reported by :class:`TopologyError`, because deleting it would drop them.
+        Only what exists is deleted and returned, so deleting an absent ladder
+        returns ``[]``. With ``if_empty`` (the default) nothing at all is deleted
+        while any of the queues holds messages (:class:`TopologyError` names
+        them): deleting the exchanges under a busy queue would strand its
+        messages just as surely as deleting the queue. The check is racy only
+        against publishes made while the ladder is being deleted.
+
+        ``keep_shared`` keeps the ``<prefix>.unroutable`` exchange and queue,
+        which every shape of the prefix shares: after a reshape the new ladder's
+        delivery exchange still uses them as its alternate exchange.
         """
         s = self.spec
         deleted: list[str] = []
-        busy: list[str] = []
-        queues = [name for _k, _d, name in s.level_queues()] + [s.unroutable_queue]
+        queues = [name for _k, _d, name in s.level_queues()] + ([] if keep_shared else [s.unroutable_queue])
         queues += list(exit_queues) + [d.exit_queue for d in self._exits.values()]
+        exchanges = [s.level_exchange(k) for k in range(s.levels)] + [s.delivery_exchange]
+        exchanges += [] if keep_shared else [s.unroutable_exchange]
         with _Channels(connection) as chans:
-            for name in dict.fromkeys(queues):
-                try:
+            found = [_probe(chans, "queue", name) for name in dict.fromkeys(queues)]
+            busy = [f"{q.name} ({q.messages})" for q in found if q.exists and q.messages]
+            if if_empty and busy:
+                raise TopologyError(f"{len(busy)} ladder queue(s) still hold messages: {', '.join(busy)}; "
+                                    "nothing was deleted. Wait until they drain, or delete with "
+                                    "if_empty=False (CLI: --discard-messages) to drop them.")
+            for q in found:
+                if q.exists:
                     # Quorum queues refuse queue.delete(if_empty=True) with a *connection*
-                    # error, so look at the depth first (racy only against new publishes).
-                    depth = chans.call(lambda ch, name=name: ch.queue_declare(name, passive=True)).message_count
-                    if if_empty and depth:
-                        busy.append(f"{name} ({depth})")
-                        continue
-                    chans.call(lambda ch, name=name: ch.queue_delete(name))
-                    deleted.append(f"queue {name}")
-                except amqp.NotFound:
-                    pass
-            exchanges = [s.level_exchange(k) for k in range(s.levels)]
-            exchanges += [s.delivery_exchange, s.unroutable_exchange]
+                    # error, so the depth was looked at above instead.
+                    chans.call(lambda ch, name=q.name: ch.queue_delete(name))
+                    deleted.append(f"queue {q.name}")
             for name in exchanges:
-                chans.call(lambda ch, name=name: ch.exchange_delete(name))
-                deleted.append(f"exchange {name}")
+                # exchange.delete succeeds for an absent exchange, so look first.
+                if _probe(chans, "exchange", name).exists:
+                    chans.call(lambda ch, name=name: ch.exchange_delete(name))
+                    deleted.append(f"exchange {name}")
         self._exits.clear()
-        if busy:
-            raise TopologyError(f"kept {len(busy)} ladder queue(s) that still hold messages: "
-                                f"{', '.join(busy)}; wait until they drain or delete with if_empty=False")
         return deleted
 
     # -- exits -------------------------------------------------------------------
@@ -216,6 +300,26 @@ class Topology:
             label = f"{exchange or 'default'}.{routing_key}"
             dest = Destination(exchange, routing_key, token, self.spec.exit_queue(label, token))
         return dest
+
+    def _check_route(self, dest: Destination) -> None:
+        """An exchange that exists may still route the key nowhere; ask the management API.
+
+        Without a binding, the exit queue's at-least-once dead-lettering would
+        hold the message for ever (RabbitMQ retries, it never drops), so refuse
+        it now. AMQP cannot list bindings: where the API is off, say so once.
+        """
+        routes = self.route_check(dest.exchange, dest.routing_key) if self.route_check else None
+        if routes is False:
+            raise UnroutableDestination(
+                f"cannot delay a message to exchange {dest.exchange!r} with routing key "
+                f"{dest.routing_key!r}: no binding of that exchange routes this key, so the message "
+                "could never be delivered. Bind a queue for it, or publish to a queue Celery "
+                "declares (apply_async(queue=...)).")
+        if routes is None:
+            log.warning("delayq: cannot check that exchange %r routes key %r (RabbitMQ's management API "
+                        "is not reachable; set delayq_management_url). If it does not, messages for it "
+                        "wait in exit queue %r until a binding appears.",
+                        dest.exchange, dest.routing_key, dest.exit_queue)
 
     def ensure_exit(self, connection: amqp.Connection, dest: Destination, *,
                     declare: bool, queue_hint: str | None = None) -> None:
@@ -242,6 +346,8 @@ class Topology:
                     f"{dest.routing_key!r}: {exc.reply_text}. Declare the destination first "
                     "(Celery does this for queues in task_queues/task_create_missing_queues)."
                 ) from None
+            if dest.exchange and not queue_hint:
+                self._check_route(dest)
             args = self.exit_queue_args(dest.exchange, dest.routing_key)
             if declare:
                 chans.run(f"exit queue {dest.exit_queue}", lambda ch: _declare(ch, "queue", dest.exit_queue, args))
@@ -265,6 +371,18 @@ def _declare(ch: amqp.Channel, kind: str, name: str, args: dict[str, Any], passi
                             auto_delete=False, arguments=args or None)
     else:
         ch.queue_declare(name, passive=passive, durable=True, auto_delete=False, arguments=args or None)
+
+
+def _probe(chans: "_Channels", kind: str, name: str) -> EntityState:
+    """Passive declare of one exchange or queue."""
+    try:
+        if kind == "exchange":
+            chans.call(lambda ch: ch.exchange_declare(name, "topic", passive=True))
+            return EntityState(kind, name, True)
+        ok = chans.call(lambda ch: ch.queue_declare(name, passive=True))
+        return EntityState(kind, name, True, int(ok.message_count), int(ok.consumer_count))
+    except amqp.NotFound:
+        return EntityState(kind, name, False)
 
 
 class _Channels:

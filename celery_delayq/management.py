@@ -1,0 +1,132 @@
+"""What AMQP cannot tell, asked of RabbitMQ's management HTTP API (when it is there).
+
+AMQP 0-9-1 cannot list bindings, and it cannot see messages a quorum queue
+holds in its dead-letter state. Both matter to the ladder: a destination
+exchange without a binding for the routing key would hold a message in its
+exit queue for ever (at-least-once dead-lettering retries, it never drops),
+and a held message is invisible to a passive declare.
+
+The API is optional (the ``rabbitmq_management`` plugin): every call here
+answers ``None`` ("cannot tell") when it is off or unreachable, quickly, and
+callers fall back to what AMQP can do. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ManagementAPI", "key_matches"]
+
+log = logging.getLogger(__name__)
+
+#: The management plugin's default port.
+DEFAULT_PORT = 15672
+
+
+def key_matches(exchange_type: str, binding_key: str, routing_key: str) -> bool | None:
+    """Does a binding with ``binding_key`` route ``routing_key``? ``None``: depends on headers.
+
+    Pure: direct compares, topic matches ``*`` (one word) and ``#`` (zero or
+    more), fanout always routes; headers (and plugin types) cannot be told
+    from the key.
+    """
+    if exchange_type == "fanout":
+        return True
+    if exchange_type == "direct":
+        return binding_key == routing_key
+    if exchange_type == "topic":
+        return _topic_match(binding_key.split("."), routing_key.split("."))
+    return None
+
+
+def _topic_match(pattern: list[str], words: list[str]) -> bool:
+    if not pattern:
+        return not words
+    head, rest = pattern[0], pattern[1:]
+    if head == "#":
+        return any(_topic_match(rest, words[i:]) for i in range(len(words) + 1))
+    if not words:
+        return False
+    return (head == "*" or head == words[0]) and _topic_match(rest, words[1:])
+
+
+@dataclass(frozen=True)
+class ManagementAPI:
+    """A client of one vhost's management API; every method answers ``None`` when it cannot tell."""
+
+    base_url: str
+    vhost: str
+    userid: str
+    password: str
+    timeout: float = 2.0
+
+    @classmethod
+    def for_connection(cls, connection: Any, url: str | None = None) -> "ManagementAPI | None":
+        """The API of a kombu connection's broker: ``url``, else ``http://<host>:15672``; ``url=""`` = off."""
+        if url == "":
+            return None
+        if url is None:
+            url = f"http://{connection.hostname or 'localhost'}:{DEFAULT_PORT}"
+        return cls(url.rstrip("/"), connection.virtual_host or "/", connection.userid or "guest",
+                   connection.password or "guest")
+
+    def _get(self, path: str) -> Any:
+        request = urllib.request.Request(self.base_url + path)
+        token = base64.b64encode(f"{self.userid}:{self.password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - operator's URL
+                return json.load(response)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return _NOT_FOUND
+            log.debug("delayq: management API %s answered %s", self.base_url, exc.code)
+            return None
+        except (OSError, ValueError) as exc:
+            log.debug("delayq: management API %s not usable: %r", self.base_url, exc)
+            return None
+
+    def _vhost_path(self, kind: str, name: str, suffix: str = "") -> str:
+        q = urllib.parse.quote
+        return f"/api/{kind}/{q(self.vhost, safe='')}/{q(name, safe='')}{suffix}"
+
+    def routes(self, exchange: str, routing_key: str) -> bool | None:
+        """Does ``exchange`` have a binding that routes ``routing_key``? ``None``: cannot tell."""
+        info = self._get(self._vhost_path("exchanges", exchange))
+        if info is None or info is _NOT_FOUND:
+            return None if info is None else False
+        bindings = self._get(self._vhost_path("exchanges", exchange, "/bindings/source"))
+        if not isinstance(bindings, list):
+            return None
+        if info.get("arguments", {}).get("alternate-exchange"):
+            return True  # the alternate exchange takes what no binding does
+        exchange_type = str(info.get("type", ""))
+        unknown = False
+        for binding in bindings:
+            matched = key_matches(exchange_type, str(binding.get("routing_key", "")), routing_key)
+            if matched:
+                return True
+            unknown = unknown or matched is None
+        return None if unknown else False
+
+    def queues(self, names: list[str] | None = None) -> list[dict[str, Any]] | None:
+        """Queue statistics of the vhost (``messages``, ``messages_ready``, ``leader``/``node`` ...)."""
+        q = urllib.parse.quote(self.vhost, safe="")
+        found = self._get(f"/api/queues/{q}?columns=name,type,messages,messages_ready,"
+                          "messages_unacknowledged,leader,node,members,arguments")
+        if not isinstance(found, list):
+            return None
+        if names is not None:
+            wanted = set(names)
+            found = [item for item in found if item.get("name") in wanted]
+        return found
+
+
+_NOT_FOUND: Any = object()
