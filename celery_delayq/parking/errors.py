@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import DelayqError
 
-__all__ = ["ParkingError", "ParkingFailed", "ParkedMessageNotFound"]
+__all__ = ["ParkingError", "ParkingFailed", "ParkedMessageNotFound", "UnsafeToBrowse"]
 
 
 class ParkingError(DelayqError):
@@ -22,3 +22,9 @@ class ParkingFailed(ParkingError):
 class ParkedMessageNotFound(ParkingError, LookupError):
     """No parked message has the given id (prefix)."""
 
+
+class UnsafeToBrowse(ParkingError):
+    """Reading the parking queue could make the broker drop parked messages (a quorum delivery limit).
+
+    Raised before any message is taken; the message says how to fix the queue.
+    """

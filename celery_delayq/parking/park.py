@@ -29,6 +29,7 @@ from .errors import ParkingFailed
 from ..topology import broker_version, resolve_queue_type
 from . import record as R
 from .capture import RawMessage
+from .limits import declare_arguments
 
 __all__ = ["Parker", "parker_for", "failure_headers", "parking_message"]
 
@@ -131,8 +132,9 @@ class Parker(OwnsConnection):
             ch.queue_declare(queue, passive=True)  # an existing queue is used as it is
         except amqp.NotFound:
             ch = raw.channel()  # the failed passive declare closed the channel
-            qtype = resolve_queue_type(self.queue_type, broker_version(raw))
-            ch.queue_declare(queue, durable=True, auto_delete=False, arguments={"x-queue-type": qtype})
+            version = broker_version(raw)
+            qtype = resolve_queue_type(self.queue_type, version)
+            ch.queue_declare(queue, durable=True, auto_delete=False, arguments=declare_arguments(qtype, version))
         finally:
             with contextlib.suppress(Exception):
                 ch.close()

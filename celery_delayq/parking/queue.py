@@ -12,6 +12,7 @@ from ..integration import install
 from ..publisher import LadderPublisher
 from .errors import ParkedMessageNotFound
 from .record import ParkedFilter, ParkedMessage
+from .redeclare import redeclare
 from .replay import ReplayReport, replay
 from .scan import Scan, queue_depth
 
@@ -107,18 +108,27 @@ class ParkingQueue:
             for message, parked in scan:
                 seen += 1
                 if match(parked):
-                    scan.channel.basic_ack(message.delivery_tag)
+                    scan.ack(message)
                     pending += 1
                 if pending >= batch_size:
-                    scan.channel.tx_commit()
+                    scan.commit()
                     deleted, pending = deleted + pending, 0
                     if progress is not None:
                         progress(seen, scan.total)
-            scan.channel.tx_commit()
+            scan.commit()
             deleted += pending
             if progress is not None:
                 progress(seen, scan.total)
         return deleted
+
+    def redeclare(self, *, queue_type: str = "quorum", batch_size: int = 500) -> int:
+        """Recreate the queue without a delivery limit, keeping every message in order; returns how many.
+
+        The fix for :class:`~celery_delayq.parking.errors.UnsafeToBrowse`: a quorum
+        parking queue declared with a delivery limit (RabbitMQ 4.0 to 4.2 give one
+        by default) can lose messages when looked at. See :mod:`~celery_delayq.parking.redeclare`.
+        """
+        return redeclare(self.connection, self.name, queue_type=queue_type, batch_size=batch_size)
 
     def close(self) -> None:
         """Close the connection."""

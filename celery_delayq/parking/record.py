@@ -20,7 +20,7 @@ from .. import headers as H
 __all__ = [
     "PARKED_ID", "PARKED_AT", "REASON", "TASK", "TASK_ID", "ATTEMPTS", "LAST_ATTEMPT",
     "EXC_TYPE", "EXC_MESSAGE", "TRACEBACK", "ORIGIN_EXCHANGE", "ORIGIN_ROUTING_KEY", "REPLAY",
-    "FAILURE_HEADERS", "ParkedMessage", "ParkedFilter",
+    "FAILURE_HEADERS", "LOOK_HEADERS", "ParkedMessage", "ParkedFilter",
 ]
 
 #: Unique id of this parking (a replay carries it on as ``x-delayq-replay``).
@@ -51,6 +51,9 @@ FAILURE_HEADERS = (PARKED_ID, PARKED_AT, REASON, TASK, TASK_ID, ATTEMPTS, LAST_A
                    EXC_TYPE, EXC_MESSAGE, TRACEBACK, ORIGIN_EXCHANGE, ORIGIN_ROUTING_KEY)
 #: Headers of a previous pass through the ladder; a replay starts a new one.
 _PASS_HEADERS = (H.DUE, H.DELAY, H.ENTRY, H.HOPS)
+#: What a quorum queue adds to a message it hands out again: counts of looks, not of the
+#: task's attempts. Dropped when read, so a replayed copy never carries them on.
+LOOK_HEADERS = ("x-delivery-count", "x-acquired-count")
 
 
 def _float(value: Any) -> float | None:
@@ -90,7 +93,7 @@ class ParkedMessage:
     @classmethod
     def from_amqp(cls, message: amqp.Message) -> "ParkedMessage":
         """Decode a message read from a parking queue."""
-        hdrs = dict(message.headers or {})
+        hdrs = {k: v for k, v in (message.headers or {}).items() if k not in LOOK_HEADERS}
         props = {k: v for k, v in message.properties.items() if k != "application_headers"}
         body = message.body if isinstance(message.body, bytes) else _text(message.body).encode("utf-8")
         return cls(

@@ -108,7 +108,7 @@ def replay(connection: amqp.Connection, queue: str, *, match: ParkedFilter | Non
         seen = 0
 
         def commit() -> None:
-            ch.tx_commit()  # publishes and acks of the batch: all or nothing
+            scan.commit()  # publishes and acks of the batch: all or nothing
             report.replayed += len(batch) - len(returned)
             for parked in (p for i, p in batch.items() if i not in returned):  # telemetry: replayed
                 signals.message_replayed.send(sender=queue, parked=parked, delay=delay)
@@ -118,7 +118,7 @@ def replay(connection: amqp.Connection, queue: str, *, match: ParkedFilter | Non
                     ch.basic_publish(_copy(parked, dict(parked.headers)), "", queue)
                     report.reparked += 1
             if returned:
-                ch.tx_commit()
+                scan.commit()
             returned.clear()
             batch.clear()
             if progress is not None:
@@ -128,7 +128,7 @@ def replay(connection: amqp.Connection, queue: str, *, match: ParkedFilter | Non
             seen += 1
             if not match(parked) or (limit is not None and report.replayed + len(batch) >= limit):
                 report.skipped += 1
-                continue  # left unacked: back to the queue when the scan ends
+                continue  # not taken: the scan hands it back when it ends
             if (not parked.exchange and not parked.routing_key) or not destinations.routable(
                     parked.exchange, parked.routing_key):
                 report.unroutable += 1
@@ -140,7 +140,7 @@ def replay(connection: amqp.Connection, queue: str, *, match: ParkedFilter | Non
             else:
                 exchange, routing_key = parked.exchange, parked.routing_key
             ch.basic_publish(_copy(parked, headers), exchange, routing_key, mandatory=True)
-            ch.basic_ack(message.delivery_tag)
+            scan.ack(message)
             batch[parked.parked_id] = parked
             if len(batch) >= batch_size:
                 commit()

@@ -1,26 +1,46 @@
-"""Read a parking queue message by message, without losing any.
+"""Read a parking queue message by message, without losing any, however often it is read.
 
 AMQP 0-9-1 has no non-destructive read, so a scan takes each message with
-``basic.get`` and manual acks, and whatever the caller does not ack goes
-back to the queue when the scan's channel closes, which also happens when
-the process dies. A scan visits at most the messages that were in the queue
+``basic.get`` and manual acks, and hands back whatever the caller did not
+ack when it ends. A scan visits at most the messages that were in the queue
 when it started, so a queue still filling up cannot keep it running forever.
 
-Note: returned messages count as deliveries; on RabbitMQ >= 4.0 a quorum
-parking queue's ``delivery-limit`` (20 by default) then applies to browsing
-too. Use a classic parking queue there, or a policy that lifts the limit.
+Handing back is what can lose a message on a quorum queue with a delivery
+limit (see :mod:`~celery_delayq.parking.limits`), so a scan:
+
+* checks first, before taking anything, that a hand-back cannot count
+  towards a drop on this queue and broker (:func:`~.limits.check_browsable`);
+* hands messages back with ``basic.nack(requeue)``, which RabbitMQ 4.3 does
+  not count, rather than by closing the channel, which every version counts;
+* reads to the end of the pass even when the caller stops early, so that
+  every message goes back: a quorum queue puts handed-back messages behind
+  those already handed back (4.x) or at its tail (3.10), and a partial hand-back
+  would rotate the queue, so that a ``list --limit`` showed different messages
+  each time (measured on 3.10.8 and 4.3.6; classic queues keep positions);
+* waits until the broker has put them back, so that the next look (a
+  ``list`` followed by an ``inspect``) sees the whole queue again.
+
+A process killed mid-scan still gets its messages back from the broker
+(closed connection), at the cost of one counted delivery on a quorum queue.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Iterator
 
 import amqp
+import amqp.spec
 
+from ..topology import broker_version
+from .limits import check_browsable
 from .record import ParkedMessage
 
-__all__ = ["Scan", "queue_depth"]
+__all__ = ["Scan", "queue_depth", "nack"]
+
+#: Longest wait for handed-back messages to be ready again (it takes milliseconds).
+RETURN_WAIT = 5.0
 
 
 def queue_depth(connection: amqp.Connection, queue: str) -> int | None:
@@ -35,31 +55,96 @@ def queue_depth(connection: amqp.Connection, queue: str) -> int | None:
             ch.close()
 
 
+def nack(channel: amqp.Channel, delivery_tag: int, *, multiple: bool = False) -> None:
+    """``basic.nack`` with requeue (py-amqp has no method for it)."""
+    channel.send_method(amqp.spec.Basic.Nack, "Lbb", (delivery_tag, multiple, True))
+
+
 class Scan:
     """One pass over a parking queue on a channel of its own (transactional if asked).
 
-    Use as a context manager; leaving it closes the channel, which returns
-    every message that was not acked (and rolls back an uncommitted transaction).
+    Use as a context manager. Take messages off the queue with :meth:`ack`
+    (and :meth:`commit` in a transactional scan); leaving hands every other
+    message back, in order, and rolls back an uncommitted batch.
+
+    Raises:
+        UnsafeToBrowse: the queue has a delivery limit that a hand-back would count
+            towards (``check_limit=False`` skips the check, for a scan that acks everything).
     """
 
-    def __init__(self, connection: amqp.Connection, queue: str, *, transactional: bool = False) -> None:
+    def __init__(self, connection: amqp.Connection, queue: str, *, transactional: bool = False,
+                 check_limit: bool = True) -> None:
         self.connection = connection
         self.queue = queue
-        self.total = queue_depth(connection, queue) or 0
+        depth = queue_depth(connection, queue)
+        if depth is not None and check_limit:
+            check_browsable(connection, queue, broker_version(connection))
+        self.total = depth or 0
+        self.transactional = transactional
         self.channel = connection.channel()
         if transactional:
             self.channel.tx_select()
+        self._held: set[int] = set()
+        self._uncommitted: list[int] = []
+        self._left = self.total
+
+    def _take(self) -> amqp.Message | None:
+        if self._left <= 0:
+            return None
+        message = self.channel.basic_get(self.queue, no_ack=False)
+        self._left = self._left - 1 if message is not None else 0
+        if message is not None:
+            self._held.add(message.delivery_tag)
+        return message
 
     def __iter__(self) -> Iterator[tuple[amqp.Message, ParkedMessage]]:
-        for _ in range(self.total):
-            message = self.channel.basic_get(self.queue, no_ack=False)
-            if message is None:
-                return
+        while (message := self._take()) is not None:
             yield message, ParkedMessage.from_amqp(message)
+
+    def ack(self, message: amqp.Message) -> None:
+        """Take ``message`` off the queue (at the next :meth:`commit` in a transactional scan)."""
+        self.channel.basic_ack(message.delivery_tag)
+        self._held.discard(message.delivery_tag)
+        if self.transactional:
+            self._uncommitted.append(message.delivery_tag)
+
+    def commit(self) -> None:
+        """Commit the transaction: its publishes and acks take effect together."""
+        self.channel.tx_commit()
+        self._uncommitted.clear()
+
+    def close(self, *, finish_pass: bool = True) -> None:
+        """Hand back every message not taken (an uncommitted batch's too), then close the channel."""
+        try:
+            while finish_pass and self._take() is not None:
+                pass
+            if self.transactional and self._uncommitted:
+                self.channel.tx_rollback()  # an unfinished batch: its publishes and acks are void
+                self._held.update(self._uncommitted)
+                self._uncommitted.clear()
+            self._hand_back()
+        except Exception:  # noqa: BLE001 - a dead connection: the broker hands them back itself
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                self.channel.close()
+
+    def _hand_back(self) -> None:
+        if not self._held:
+            return
+        ready = queue_depth(self.connection, self.queue) or 0
+        # Every held tag is unsettled, so one nack covering the highest returns them all, in order.
+        nack(self.channel, max(self._held), multiple=True)
+        if self.transactional:
+            self.channel.tx_commit()
+        expected, self._held = ready + len(self._held), set()
+        deadline, pause = time.monotonic() + RETURN_WAIT, 0.002
+        while (queue_depth(self.connection, self.queue) or 0) < expected and time.monotonic() < deadline:
+            time.sleep(pause)  # a concurrent consumer can keep it below: then give up after RETURN_WAIT
+            pause = min(pause * 2, 0.05)
 
     def __enter__(self) -> "Scan":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        with contextlib.suppress(Exception):
-            self.channel.close()
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        self.close(finish_pass=exc_type is None)

@@ -1,0 +1,110 @@
+"""Recreate a parking queue with today's arguments, keeping every message, in order.
+
+A queue's arguments cannot change (PRECONDITION_FAILED), so a quorum parking
+queue declared with a delivery limit (RabbitMQ 4.0 to 4.2 give one by
+default) stays limited until it is recreated. This moves its messages into
+``<queue>.redeclare``, deletes the queue once it is empty, declares it again
+without a limit and moves the messages back.
+
+Each move is a series of AMQP transactions (publish the copy, ack the
+original, commit), so at every moment each message is in one of the two
+queues, and an interrupted run is finished by running it again. Messages
+parked meanwhile are moved too (the queue is deleted only once empty); a
+worker that parks in the instant the queue is absent gets a loud
+ParkingFailed, or declares it itself with the right arguments. Quorum queues
+refuse ``queue.delete(if_empty)``: the delete follows an emptiness check, and
+a message parked in the millisecond between the two would be dropped, which
+the delete's reply reveals and :func:`redeclare` reports. Run it when no
+worker is parking, or at a quiet moment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import amqp
+
+from ..topology import broker_version
+from .errors import ParkingError
+from .limits import declare_arguments
+from .record import LOOK_HEADERS
+from .scan import Scan, queue_depth
+
+__all__ = ["redeclare", "SUFFIX"]
+
+#: Suffix of the queue that holds the messages while their queue is recreated.
+SUFFIX = ".redeclare"
+_ROUNDS = 20
+
+
+def _copy(message: amqp.Message) -> amqp.Message:
+    props = dict(message.properties)
+    props["application_headers"] = {k: v for k, v in (message.headers or {}).items() if k not in LOOK_HEADERS}
+    return amqp.Message(message.body, **props)
+
+
+def _move(connection: amqp.Connection, source: str, target: str, batch_size: int) -> int:
+    moved = 0
+    with Scan(connection, source, transactional=True, check_limit=False) as scan:
+        for message, _parked in scan:
+            scan.channel.basic_publish(_copy(message), "", target)
+            scan.ack(message)
+            moved += 1
+            if moved % batch_size == 0:
+                scan.commit()
+        scan.commit()
+    return moved
+
+
+def _declare(connection: amqp.Connection, queue: str, args: dict[str, object]) -> None:
+    ch = connection.channel()
+    try:
+        ch.queue_declare(queue, durable=True, auto_delete=False, arguments=args)
+    finally:
+        with contextlib.suppress(Exception):
+            ch.close()
+
+
+def _drain_and_delete(connection: amqp.Connection, source: str, target: str, batch_size: int) -> int:
+    """Move everything from ``source`` to ``target``, then delete ``source``; returns messages moved.
+
+    Quorum queues refuse ``queue.delete(if_empty)``, so the delete follows a
+    check that ``source`` is empty, and its reply says how many messages it
+    dropped (one parked in the instant between the two).
+    """
+    moved = 0
+    for _ in range(_ROUNDS):
+        moved += _move(connection, source, target, batch_size)
+        if queue_depth(connection, source):
+            continue  # something was parked meanwhile: move it too
+        ch = connection.channel()
+        try:
+            dropped = ch.queue_delete(source) or 0
+        finally:
+            with contextlib.suppress(Exception):
+                ch.close()
+        if dropped:
+            raise ParkingError(f"{dropped} message(s) parked into {source!r} in the instant before it was "
+                               "deleted were lost; every other message is kept. Run redeclare when no "
+                               "worker is parking (the moved messages are safe in either queue).")
+        return moved
+    raise ParkingError(f"{source!r} kept filling up while its messages were moved to {target!r}; every "
+                       "message is in one of the two queues. Run redeclare again when parking is quieter.")
+
+
+def redeclare(connection: amqp.Connection, queue: str, *, queue_type: str = "quorum",
+              batch_size: int = 500) -> int:
+    """Recreate ``queue`` as a parking queue of ``queue_type`` without a delivery limit; returns messages kept.
+
+    Safe to run again after an interruption, and on a queue that is already
+    right (it is then recreated all the same).
+    """
+    version = broker_version(connection)
+    args = declare_arguments(queue_type, version)
+    hold = queue + SUFFIX
+    _declare(connection, hold, args)
+    if queue_depth(connection, queue) is not None:
+        _drain_and_delete(connection, queue, hold, batch_size)
+    _declare(connection, queue, args)
+    _drain_and_delete(connection, hold, queue, batch_size)
+    return queue_depth(connection, queue) or 0
