@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+import warnings
+from typing import Any
+
 from django.apps import AppConfig
+from django.core import checks
+
+__all__ = ["DelayqAppConfig"]
+
+log = logging.getLogger(__name__)
 
 
-class DelayqConfig(AppConfig):
+class DelayqAppConfig(AppConfig):
     """Installs celery_delayq on the project's current Celery app once Django is ready.
 
     Why here: Django projects create their Celery app in ``proj/celery.py``
@@ -22,9 +31,31 @@ class DelayqConfig(AppConfig):
     def ready(self) -> None:
         from celery import current_app
 
-        from ..config import DelayqConfig as Settings
+        from ..config import DelayqConfig
         from ..integration import install
+        from .checks import check_broker_reachable, check_settings
+
+        checks.register(check_settings, "celery_delayq")
+        checks.register(check_broker_reachable, "celery_delayq", deploy=True)
 
         app = current_app._get_current_object()
-        if Settings.from_app(app).enabled:
+        try:
+            enabled = DelayqConfig.from_app(app).enabled
+        except (ValueError, TypeError) as exc:
+            # Invalid settings must not crash `manage.py check`: it reports them (celery_delayq.E003).
+            log.warning("celery_delayq is not installed: %s", exc)
+            return
+        if enabled:
             install(app)
+
+
+def __getattr__(name: str) -> Any:
+    # The class was called DelayqConfig until 0.2, a name it shared with the settings
+    # object (celery_delayq.config.DelayqConfig). The old dotted path keeps working in
+    # INSTALLED_APPS. A module attribute, not a second class binding: Django picks a
+    # module's AppConfig by itself only when the module has exactly one.
+    if name == "DelayqConfig":
+        warnings.warn("celery_delayq.django.apps.DelayqConfig is now DelayqAppConfig; "
+                      'use "celery_delayq.django" in INSTALLED_APPS', DeprecationWarning, stacklevel=2)
+        return DelayqAppConfig
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,140 @@
+"""Django system checks (``manage.py check``) for celery_delayq's settings.
+
+Why checks: a Django project configures the ladder through ``CELERY_*``
+settings, and each mistake below fails late and far from its cause. A
+misspelt ``CELERY_DELAYQ_ENABLD`` is silently ignored (Celery reads only the
+names it knows), a Redis broker makes every delayed publish fail at run
+time, and a project with no broker URL quietly talks to Celery's default
+``amqp://guest@localhost//``. ``manage.py check`` (and ``runserver``,
+``migrate``, ...) reports them at start-up instead.
+
+=======================  ==========================================================
+``celery_delayq.W001``   no broker URL is configured
+``celery_delayq.E001``   the broker is not RabbitMQ over AMQP 0-9-1 (py-amqp)
+``celery_delayq.W002``   a ``CELERY_DELAYQ_*`` setting celery_delayq does not know
+``celery_delayq.W003``   a ``DELAYQ_*`` setting without the Celery namespace (never read)
+``celery_delayq.E003``   a setting celery_delayq cannot use (its message says why)
+``celery_delayq.E002``   ``check --deploy`` only: the broker does not accept a connection
+=======================  ==========================================================
+
+The default checks do no I/O, like Django's own (which reach the database
+only when asked); the connection check runs with ``manage.py check --deploy``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning
+from kombu.transport import TRANSPORT_ALIASES
+
+from ..config import DelayqConfig, unknown_settings
+
+__all__ = ["check_settings", "check_broker_reachable", "broker_url_of", "transport_problem"]
+
+#: kombu transports the ladder runs on: py-amqp, the only client with the confirms it uses.
+_AMQP_TRANSPORTS = ("kombu.transport.pyamqp:Transport", "kombu.transport.pyamqp:SSLTransport")
+
+
+def _celery_app() -> Any:
+    from celery import current_app
+
+    return current_app._get_current_object()
+
+
+def broker_url_of(app: Any, config: DelayqConfig | None) -> str | None:
+    """The broker the ladder uses: ``delayq_broker_url``, else the app's write broker URL."""
+    if config is not None and config.broker_url:
+        return str(config.broker_url)
+    url = app.conf.broker_write_url or app.conf.broker_url
+    return str(url) if url else None
+
+
+def transport_problem(url: str) -> str | None:
+    """Why the ladder cannot run over ``url``'s transport, or ``None`` when it can.
+
+    Decided from the URL scheme alone, so that a check never imports (or
+    fails to import) another transport's client library.
+    """
+    first = url.split(";")[0].strip()
+    scheme = first.split("://", 1)[0].lower() if "://" in first else first.lower()
+    target = TRANSPORT_ALIASES.get(scheme, scheme)
+    if target in _AMQP_TRANSPORTS:
+        return None
+    return (f"the broker URL uses the {scheme!r} transport; the delay ladder lives in RabbitMQ "
+            "and needs AMQP 0-9-1 through py-amqp")
+
+
+def _unknown_keys(app: Any) -> list[CheckMessage]:
+    namespace = (getattr(app, "namespace", None) or "CELERY").upper()
+    names = [name for name in dir(settings) if name.isupper()]
+    unknown = dict(unknown_settings(names, namespace))
+    out: list[CheckMessage] = []
+    for name in sorted(names):
+        if name.startswith(f"{namespace}_DELAYQ_") and name in unknown:
+            best = unknown[name]
+            out.append(Warning(
+                f"{name} is not a celery_delayq setting, so it is ignored.",
+                hint=f"Did you mean {best}?" if best else "The settings are listed in celery_delayq.config.SETTINGS.",
+                obj=name, id="celery_delayq.W002"))
+        elif name.startswith("DELAYQ_") and getattr(app, "namespace", None):
+            # Celery loads only the namespaced names from Django's settings.
+            fixed = unknown[name] if name in unknown else name  # misspelt too: the closest valid key
+            out.append(Warning(
+                f"{name} is never read: Celery reads Django settings under the {namespace!r} namespace.",
+                hint=f"Rename it to {namespace}_{fixed or name}.",
+                obj=name, id="celery_delayq.W003"))
+    return out
+
+
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Unknown ``CELERY_DELAYQ_*`` keys, unusable values, and a missing or non-AMQP broker."""
+    app = _celery_app()
+    out = _unknown_keys(app)
+    config: DelayqConfig | None = None
+    try:
+        config = DelayqConfig.from_app(app)
+    except (ValueError, TypeError) as exc:
+        out.append(Error(f"celery_delayq cannot use these settings: {exc}",
+                         hint="Fix the CELERY_DELAYQ_* setting the message names.", id="celery_delayq.E003"))
+    url = broker_url_of(app, config)
+    if not url:
+        out.append(Warning(
+            "No broker is configured, so Celery falls back to amqp://guest@localhost//.",
+            hint="Set CELERY_BROKER_URL = 'amqp://USER:PASSWORD@HOST:5672/VHOST' (the ladder needs RabbitMQ), "
+                 "and load it with app.config_from_object('django.conf:settings', namespace='CELERY').",
+            id="celery_delayq.W001"))
+        return out
+    problem = transport_problem(url)
+    if problem:
+        which = "CELERY_DELAYQ_BROKER_URL" if config is not None and config.broker_url else "CELERY_BROKER_URL"
+        out.append(Error(
+            f"celery_delayq: {problem}.",
+            hint=f"Point {which} at RabbitMQ (amqp://...). To keep another broker for tasks, "
+                 "set CELERY_DELAYQ_BROKER_URL to a RabbitMQ for the ladder.",
+            id="celery_delayq.E001"))
+    return out
+
+
+def check_broker_reachable(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``check --deploy``: the ladder's broker accepts a connection (a few seconds at most)."""
+    import kombu
+
+    app = _celery_app()
+    try:
+        url = broker_url_of(app, DelayqConfig.from_app(app))
+    except (ValueError, TypeError):
+        return []  # reported by check_settings
+    if not url or transport_problem(url):
+        return []
+    conn = kombu.Connection(url, connect_timeout=3)
+    try:
+        conn.ensure_connection(max_retries=1, timeout=3)
+    except Exception as exc:  # any failure to connect is the finding
+        return [Error(f"celery_delayq cannot connect to the broker {conn.as_uri()}: {exc}",
+                      hint="Start RabbitMQ or fix CELERY_BROKER_URL (host, port, vhost, credentials).",
+                      id="celery_delayq.E002")]
+    finally:
+        conn.release()
+    return []
