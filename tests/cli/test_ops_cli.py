@@ -57,44 +57,6 @@ def test_declare_verify_status_delete(cli, amqp_conn: amqp.Connection, uid: str)
     assert cli("topology", "verify", ok=False).returncode != 0
 
 
-def test_exported_definitions_build_a_working_ladder(cli, amqp_conn: amqp.Connection, vhost: str, broker_url: str,
-                                                     uid: str, tmp_path: Path) -> None:
-    ch = amqp_conn.channel()
-    ch.queue_declare(f"iac.{uid}", durable=True, auto_delete=False)
-    doc = cli("export", "--format", "definitions", "--vhost", vhost, "--destination", f"iac.{uid}").stdout
-    parsed = json.loads(doc)
-    spec = LadderSpec(prefix=f"cli{uid}", levels=8)
-    assert len(parsed["queues"]) == 8 * (spec.radix - 1) + 1 + 1  # level queues, unroutable, one exit queue
-    assert len(parsed["bindings"]) == 8 * spec.radix + 1 + 1
-    # the broker node (user rabbitmq) reads the file itself: pytest's tmp dir is private to root
-    import tempfile
-
-    with tempfile.NamedTemporaryFile("w", suffix=".json", dir="/tmp", delete=False) as fh:
-        fh.write(doc)
-    os.chmod(fh.name, 0o644)
-    try:
-        subprocess.run(["rabbitmqctl", "-q", "import_definitions", fh.name], check=True, capture_output=True,
-                       timeout=120)
-    finally:
-        os.unlink(fh.name)
-    # a verify-only app accepts what the platform tooling created, and messages flow through it
-    assert "complete" in cli("topology", "verify", CLI_DECLARE="0").stdout
-    pub = LadderPublisher(kombu.Connection(broker_url), DelayqConfig(prefix=f"cli{uid}", levels=8, declare=False))
-    pub.publish("via IaC", delay=0.3, queue=f"iac.{uid}")
-    pub.close()
-    assert drain(amqp_conn, f"iac.{uid}", 1, timeout=10)[0].headers["x-delayq-hops"] >= 2
-    amqp_conn.channel().queue_delete(parsed["queues"][-1]["name"])  # the imported exit queue
-
-
-def test_terraform_export_has_every_resource(cli, uid: str) -> None:
-    hcl = cli("export", "--format", "terraform").stdout
-    radix = LadderSpec().radix
-    assert hcl.count('resource "rabbitmq_queue"') == 8 * (radix - 1) + 1
-    assert hcl.count('resource "rabbitmq_exchange"') == 8 + 2
-    assert hcl.count('resource "rabbitmq_binding"') == 8 * radix + 1
-    assert '"x-dead-letter-strategy\\\\": \\\\"at-least-once\\\\"' in hcl or "at-least-once" in hcl
-
-
 def test_delete_removes_the_exit_queues_it_is_told_about(cli, amqp_conn: amqp.Connection, uid: str) -> None:
     dest = f"exitdel.{uid}"
     amqp_conn.channel().queue_declare(dest, durable=True, auto_delete=False)
