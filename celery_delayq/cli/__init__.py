@@ -2,18 +2,24 @@
 
 Registered as a Celery sub-command through the ``celery.commands`` entry
 point, so it gets the app the usual way (``-A``) and Django settings work.
+One module per command family; :mod:`.base` holds what they share,
+including the single place that turns broker failures into one-line errors.
 """
 
 from __future__ import annotations
 
 import click
 
-from .ops import export, status, topology
+from .base import DelayqGroup
+from .export import export
+from .parking import parking
+from .status import status
+from .topology import topology
 
 __all__ = ["delayq"]
 
 
-@click.group(name="delayq")
+@click.group(name="delayq", cls=DelayqGroup)
 def delayq() -> None:
     """The delay ladder: topology, status, export, parked messages, analytics report."""
 
@@ -21,13 +27,7 @@ def delayq() -> None:
 delayq.add_command(topology)
 delayq.add_command(status)
 delayq.add_command(export)
-
-try:  # parked-message operations (celery_delayq.parking)
-    from .parking import parking
-
-    delayq.add_command(parking)
-except ImportError:  # pragma: no cover - during partial installs
-    pass
+delayq.add_command(parking)
 
 
 @delayq.command(name="report", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -39,4 +39,4 @@ def report(ctx: click.Context) -> None:
         from celery_delayq.analytics.cli import report_command
     except ImportError as exc:  # pragma: no cover - without the extra
         raise click.ClickException(f"the report needs `pip install celery_delayq[analytics]` ({exc})")
-    report_command.main(args=ctx.args, standalone_mode=False)
+    report_command.main(args=ctx.args, standalone_mode=False, obj=ctx.obj)  # obj: celery -A's app

@@ -42,18 +42,22 @@ def cli(tmp_path: Path, broker_url: str, uid: str):
         return out
 
     yield run
-    run("topology", "delete", "--force", ok=False)
+    run("topology", "delete", "--discard-messages", "--yes", ok=False)
 
 
 def test_declare_verify_status_delete(cli, amqp_conn: amqp.Connection, uid: str) -> None:
     missing = cli("topology", "verify", ok=False)
     spec = LadderSpec(prefix=f"cli{uid}", levels=8)
-    assert missing.returncode != 0 and spec.level_exchange(7) in (missing.stderr + missing.stdout)
-    assert "declared" in cli("topology", "declare").stdout
+    assert missing.returncode == 1 and f"no ladder named 'cli{uid}'" in missing.stderr
+    assert "declared ladder" in cli("topology", "declare").stdout
     assert "complete" in cli("topology", "verify").stdout
+    amqp_conn.channel().queue_delete(spec.level_queue(3, 1))
+    partial = cli("topology", "verify", ok=False)
+    assert partial.returncode == 1 and spec.level_queue(3, 1) in partial.stderr
+    assert "declared" in cli("topology", "declare").stdout
     status = cli("status").stdout
     assert spec.level_queue(7, 3) in status and spec.level_queue(0, 1) in status
-    assert "deleted" in cli("topology", "delete").stdout
+    assert "deleted" in cli("topology", "delete", "--yes").stdout
     assert cli("topology", "verify", ok=False).returncode != 0
 
 
@@ -64,9 +68,29 @@ def test_delete_removes_the_exit_queues_it_is_told_about(cli, amqp_conn: amqp.Co
     try:
         cli("topology", "declare", "--destination", dest)
         assert amqp_conn.channel().queue_declare(exit_queue, passive=True).message_count == 0
-        out = cli("topology", "delete", "--destination", dest).stdout
+        out = cli("topology", "delete", "--destination", dest, "--yes").stdout
         assert "1 of them exit queues" in out
         with pytest.raises(amqp.NotFound):
             amqp_conn.channel().queue_declare(exit_queue, passive=True)
     finally:
         amqp_conn.channel().queue_delete(dest)
+
+
+@pytest.mark.parametrize("args", [
+    ("status",), ("status", "--json"), ("topology", "verify"), ("topology", "declare"),
+    ("topology", "delete", "--yes"), ("parking", "list", "--json"), ("parking", "inspect", "abc"),
+    ("parking", "replay", "--yes"), ("parking", "purge", "--yes"),
+])
+def test_a_stopped_broker_is_one_line_naming_the_url(cli, args: tuple[str, ...]) -> None:
+    out = cli(*args, ok=False, CLI_BROKER="amqp://guest:s3cret@127.0.0.1:1//")
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert "amqp://guest:**@127.0.0.1:1//" in lines[0] and "Connection refused" in lines[0]
+    assert "s3cret" not in out.stderr + out.stdout and "Traceback" not in out.stderr
+
+
+def test_a_refused_login_is_one_line(cli, broker_url: str) -> None:
+    out = cli("status", ok=False, CLI_BROKER=broker_url.replace("guest:guest@", "guest:wrong@"))
+    assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1
+    assert "ACCESS_REFUSED" in out.stderr and "guest:**@" in out.stderr and "wrong" not in out.stderr

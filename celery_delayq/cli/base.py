@@ -1,0 +1,160 @@
+"""What every ``delayq`` sub-command shares: the app, its broker, short errors, confirmation.
+
+* :class:`DelayqGroup` turns the errors an operator meets (broker down, login
+  refused, a :class:`~celery_delayq.errors.DelayqError`) into one line that
+  names the broker URL (password masked) and the cause, with exit status 1.
+  It is the only place that does so; commands just let errors rise.
+* :class:`AppContext` gives commands the settings and a connection without
+  installing the ladder hook, so reading commands cannot write.
+* :func:`confirm` is the one confirmation rule of every destructive command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import re
+from typing import Any, Iterator
+
+import amqp
+import click
+import kombu
+import kombu.exceptions
+from rich.console import Console
+
+from ..config import DelayqConfig
+from ..errors import DelayqError, UnsupportedTransport
+from ..ladder import LadderSpec
+from ..topology import Topology, broker_version, resolve_queue_type
+
+__all__ = ["DelayqGroup", "AppContext", "app_context", "confirm", "console", "yes_option"]
+
+#: Failures to reach or log in to the broker, whichever layer raises them.
+_CONNECTION_ERRORS = (OSError, kombu.exceptions.OperationalError, amqp.exceptions.ConnectionError)
+
+
+class AppContext:
+    """The Celery app of a CLI run, its ``delayq_*`` settings and its ladder broker."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    @functools.cached_property
+    def config(self) -> DelayqConfig:
+        """The resolved settings (warns once about unknown ``delayq_*`` keys)."""
+        return DelayqConfig.from_app(self.app)
+
+    @property
+    def spec(self) -> LadderSpec:
+        """The ladder these settings describe."""
+        return self.config.spec
+
+    def connection(self) -> kombu.Connection:
+        """A new, unconnected kombu connection to the ladder's broker."""
+        if self.config.broker_url:
+            return self.app.connection_for_write(self.config.broker_url)
+        return self.app.connection_for_write()
+
+    @functools.cached_property
+    def uri(self) -> str:
+        """The broker URL with the password masked, for messages."""
+        return str(self.connection().as_uri())
+
+    @property
+    def parking_queue(self) -> str:
+        """The app's parking queue name (``delayq_parking_queue``, else ``<prefix>.parking``)."""
+        return self.config.parking_queue or f"{self.config.prefix}.parking"
+
+    @contextlib.contextmanager
+    def amqp(self) -> Iterator[amqp.Connection]:
+        """A connected py-amqp connection, closed afterwards.
+
+        One attempt, no retry loop: an operator at a prompt wants to know at
+        once that the broker is down, not after kombu's back-off.
+        """
+        conn = self.connection()
+        if conn.transport.driver_type != "amqp":
+            raise UnsupportedTransport(
+                f"the delay ladder lives on RabbitMQ (AMQP 0-9-1), but the broker transport is "
+                f"{conn.transport.driver_type!r}; use an amqp:// broker_url or set delayq_broker_url")
+        try:
+            conn.ensure_connection(max_retries=0)
+            yield conn.connection
+        finally:
+            with contextlib.suppress(Exception):
+                conn.release()
+
+    def topology(self, raw: amqp.Connection) -> Topology:
+        """The app's ladder as the broker behind ``raw`` would have it (nothing is declared)."""
+        return Topology(self.spec, resolve_queue_type(self.config.queue_type, broker_version(raw)))
+
+
+def app_context(ctx: click.Context) -> AppContext:
+    """The :class:`AppContext` of this CLI run (from Celery's ``-A``), made once."""
+    root = ctx.find_root()
+    found = root.meta.get("delayq.app")
+    if found is None:
+        app = getattr(ctx.obj, "app", None)
+        if app is None:
+            raise click.UsageError("no Celery app: run as `celery -A YOUR_APP delayq ...`")
+        found = root.meta["delayq.app"] = AppContext(app)
+    return found
+
+
+def _cause(exc: BaseException) -> str:
+    """The useful part of an error: the AMQP reply text, or the OS error without its errno."""
+    text = getattr(exc, "reply_text", None) or str(exc) or type(exc).__name__
+    return re.sub(r"^\[Errno -?\d+\]\s*", "", str(text)).strip()
+
+
+class DelayqGroup(click.Group):
+    """The ``delayq`` group: runs a sub-command and turns known failures into one line."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except DelayqError as exc:
+            raise click.ClickException(str(exc)) from None
+        except _CONNECTION_ERRORS as exc:
+            raise click.ClickException(
+                f"cannot connect to RabbitMQ at {_uri(ctx)}: {_cause(exc)}. Check that the broker runs "
+                "and that broker_url (or delayq_broker_url) points at it.") from None
+        except amqp.exceptions.AMQPError as exc:
+            # Login and permission refusals are channel errors in py-amqp (403 ACCESS_REFUSED).
+            raise click.ClickException(f"RabbitMQ at {_uri(ctx)} refused: {_cause(exc)}") from None
+
+
+def _uri(ctx: click.Context) -> str:
+    try:
+        return app_context(ctx).uri
+    except Exception:  # the app itself is broken: say so without a second traceback
+        return "the app's broker"
+
+
+def confirm(question: str, yes: bool) -> None:
+    """Go ahead with a destructive action only with ``--yes`` or an explicit "y" at a prompt.
+
+    A non-interactive shell (a cron job, a pipeline) cannot answer, so it gets
+    a refusal that says what to add, rather than a prompt that reads EOF.
+    """
+    if yes:
+        return
+    stdin = click.get_text_stream("stdin")
+    if not (hasattr(stdin, "isatty") and stdin.isatty()):
+        raise click.ClickException(f"{question.rstrip('?')}: not without --yes in a non-interactive shell. "
+                                   "Add --yes to go ahead.")
+    click.confirm(question, abort=True)
+
+
+def yes_option(command: Any) -> Any:
+    """The ``-y/--yes`` flag every destructive command takes."""
+    return click.option("-y", "--yes", is_flag=True, help="Go ahead without asking (needed when not interactive).")(command)
+
+
+def console(ctx: click.Context | None = None) -> Console:
+    """A rich console for people: no colour when Celery's ``--no-color`` is given."""
+    no_color = bool(getattr(getattr(ctx, "obj", None), "no_color", False)) if ctx is not None else False
+    return Console(soft_wrap=True, highlight=False, no_color=no_color or None)
+

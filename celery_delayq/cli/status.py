@@ -1,0 +1,187 @@
+"""``delayq status [--json]``: what waits in the ladder, what is parked, what could not be routed.
+
+Read-only: every number comes from a passive ``queue.declare``, so a status
+of a ladder that does not exist creates nothing and says so.
+
+Due times: RabbitMQ cannot show a message's due time without taking it out
+of its queue, and taking messages out of a TTL queue would disturb the
+schedule. What *is* known is each queue's TTL, which bounds when the messages
+in it fall due: a message in queue ``(k, d)`` is due within
+``((d + 1) * radix**k - 1) * unit`` from now. ``status`` reports those
+bounds: ``next_due_by`` (the soonest waiting message is due by then at the
+latest) and ``all_due_by`` (every waiting message is due by then).
+
+``--json`` prints one object with these keys (``schema`` 1; keys are only
+ever added, never renamed or removed):
+
+``schema``
+    1.
+``observed_at``
+    When the counts were read, ISO 8601 UTC.
+``broker``
+    The broker URL, password masked.
+``ladder``
+    ``prefix``, ``namespace``, ``radix``, ``levels``, ``unit_ms``,
+    ``max_delay_s`` and ``max_delay`` (in words).
+``exists``, ``complete``
+    Whether any part of this ladder's shape / every exchange and queue of
+    the ladder is on the broker (``<prefix>.unroutable`` is shared by every
+    shape of the prefix, so it alone does not make a ladder exist).
+``missing``
+    ``"exchange NAME"`` / ``"queue NAME"`` for each part that is not.
+``totals``
+    ``waiting`` (ready messages in the level queues), ``parked`` and
+    ``unroutable`` (messages in those queues); 0 where a queue is absent.
+``levels``
+    Top level first: ``level``, ``messages``, ``due_within_s`` (``null``
+    when empty) and ``queues``, each with ``queue``, ``digit``, ``ttl_s``,
+    ``due_within_s``, ``exists`` and ``messages``.
+``parking``, ``unroutable``
+    ``queue``, ``exists``, ``messages``.
+``next_due_by``, ``all_due_by``
+    ISO 8601 UTC bounds described above, ``null`` when nothing waits.
+
+Counts are *ready* messages: a quorum queue's messages that are expiring
+(in its dead-letter state) are not visible over AMQP for that moment.
+The exit status is 1 when there is no ladder of the app's name and shape.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+import amqp
+import click
+from rich.table import Table
+
+from ..humanize import describe_ladder, human_duration
+from ..ladder import LadderSpec
+from ..topology import LadderState
+from .base import AppContext, app_context, console
+from .topology import no_ladder
+
+__all__ = ["status", "ladder_status", "SCHEMA"]
+
+#: Version of the ``--json`` document.
+SCHEMA = 1
+
+
+def _iso(epoch: float | None) -> str | None:
+    if epoch is None:
+        return None
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _due_within_s(spec: LadderSpec, k: int, digit: int) -> float:
+    """Longest a message now in queue ``(k, digit)`` can still wait: this queue plus every lower digit."""
+    return ((digit + 1) * spec.radix**k - 1) * spec.unit_ms / 1000.0
+
+
+def _queue_doc(state: LadderState, name: str) -> dict[str, Any]:
+    found = state.queue(name)
+    return {"queue": name, "exists": found.exists, "messages": found.messages or 0}
+
+
+def ladder_status(app: AppContext, raw: amqp.Connection, *, now: float | None = None) -> dict[str, Any]:
+    """The ``--json`` document (see the module docstring) for the app's ladder, by passive declares."""
+    now = time.time() if now is None else now
+    spec = app.spec
+    topo = app.topology(raw)
+    state = topo.inspect(raw, extra_queues=[app.parking_queue])
+    levels: list[dict[str, Any]] = []
+    for k in range(spec.levels - 1, -1, -1):
+        queues = []
+        for d in range(1, spec.radix):
+            found = state.queue(spec.level_queue(k, d))
+            queues.append({"queue": found.name, "digit": d, "ttl_s": spec.queue_ttl_ms(k, d) / 1000.0,
+                           "due_within_s": _due_within_s(spec, k, d), "exists": found.exists,
+                           "messages": found.messages or 0})
+        busy = [q["due_within_s"] for q in queues if q["messages"]]
+        levels.append({"level": k, "messages": sum(q["messages"] for q in queues),
+                       "due_within_s": max(busy) if busy else None, "queues": queues})
+    bounds = [lv["due_within_s"] for lv in levels if lv["due_within_s"] is not None]
+    parking = _queue_doc(state, app.parking_queue)
+    unroutable = _queue_doc(state, spec.unroutable_queue)
+    ladder_parts = state.entities[: len(state.entities) - 1]  # the parking queue is not part of the ladder
+    return {
+        "schema": SCHEMA,
+        "observed_at": _iso(now),
+        "broker": app.uri,
+        "ladder": {"prefix": spec.prefix, "namespace": spec.namespace, "radix": spec.radix, "levels": spec.levels,
+                   "unit_ms": spec.unit_ms, "max_delay_s": spec.max_delay_s,
+                   "max_delay": human_duration(spec.max_delay_s)},
+        "exists": state.exists,
+        "complete": all(e.exists for e in ladder_parts),
+        "missing": [f"{e.kind} {e.name}" for e in ladder_parts if not e.exists],
+        "totals": {"waiting": sum(lv["messages"] for lv in levels), "parked": parking["messages"],
+                   "unroutable": unroutable["messages"]},
+        "levels": levels,
+        "parking": parking,
+        "unroutable": unroutable,
+        "next_due_by": _iso(now + min(bounds)) if bounds else None,
+        "all_due_by": _iso(now + max(bounds)) if bounds else None,
+    }
+
+
+def _render(doc: dict[str, Any], ctx: click.Context) -> None:
+    out = console(ctx)
+    spec = LadderSpec(prefix=doc["ladder"]["prefix"], unit_ms=doc["ladder"]["unit_ms"],
+                      levels=doc["ladder"]["levels"], radix=doc["ladder"]["radix"])
+    table = Table(title=f"{describe_ladder(spec)}\n{doc['broker']}", title_justify="left")
+    table.add_column("level", justify="right")
+    table.add_column("waits", justify="right")
+    table.add_column("messages", justify="right")
+    table.add_column("due within", justify="right")
+    for lv in doc["levels"]:
+        ttls = [q["ttl_s"] for q in lv["queues"]]
+        waits = human_duration(ttls[0]) if len(ttls) == 1 else f"{human_duration(ttls[0])} – {human_duration(ttls[-1])}"
+        if not all(q["exists"] for q in lv["queues"]):
+            count = "[red]missing[/red]"
+        else:
+            count = f"{lv['messages']:,}" if lv["messages"] else "[dim]0[/dim]"
+        due = human_duration(lv["due_within_s"]) if lv["due_within_s"] is not None else ""
+        table.add_row(f"L{lv['level']:02d}", waits, count, due)
+    out.print(table)
+    totals = doc["totals"]
+    parked = f"parked {totals['parked']:,}" + ("" if doc["parking"]["exists"] else " (no parking queue yet)")
+    unroutable = f"unroutable {totals['unroutable']:,}"
+    if totals["unroutable"]:
+        unroutable = f"[yellow]{unroutable}[/yellow] (in {doc['unroutable']['queue']}: no exit queue for their destination)"
+    out.print(f"waiting {totals['waiting']:,} · {parked} · {unroutable}")
+    bounds = [lv["due_within_s"] for lv in doc["levels"] if lv["due_within_s"] is not None]
+    if bounds:
+        out.print(f"due: the next within {human_duration(min(bounds))}, all within {human_duration(max(bounds))} "
+                  f"(by {doc['all_due_by']}); upper bounds from the queue TTLs, as RabbitMQ cannot show a "
+                  "message's due time without dequeuing it")
+    if not doc["complete"]:
+        shown = ", ".join(doc["missing"][:4]) + (" ..." if len(doc["missing"]) > 4 else "")
+        out.print(f"[red]incomplete:[/red] {len(doc['missing'])} missing ({shown}); "
+                  "`celery -A APP delayq topology verify` names them all")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table (keys listed above).")
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Show what waits in each ladder level, what is parked and what was unroutable. Creates nothing.
+
+    With --json, one object: schema, observed_at, broker, ladder, exists, complete, missing,
+    totals {waiting, parked, unroutable}, levels [{level, messages, due_within_s, queues}],
+    parking, unroutable, next_due_by, all_due_by. Exit status 1 when the ladder does not exist.
+    """
+    app = app_context(ctx)
+    with app.amqp() as raw:
+        doc = ladder_status(app, raw)
+        missing_text = None if doc["exists"] else no_ladder(app, raw)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+        if missing_text:
+            click.echo(missing_text, err=True)
+            ctx.exit(1)
+        return
+    if missing_text:
+        raise click.ClickException(missing_text)
+    _render(doc, ctx)

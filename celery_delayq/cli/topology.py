@@ -1,0 +1,148 @@
+"""``delayq topology declare|verify|delete``: the ladder's exchanges and queues on the broker.
+
+``verify`` only looks (passive declares); ``delete`` deletes only what is
+there, and asks first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import amqp
+import click
+
+from ..humanize import describe_ladder
+from ..topology import Destination, Topology
+from .base import AppContext, app_context, confirm, yes_option
+
+__all__ = ["topology", "no_ladder", "parse_destinations"]
+
+_DESTINATION_HELP = "EXCHANGE:ROUTING_KEY|QUEUE"
+
+
+def parse_destinations(topo: Topology, values: tuple[str, ...] | list[str]) -> list[Destination]:
+    """``EXCHANGE:ROUTING_KEY`` or a bare queue name (the default exchange) per value."""
+    dests = []
+    for value in values:
+        exchange, sep, routing_key = value.partition(":")
+        if not sep:
+            exchange, routing_key = "", value
+        dests.append(topo.destination(exchange, routing_key))
+    return dests
+
+
+def no_ladder(app: AppContext, raw: amqp.Connection) -> str:
+    """Why there is nothing to show: no ladder of this name and shape, and what to check."""
+    spec = app.spec
+    text = f"no ladder named {spec.prefix!r} ({spec.namespace}) on {app.uri}; nothing was created."
+    ch = raw.channel()
+    try:
+        ch.exchange_declare(spec.unroutable_exchange, "fanout", passive=True)
+        other_shape = True
+    except amqp.NotFound:
+        other_shape = False
+    finally:
+        if ch.is_open:
+            ch.close()
+    if other_shape:
+        return (f"{text} A ladder with prefix {spec.prefix!r} exists in another shape: this app expects "
+                f"{spec.levels} levels of radix {spec.radix}; check delayq_levels and delayq_radix.")
+    return f"{text} Check delayq_prefix, or create it with `celery -A APP delayq topology declare`."
+
+
+def _app_destinations(app: Any) -> list[str]:
+    """Where the app's own publishes go: each configured queue's exchange and routing key, and the queue."""
+    values: list[str] = []
+    for queue in app.amqp.queues.values():
+        exchange = queue.exchange.name if queue.exchange is not None else ""
+        values.append(f"{exchange}:{queue.routing_key or queue.name}")
+        values.append(queue.name)
+    return values
+
+
+@click.group()
+def topology() -> None:
+    """Declare, verify or delete the ladder on the broker."""
+
+
+@topology.command()
+@click.option("--destination", "-d", multiple=True, metavar=_DESTINATION_HELP,
+              help="Also create the exit queue of a destination (repeatable).")
+@click.pass_context
+def declare(ctx: click.Context, destination: tuple[str, ...]) -> None:
+    """Create the ladder (idempotent)."""
+    app = app_context(ctx)
+    with app.amqp() as raw:
+        topo = app.topology(raw)
+        topo.declare(raw)
+        for dest in parse_destinations(topo, destination):
+            topo.ensure_exit(raw, dest, declare=True)
+    click.echo(f"declared {describe_ladder(topo.spec, topo.queue_type)} on {app.uri}")
+
+
+@topology.command()
+@click.pass_context
+def verify(ctx: click.Context) -> None:
+    """Check that the ladder exists with the expected arguments. Creates nothing."""
+    app = app_context(ctx)
+    with app.amqp() as raw:
+        topo = app.topology(raw)
+        if not topo.inspect(raw).exists:
+            raise click.ClickException(no_ladder(app, raw))
+        topo.verify(raw)
+    click.echo(f"{describe_ladder(topo.spec, topo.queue_type)} is complete on {app.uri} "
+               "and matches the settings")
+
+
+@topology.command()
+@click.option("--discard-messages", is_flag=True,
+              help="Delete even queues that still hold delayed messages (they are lost).")
+@click.option("--destination", "-d", multiple=True, metavar=_DESTINATION_HELP,
+              help="Also delete the exit queue of this destination (repeatable). The exit queues of the "
+                   "app's configured task queues are always included.")
+@click.option("--keep-shared", is_flag=True,
+              help="Keep what every shape (levels, radix) of the prefix shares: <prefix>.unroutable and the exit "
+                   "queues. Use it to delete an old shape while a reshaped ladder of the same prefix stays in use.")
+@yes_option
+@click.pass_context
+def delete(ctx: click.Context, discard_messages: bool, destination: tuple[str, ...], keep_shared: bool,
+           yes: bool) -> None:
+    """Delete the ladder and its exit queues. Refuses while messages wait in them.
+
+    AMQP cannot list queues, so the exit queues deleted are those of the app's
+    configured queues plus every ``--destination`` given. The parking queue
+    is kept.
+    """
+    app = app_context(ctx)
+    with app.amqp() as raw:
+        topo = app.topology(raw)
+        exits = [] if keep_shared else [
+            d.exit_queue for d in parse_destinations(topo, (*_app_destinations(app.app), *destination))]
+        state = topo.inspect(raw, extra_queues=exits)
+        if not state.exists:
+            kept = ""
+            if state.queue(topo.spec.unroutable_queue).exists:
+                kept = (f"; {topo.spec.unroutable_queue} is kept: a ladder of another shape (delayq_levels, "
+                        "delayq_radix) shares it")
+            click.echo(f"no ladder named {topo.spec.prefix!r} ({topo.spec.namespace}) on {app.uri}: "
+                       f"nothing to delete{kept}")
+            return
+        shared = {topo.spec.unroutable_queue, topo.spec.unroutable_exchange}
+        present = [e for e in state.entities if e.exists and not (keep_shared and e.name in shared)]
+        queues = {e.name: e for e in present if e.kind == "queue"}
+        busy = [e for e in queues.values() if e.messages]
+        held = sum(e.messages or 0 for e in busy)
+        if busy and not discard_messages:
+            names = ", ".join(f"{e.name} ({e.messages})" for e in busy[:5]) + (" ..." if len(busy) > 5 else "")
+            raise click.ClickException(
+                f"{held} message(s) still wait in {len(busy)} queue(s) of ladder {topo.spec.prefix!r}: "
+                f"{names}. Nothing was deleted. Wait until they are delivered, or add --discard-messages "
+                "to drop them.")
+        lost = f", dropping the {held} message(s) they hold" if held else ""
+        confirm(f"Delete ladder {topo.spec.prefix!r} on {app.uri}: {len(present) - len(queues)} exchanges "
+                f"and {len(queues)} queues{lost}?", yes)
+        deleted = topo.delete(raw, if_empty=not discard_messages, exit_queues=exits, keep_shared=keep_shared)
+    n_exchanges = sum(1 for d in deleted if d.startswith("exchange "))
+    n_exits = len({f"queue {name}" for name in exits} & set(deleted))
+    click.echo(f"deleted ladder {topo.spec.prefix!r} on {app.uri}: {n_exchanges} exchanges, "
+               f"{len(deleted) - n_exchanges} queues ({n_exits} of them exit queues)")
