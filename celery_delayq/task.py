@@ -15,12 +15,13 @@ Decisions live in :mod:`celery_delayq.policies`, parking in
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import weakref
 import sys
 import time
+import weakref
 from functools import cached_property
-from typing import Any
+from typing import Any, Iterator
 
 from celery import Task
 from celery.exceptions import Ignore, Retry, Reject, TaskPredicate
@@ -31,6 +32,7 @@ from .attempts import begin_attempt, current_attempt, end_attempt, first_attempt
 from .dedup import DuplicateGuard, delivery_key, guard_for
 from .delays import due_from, parse_eta
 from .integration import install, ladder_for
+from .policies.decision import RetryDecision, decide_retry
 from .policies.explicit import RetryAfter
 from .policies.resolve import RetryOptions, resolve_options, split_call_options
 
@@ -141,10 +143,8 @@ class DelayedRetryTask(Task):
               eta: Any = None, countdown: Any = None, max_retries: int | None = None, **options: Any) -> Any:
         """Celery's ``retry``, through the ladder, with the task's policy, ``RetryAfter`` and parking.
 
-        Without a policy, Celery's options decide exactly as in Celery. With
-        one, an explicit ``countdown``/``eta`` is used as given, otherwise the
-        policy's wait; the policy's stop rule (and an explicit ``max_retries``)
-        ends the retries. When retries are exhausted the message is parked
+        One :func:`~celery_delayq.policies.decision.decide_retry` decides; this
+        method acts on it. When retries are exhausted the message is parked
         first, then Celery raises as it always does (FAILURE, ``task_failure``).
         """
         request = self.request
@@ -153,55 +153,35 @@ class DelayedRetryTask(Task):
             return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries, **options)
         opts = self.delayq_options(**call)
         outcome = exc if exc is not None else sys.exc_info()[1]
-        if isinstance(outcome, RetryAfter):
-            countdown, eta = min(outcome.delay, opts.max_delay), None
-            exc = outcome.exc if outcome.exc is not None else outcome
-        elif opts.park_on and isinstance(outcome, opts.park_on):
-            # Park-worthy exceptions are never retried, not even by autoretry_for.
+        attempt_no = int(request.retries or 0) + 1
+        decision = decide_retry(opts, outcome=outcome, exc=exc, attempt=attempt_no, countdown=countdown,
+                                eta=eta, max_retries=max_retries, task_max_retries=self.max_retries,
+                                state=state_for(request, outcome), now=time.time())
+        if decision.action == "park_now":
+            assert outcome is not None
             current_attempt(request).settled = True
             park(self, request, outcome, reason="park_on", options=opts)
             raise outcome
-        attempt_no = int(request.retries or 0) + 1
-        exhausted, countdown, celery_max = self._delayq_plan(opts, outcome, attempt_no, eta, countdown, max_retries)
-        if exhausted:
+        if decision.action == "give_up":
             current_attempt(request).settled = True
-            signals.retry_exhausted.send(sender=self, request=request, exc=exc, attempt=attempt_no)
+            signals.retry_exhausted.send(sender=self, request=request, exc=decision.exc, attempt=attempt_no)
             if opts.park:
-                park(self, request, exc if isinstance(exc, BaseException) else _exhausted(self, attempt_no),
-                     reason="exhausted", options=opts)
-        saved = self.__dict__.get("override_max_retries", _MISSING)
-        try:
-            ret = super().retry(args, kwargs, exc, throw, eta, countdown, celery_max,
-                                headers=self._retry_headers(options.pop("headers", _MISSING)), **options)
-        except Retry:
-            self._retry_scheduled(exc, countdown, eta, attempt_no)
-            raise
-        except Reject as rejected:  # Celery could not publish the retry
-            if opts.park and isinstance(rejected.reason, BaseException):
-                park(self, request, rejected.reason, reason="retry-failed", options=opts)
-            raise
-        finally:
-            if opts.policy is not None:  # Celery's retry() stored our max_retries on the shared task
-                if saved is _MISSING:
-                    self.__dict__.pop("override_max_retries", None)
-                else:
-                    self.override_max_retries = saved
-        self._retry_scheduled(exc, countdown, eta, attempt_no)
+                reason = decision.exc if isinstance(decision.exc, BaseException) else _exhausted(self, attempt_no)
+                park(self, request, reason, reason="exhausted", options=opts)
+        with _celery_max_retries_kept(self, opts.policy is not None):
+            try:
+                ret = super().retry(args, kwargs, decision.exc, throw, decision.eta, decision.countdown,
+                                    decision.max_retries,
+                                    headers=self._retry_headers(options.pop("headers", _MISSING)), **options)
+            except Retry:
+                self._retry_scheduled(decision)
+                raise
+            except Reject as rejected:  # Celery could not publish the retry
+                if opts.park and isinstance(rejected.reason, BaseException):
+                    park(self, request, rejected.reason, reason="retry-failed", options=opts)
+                raise
+        self._retry_scheduled(decision)
         return ret
-
-    def _delayq_plan(self, opts: RetryOptions, outcome: BaseException | None, attempt_no: int, eta: Any,
-                     countdown: Any, max_retries: int | None) -> tuple[bool, Any, int | None]:
-        """``(exhausted, countdown, max_retries for Celery)`` of a retry call."""
-        if opts.policy is None:  # Celery's rule, unchanged
-            limit = self.max_retries if max_retries is None else max_retries
-            return limit is not None and attempt_no > limit, countdown, max_retries
-        explicit = countdown if countdown is not None else (
-            max(0.0, parse_eta(eta) - time.time()) if eta is not None else None)
-        decision = opts.policy.decide(state_for(self.request, outcome), delay=explicit, check_retry=False)
-        exhausted = decision.action == "stop" or (max_retries is not None and attempt_no > max_retries)
-        # Celery's own max_retries check must not second-guess the policy; when the policy
-        # gives up, a limit just below the attempt makes Celery raise exactly as it always does.
-        return exhausted, decision.delay if explicit is None else countdown, attempt_no - (1 if exhausted else 0)
 
     def _retry_headers(self, given: Any) -> dict[str, Any]:
         """The retry's headers: Celery's (or the caller's) plus the first attempt's wall-clock time."""
@@ -213,11 +193,12 @@ class DelayedRetryTask(Task):
             headers[H.FIRST_ATTEMPT] = first_attempt_time(request)
         return headers
 
-    def _retry_scheduled(self, exc: Any, countdown: Any, eta: Any, attempt_no: int) -> None:
+    def _retry_scheduled(self, decision: RetryDecision) -> None:
+        countdown, eta = decision.countdown, decision.eta
         delay = float(countdown) if countdown is not None else (
             max(0.0, parse_eta(eta) - time.time()) if eta is not None else float(self.default_retry_delay))
-        signals.retry_scheduled.send(sender=self, request=self.request, exc=exc, countdown=delay,
-                                     attempt=attempt_no)
+        signals.retry_scheduled.send(sender=self, request=self.request, exc=decision.exc, countdown=delay,
+                                     attempt=decision.attempt)
 
     # -- publishing ----------------------------------------------------------------
     def apply_async(self, args: Any = None, kwargs: Any = None, task_id: str | None = None,
@@ -243,6 +224,21 @@ class DelayedRetryTask(Task):
                 options["headers"] = {**(options.get("headers") or {}), H.DUE: now}
         return super().apply_async(args, kwargs, task_id=task_id, producer=producer, link=link,
                                    link_error=link_error, shadow=shadow, **options)
+
+
+@contextlib.contextmanager
+def _celery_max_retries_kept(task: Any, restore: bool) -> Iterator[None]:
+    """Celery's ``retry()`` stores the ``max_retries`` it is given on the shared task object;
+    the one a policy hands it belongs to this call only, so put the task's own back."""
+    saved = task.__dict__.get("override_max_retries", _MISSING)
+    try:
+        yield
+    finally:
+        if restore:
+            if saved is _MISSING:
+                task.__dict__.pop("override_max_retries", None)
+            else:
+                task.override_max_retries = saved
 
 
 def _exhausted(task: Any, attempt_no: int) -> BaseException:

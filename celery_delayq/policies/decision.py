@@ -1,0 +1,85 @@
+"""One retry decision for a failed attempt: retry (with which delay), give up, or park now. Pure.
+
+``DelayedRetryTask.retry`` asks :func:`decide_retry` once and then only acts:
+it parks, signals and hands Celery the countdown and the ``max_retries`` that
+make Celery do the same thing, so Celery's own bookkeeping (``task_retry``,
+``MaxRetriesExceededError``, FAILURE) is unchanged. The rules, in order:
+
+1. :class:`~celery_delayq.policies.RetryAfter` names its own delay (capped by ``max_delay``).
+2. An exception in ``park_on`` is never retried, not even by ``autoretry_for``: park now.
+3. Without a policy, Celery's options decide, exactly as in Celery.
+4. With one, an explicit ``countdown``/``eta`` is used as given, else the policy's
+   wait; the policy's stop rule, and an explicit ``max_retries``, end the retries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tenacity import RetryCallState
+
+from ..delays import parse_eta
+from .explicit import RetryAfter
+from .resolve import RetryOptions
+
+__all__ = ["RetryDecision", "decide_retry"]
+
+
+@dataclass(frozen=True)
+class RetryDecision:
+    """What one ``retry()`` call does.
+
+    Attributes:
+        action: ``retry``; ``give_up`` (retries exhausted: park if enabled, then
+            Celery raises as always); ``park_now`` (a ``park_on`` exception).
+        countdown: The countdown to hand Celery (``None``: Celery's own default).
+        eta: The eta to hand Celery (``None`` unless the caller gave one).
+        max_retries: The ``max_retries`` to hand Celery, so that Celery gives up
+            exactly when the decision does.
+        exc: The exception Celery reports (a RetryAfter's cause, when it has one).
+        attempt: Number of the attempt that just failed (1 = the first run).
+    """
+
+    action: Literal["retry", "give_up", "park_now"]
+    countdown: Any
+    eta: Any
+    max_retries: int | None
+    exc: Any
+    attempt: int
+
+
+def decide_retry(options: RetryOptions, *, outcome: BaseException | None, exc: Any, attempt: int,
+                 countdown: Any, eta: Any, max_retries: int | None, task_max_retries: int | None,
+                 state: RetryCallState, now: float) -> RetryDecision:
+    """Decide one ``retry()`` call of attempt number ``attempt`` (pure but for ``state``'s strategies).
+
+    Args:
+        options: The task's resolved retry options.
+        outcome: The exception being handled (``exc`` or the one in flight).
+        exc: The ``exc`` given to ``retry()``.
+        countdown, eta, max_retries: As given to ``retry()``.
+        task_max_retries: The task's own ``max_retries``.
+        state: The tenacity state of the failed attempt.
+        now: Wall-clock now, to turn an ``eta`` into a delay for the policy.
+    """
+    if isinstance(outcome, RetryAfter):
+        countdown, eta = min(outcome.delay, options.max_delay), None
+        exc = outcome.exc if outcome.exc is not None else outcome
+    elif options.park_on and isinstance(outcome, options.park_on):
+        return RetryDecision("park_now", countdown, eta, max_retries, exc, attempt)
+
+    if options.policy is None:  # Celery's rule, unchanged
+        limit = task_max_retries if max_retries is None else max_retries
+        exhausted = limit is not None and attempt > limit
+        return RetryDecision("give_up" if exhausted else "retry", countdown, eta, max_retries, exc, attempt)
+
+    explicit = countdown if countdown is not None else (
+        max(0.0, parse_eta(eta) - now) if eta is not None else None)
+    decided = options.policy.decide(state, delay=explicit, check_retry=False)
+    exhausted = decided.action == "stop" or (max_retries is not None and attempt > max_retries)
+    # Celery's own max_retries check must not second-guess the policy; when the policy
+    # gives up, a limit just below the attempt makes Celery raise exactly as it always does.
+    return RetryDecision("give_up" if exhausted else "retry",
+                         decided.delay if explicit is None else countdown, eta,
+                         attempt - (1 if exhausted else 0), exc, attempt)
