@@ -3,6 +3,14 @@
 RabbitMQ must be running (CI starts it). Locally a missing broker skips the
 broker tests; with ``CI`` set it fails them, so CI can never go green by
 skipping.
+
+Which broker: ``DELAYQ_TEST_BROKER_HOST`` (default ``127.0.0.1:5672``), and
+the ``rabbitmqctl`` first on ``PATH`` must manage that same node (checked).
+``./dev test --rmq4`` points both at the RabbitMQ 4.3 node on 5673.
+
+A test that never asks for the broker (no ``vhost`` fixture, directly or
+through another fixture) is marked ``pure``: ``-m "not pure"`` runs only the
+broker-facing tests, which is how the second broker's CI leg saves time.
 """
 
 from __future__ import annotations
@@ -36,19 +44,53 @@ def _rabbitmqctl(*args: str) -> None:
     subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=60)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "pure: needs no broker (set automatically: the test uses no vhost fixture)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "vhost" not in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.pure)
+
+
+def _unavailable(why: str) -> None:
+    """Skip locally; fail under CI, where a missing broker must never pass as green."""
+    if os.environ.get("CI"):
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+def _vhost_reachable(name: str) -> bool:
+    try:
+        c = amqp.Connection(BROKER_HOST, virtual_host=name, connect_timeout=5)
+        c.connect()
+        c.close()
+        return True
+    except Exception:
+        return False
+
+
 @pytest.fixture(scope="session")
 def vhost() -> Iterator[str]:
     """A vhost of our own, deleted (with everything in it) at the end of the session."""
     if not _broker_up():
-        if os.environ.get("CI"):
-            pytest.fail(f"RabbitMQ is not reachable at {BROKER_HOST}")
-        pytest.skip(f"RabbitMQ is not reachable at {BROKER_HOST}")
+        _unavailable(f"RabbitMQ is not reachable at {BROKER_HOST} (./dev test starts 3.10 on 5672, "
+                     "./dev test --rmq4 starts 4.3 on 5673)")
     if shutil.which("rabbitmqctl") is None:
+        if os.environ.get("CI"):
+            pytest.fail("rabbitmqctl is not on PATH: the broker tests need it (vhosts, policies, closing connections)")
         yield "/"  # fall back to unique names in the default vhost
         return
     name = f"delayq-test-{uuid.uuid4().hex[:8]}"
     _rabbitmqctl("add_vhost", name)
     _rabbitmqctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*")
+    if not _vhost_reachable(name):
+        with contextlib.suppress(Exception):
+            _rabbitmqctl("delete_vhost", name)
+        _unavailable(f"the rabbitmqctl on PATH ({shutil.which('rabbitmqctl')}) manages another node than "
+                     f"DELAYQ_TEST_BROKER_HOST={BROKER_HOST}: put that node's rabbitmqctl first on PATH "
+                     "(./dev test --rmq4 does it for the 4.3 node)")
     try:
         yield name
     finally:
