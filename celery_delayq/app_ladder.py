@@ -26,6 +26,7 @@ from .config import DelayqConfig
 from .delays import parse_eta
 from .ladder import check_name
 from .management import key_matches
+from .plugin_compat import DELAY_HEADER, delay_of, plain_entities
 from .publisher import LadderPublisher, publisher_for
 from .queue_delays import default_delay, queue_delays_of
 from .typing import Diversion
@@ -130,6 +131,8 @@ class AppLadder:
         """
         eta = headers.get("eta")
         if eta is None and H.DUE not in headers:
+            if DELAY_HEADER in headers:  # code written for the delayed-message plugin
+                return self._plugin_delay(headers, exchange, routing_key, declare)
             delays = self.queue_delays
             if not delays:
                 return None  # the common case: an undelayed publish, no queue defaults
@@ -161,6 +164,18 @@ class AppLadder:
             # early arrival rather than run it (belt and braces: the ladder rounds up).
             headers["eta"] = datetime.fromtimestamp(due, tz=timezone.utc).isoformat()
         return Diversion(name, key, due=due, delay=due - now, queue_hint=queue_hint)
+
+    def _plugin_delay(self, headers: dict[str, Any], exchange: Any, routing_key: str | None,
+                      declare: Iterable[Any]) -> Diversion | None:
+        """A publish with the plugin's ``x-delay`` (ms): delayed to the exchange and key it names."""
+        delay = delay_of(headers)
+        now = self.clock()
+        if delay is None or delay <= 0:
+            return None
+        name, key = exchange_name(exchange), routing_key or ""
+        queue_hint = _check_names(name, key, plain_entities(declare))
+        self.config.spec.units_for(delay)  # DelayTooLong, before anything is sent
+        return Diversion(name, key, due=now + delay, delay=delay, queue_hint=queue_hint)
 
     def _native_destination(self, delivery_exchange: str, original_key: str, *, native_key: str) -> tuple[str, str]:
         """Where an undelayed publish of a native-ladder task would have gone.

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from kombu import Producer
 from kombu.pools import ProducerPool
 
+from .plugin_compat import PLUGIN_TYPE, has_plugin_entities, plain_entities, plain_exchange
 from .typing import DelayRouting, Diversion
 
 __all__ = ["LadderProducer", "LadderProducerPool", "producer_factory", "DelayqProducer"]
@@ -38,6 +39,10 @@ class LadderProducer(Producer):
 
     def __init__(self, channel: Any, *args: Any, routing: DelayRouting, **kwargs: Any) -> None:
         self.routing = routing
+        if args:
+            args = (plain_exchange(args[0]), *args[1:])
+        elif kwargs.get("exchange") is not None:
+            kwargs["exchange"] = plain_exchange(kwargs["exchange"])
         super().__init__(channel, *args, **kwargs)
 
     def publish(self, body: Any, routing_key: Any = None, *args: Any, **kwargs: Any) -> Any:  # noqa: D102
@@ -45,6 +50,13 @@ class LadderProducer(Producer):
         if args or not headers:  # Celery always sends headers and keywords only
             return super().publish(body, routing_key, *args, **kwargs)
         exchange = kwargs.get("exchange")
+        declare = kwargs.get("declare")
+        if declare and has_plugin_entities(declare):
+            # The delayed-message plugin's exchange type may not exist on this broker:
+            # declare its x-delayed-type instead (plugin_compat).
+            kwargs["declare"] = plain_entities(declare)
+        if exchange is not None and getattr(exchange, "type", None) == PLUGIN_TYPE:
+            kwargs["exchange"] = exchange = plain_exchange(exchange)
         diversion = self.routing.divert(
             headers, self.exchange if exchange is None else exchange,
             self.routing_key if routing_key is None else routing_key, kwargs.get("declare") or ())
