@@ -7,6 +7,8 @@ All of them derive from :class:`DelayqError`, so callers can catch the family.
 
 from __future__ import annotations
 
+from kombu.exceptions import OperationalError
+
 __all__ = [
     "DelayqError",
     "InvalidDelay",
@@ -22,6 +24,7 @@ __all__ = [
     "PublishNacked",
     "PublishReturned",
     "PublishTimeout",
+    "BrokerUnavailable",
 ]
 
 
@@ -76,10 +79,14 @@ class PublishError(DelayqError):
     publish failure, so ``retry_policy``/``autoretry_for`` still apply.
     """
 
-    def __init__(self, message: str, *, failed: list[str] | None = None) -> None:
+    def __init__(self, message: str, *, failed: list[str] | None = None,
+                 entries: list[str] | None = None) -> None:
         super().__init__(message)
-        #: Ladder entry ids of the messages that were not scheduled.
+        #: What may not be scheduled, by the name the caller knows: the Celery task id
+        #: (the message's ``id`` header), else its ``message_id``, else its ladder entry id.
         self.failed: list[str] = list(failed or [])
+        #: The ladder entry ids (``x-delayq-entry``) of the same messages, in the same order.
+        self.entries: list[str] = list(entries if entries is not None else self.failed)
 
 
 class PublishNacked(PublishError):
@@ -92,3 +99,13 @@ class PublishReturned(PublishError):
 
 class PublishTimeout(PublishError):
     """No confirm arrived in time; the message may or may not be scheduled."""
+
+
+class BrokerUnavailable(PublishError, OperationalError):
+    """The ladder could not connect to the broker; the named messages were NOT scheduled.
+
+    Raised after one attempt per broker host, without sleeping, so a publish
+    against a stopped broker fails about as fast as Celery's own. It is also a
+    :class:`kombu.exceptions.OperationalError`, the error plain Celery raises
+    there, so existing ``except OperationalError`` handlers keep working.
+    """

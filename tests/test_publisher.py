@@ -36,7 +36,7 @@ def dest(amqp_conn: amqp.Connection, uid: str) -> str:
 def test_publish_to_queue_waits_and_is_never_early(publisher: LadderPublisher, amqp_conn, dest: str) -> None:
     delays = [0.05, 0.5, 1.9, 0.31, 1.0]
     for d in delays:
-        publisher.publish({"d": d, "sent": time.time()}, delay=d, queue=dest)
+        publisher.schedule_body({"d": d, "sent": time.time()}, delay=d, queue=dest)
     got = drain(amqp_conn, dest, len(delays), timeout=10)
     for m in got:
         due = m.headers[H.DUE]
@@ -52,7 +52,7 @@ def test_publish_to_exchange_and_routing_key(publisher: LadderPublisher, amqp_co
     ch.queue_declare(f"b.{uid}", durable=True, auto_delete=False)
     ch.queue_bind(f"a.{uid}", f"x.{uid}", "orders.*")
     ch.queue_bind(f"b.{uid}", f"x.{uid}", "#")
-    publisher.publish("hello", delay=0.2, exchange=f"x.{uid}", routing_key="orders.eu")
+    publisher.schedule_body("hello", delay=0.2, exchange=f"x.{uid}", routing_key="orders.eu")
     a = drain(amqp_conn, f"a.{uid}", 1, timeout=5)
     b = drain(amqp_conn, f"b.{uid}", 1, timeout=5)
     assert a[0].body == b[0].body and '"hello"' in str(a[0].body)
@@ -60,7 +60,7 @@ def test_publish_to_exchange_and_routing_key(publisher: LadderPublisher, amqp_co
 
 
 def test_headers_properties_and_priority_survive(publisher: LadderPublisher, amqp_conn, dest: str) -> None:
-    publisher.publish({"x": 1}, delay=0.1, queue=dest, headers={"custom": "v", "n": 7},
+    publisher.schedule_body({"x": 1}, delay=0.1, queue=dest, headers={"custom": "v", "n": 7},
                       priority=5, correlation_id="cid-1", reply_to="replies")
     m = drain(amqp_conn, dest, 1, timeout=5)[0]
     assert m.headers["custom"] == "v" and m.headers["n"] == 7
@@ -77,7 +77,7 @@ def test_client_x_death_is_stripped_so_retries_are_not_cycle_dropped(publisher, 
                             "exchange": "", "routing-keys": ["k"]}],
                "x-first-death-queue": "whatever", "x-first-death-reason": "expired"}
     for _ in range(3):
-        publisher.publish("again", delay=0.08, queue=dest, headers=headers)
+        publisher.schedule_body("again", delay=0.08, queue=dest, headers=headers)
         m = drain(amqp_conn, dest, 1, timeout=5)[0]
         headers = dict(m.headers)
     assert m is not None
@@ -88,17 +88,17 @@ def test_client_x_death_is_stripped_so_retries_are_not_cycle_dropped(publisher, 
 
 def test_unroutable_destination_fails_at_publish(publisher: LadderPublisher, uid: str) -> None:
     with pytest.raises(UnroutableDestination, match="no-such-queue"):
-        publisher.publish("x", delay=1, queue=f"no-such-queue.{uid}")
+        publisher.schedule_body("x", delay=1, queue=f"no-such-queue.{uid}")
     with pytest.raises(UnroutableDestination, match="no-such-exchange"):
-        publisher.publish("x", delay=1, exchange=f"no-such-exchange.{uid}", routing_key="k")
+        publisher.schedule_body("x", delay=1, exchange=f"no-such-exchange.{uid}", routing_key="k")
 
 
 def test_bad_delays_fail_before_publishing(publisher: LadderPublisher, dest: str, amqp_conn) -> None:
     with pytest.raises(InvalidDelay):
-        publisher.publish("x", delay=float("nan"), queue=dest)
+        publisher.schedule_body("x", delay=float("nan"), queue=dest)
     with pytest.raises(DelayTooLong, match="never truncates"):
-        publisher.publish("x", delay=publisher.spec.max_delay_s * 2, queue=dest)
-    assert publisher.publish("x", delay=-1, queue=dest) is None  # caller publishes now, as Celery
+        publisher.schedule_body("x", delay=publisher.spec.max_delay_s * 2, queue=dest)
+    assert publisher.schedule_body("x", delay=-1, queue=dest) is None  # caller publishes now, as Celery
     assert queue_depth(amqp_conn, dest) == 0
 
 
@@ -130,9 +130,9 @@ def test_unroutable_ladder_publish_is_returned_and_raised(private_publisher, amq
     spec = publisher.spec
     _break_level(publisher, amqp_conn, 4)
     with pytest.raises(PublishReturned, match="NOT scheduled"):
-        publisher.publish("x", delay=spec.radix**4 * spec.unit_ms / 1000, queue=dest)  # digit 1 at level 4
+        publisher.schedule_body("x", delay=spec.radix**4 * spec.unit_ms / 1000, queue=dest)  # digit 1 at level 4
     # the publisher is still usable afterwards
-    assert publisher.publish("y", delay=0.02, queue=dest) is not None
+    assert publisher.schedule_body("y", delay=0.02, queue=dest) is not None
 
 
 def test_nacked_publish_raises_to_the_caller(private_publisher, vhost: str, dest: str) -> None:
@@ -148,14 +148,14 @@ def test_nacked_publish_raises_to_the_caller(private_publisher, vhost: str, dest
         deadline = time.time() + 15
         while True:  # the policy takes a moment to apply
             try:
-                publisher.publish("x", delay=spec.radix**3 * spec.unit_ms / 1000, queue=dest)  # level 3
+                publisher.schedule_body("x", delay=spec.radix**3 * spec.unit_ms / 1000, queue=dest)  # level 3
             except PublishNacked as exc:
                 assert exc.failed and "NOT scheduled" in str(exc)
                 break
             assert time.time() < deadline, "the broker never nacked"
             time.sleep(0.3)
         # other levels still work on the same publisher
-        assert publisher.publish("y", delay=2 * spec.unit_ms / 1000, queue=dest) is not None
+        assert publisher.schedule_body("y", delay=2 * spec.unit_ms / 1000, queue=dest) is not None
     finally:
         subprocess.run(["rabbitmqctl", "-q", "clear_policy", "-p", vhost, policy], capture_output=True, timeout=60)
 
@@ -164,7 +164,7 @@ def test_batch_pipelines_confirms_and_delivers_all(publisher, amqp_conn, dest: s
     n = 2000
     with publisher.batch():
         for i in range(n):
-            publisher.publish(i, delay=0.2 + (i % 50) / 100, queue=dest)
+            publisher.schedule_body(i, delay=0.2 + (i % 50) / 100, queue=dest)
     got = drain(amqp_conn, dest, n, timeout=30)
     assert sorted(int(m.body) for m in got) == list(range(n))
     assert all(m.arrived >= m.headers[H.DUE] for m in got)
@@ -176,9 +176,9 @@ def test_batch_raises_on_exit_when_a_message_was_refused(private_publisher, amqp
     _break_level(publisher, amqp_conn, 5)
     with pytest.raises(PublishReturned) as err:
         with publisher.batch():
-            publisher.publish("ok", delay=0.01, queue=dest)
-            publisher.publish("bad", delay=spec.radix**5 * spec.unit_ms / 1000, queue=dest)  # level 5
-            publisher.publish("ok2", delay=0.02, queue=dest)
+            publisher.schedule_body("ok", delay=0.01, queue=dest)
+            publisher.schedule_body("bad", delay=spec.radix**5 * spec.unit_ms / 1000, queue=dest)  # level 5
+            publisher.schedule_body("ok2", delay=0.02, queue=dest)
     assert len(err.value.failed) == 1
     assert len(drain(amqp_conn, dest, 2, timeout=5)) == 2
 
@@ -186,7 +186,7 @@ def test_batch_raises_on_exit_when_a_message_was_refused(private_publisher, amqp
 def test_verify_only_publisher_refuses_a_missing_ladder(broker_url: str, dest: str, uid: str) -> None:
     pub = LadderPublisher(kombu.Connection(broker_url), DelayqConfig(prefix=f"absent{uid}", declare=False))
     with pytest.raises(TopologyMissing, match=f"absent{uid}"):
-        pub.publish("x", delay=1, queue=dest)
+        pub.schedule_body("x", delay=1, queue=dest)
     pub.close()
 
 
@@ -194,14 +194,14 @@ def test_verify_only_publisher_works_on_a_declared_ladder(publisher, broker_url:
     publisher.declare()
     verifying = LadderPublisher(kombu.Connection(broker_url), DelayqConfig(prefix=publisher.spec.prefix, declare=False))
     # the exit queue is part of what verify-only needs; the declaring publisher makes it
-    publisher.publish("first", delay=0.01, queue=dest)
-    assert verifying.publish("second", delay=0.02, queue=dest) is not None
+    publisher.schedule_body("first", delay=0.01, queue=dest)
+    assert verifying.schedule_body("second", delay=0.02, queue=dest) is not None
     assert len(drain(amqp_conn, dest, 2, timeout=5)) == 2
     verifying.close()
 
 
 def test_exit_queue_uses_the_ladder_queue_type(publisher, amqp_conn, dest: str) -> None:
-    sched = publisher.publish("x", delay=0.05, queue=dest)
+    sched = publisher.schedule_body("x", delay=0.05, queue=dest)
     assert sched is not None and sched.destination.exit_queue.startswith(publisher.spec.prefix + ".exit.")
     # redeclaring with the same quorum arguments succeeds only if it is a quorum queue already
     args = publisher.topology.exit_queue_args("", dest)
