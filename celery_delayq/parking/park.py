@@ -10,7 +10,6 @@ otherwise it raises :class:`~celery_delayq.errors.ParkingFailed`.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 import traceback as tb
@@ -22,9 +21,9 @@ import kombu
 
 from .. import headers as H
 from ..confirms import ConfirmChannel
-from ..owned import OwnsConnection
+from ..owned import OwnedConnection
 from ..registry import ProcessRegistry
-from ..errors import PublishError
+from ..errors import BrokerUnavailable, PublishError
 from .errors import ParkingFailed
 from ..topology import broker_version, resolve_queue_type
 from . import record as R
@@ -65,7 +64,7 @@ def parking_message(raw: RawMessage, failure: dict[str, Any]) -> amqp.Message:
     return amqp.Message(raw.body, application_headers=headers, delivery_mode=2, **props)
 
 
-class Parker(OwnsConnection):
+class Parker:
     """Confirmed, mandatory publishes into parking queues over a connection of its own.
 
     Thread-safe and fork-safe (a child process reconnects on first use).
@@ -77,10 +76,13 @@ class Parker(OwnsConnection):
         self.queue_type = queue_type
         self.confirm_timeout = confirm_timeout
         self._lock = threading.Lock()
-        self._conn: kombu.Connection | None = None
-        self._confirm: ConfirmChannel | None = None
-        self._pid = 0
+        self._link = OwnedConnection(connection, role="parker")
         self._declared: set[str] = set()
+
+    def after_fork_in_child(self) -> None:
+        """In a forked child: forget the parent's connection and lock."""
+        self._lock = threading.Lock()
+        self._link.after_fork_in_child()
 
     def park(self, queue: str, message: amqp.Message) -> None:
         """Publish ``message`` into ``queue`` and wait for the broker's confirm.
@@ -102,31 +104,28 @@ class Parker(OwnsConnection):
                             "the message was NOT parked. Check the parking queue (length limits, "
                             "a deleted queue) and the broker's alarms.")
                     return
-                except (amqp.exceptions.RecoverableConnectionError, ConnectionError, OSError) as exc:
-                    self._drop()
+                except (amqp.exceptions.RecoverableConnectionError, ConnectionError, OSError,
+                        BrokerUnavailable) as exc:
+                    self._link.drop()
                     if attempt:
                         raise ParkingFailed(f"lost the broker connection while parking into {queue!r} "
                                             f"({exc!r}); the message was NOT parked") from exc
                 except PublishError as exc:
-                    self._drop()
+                    self._link.drop()
                     raise ParkingFailed(f"no confirm for the parked copy in {queue!r} ({exc}); "
                                         "it may or may not be parked") from exc
 
     def _channel(self) -> ConfirmChannel:
-        if self._confirm is None or self._pid != os.getpid():
-            self._drop()
-            conn = self.template.clone()
-            conn.connect()
-            self._conn, self._pid = conn, os.getpid()
-            self._confirm = ConfirmChannel(conn.connection)
+        confirm = self._link.confirm
+        if confirm is None:
+            confirm = self._link.open()
             self._declared.clear()
-        return self._confirm
+        return confirm
 
     def _declare(self, queue: str) -> None:
         if queue in self._declared:
             return
-        assert self._conn is not None
-        raw: amqp.Connection = self._conn.connection
+        raw = self._link.raw
         ch = raw.channel()
         try:
             ch.queue_declare(queue, passive=True)  # an existing queue is used as it is
@@ -143,7 +142,7 @@ class Parker(OwnsConnection):
     def close(self) -> None:
         """Close the parking connection (it reopens on the next park)."""
         with self._lock:
-            self._drop()
+            self._link.drop()
 
 
 _PARKERS: ProcessRegistry[Parker] = ProcessRegistry()
