@@ -39,7 +39,7 @@ from . import signals
 from .app_ladder import AppLadder
 from .config import _lookup
 from .producer import LadderProducerPool, producer_factory
-from .telemetry import wiring as _telemetry_wiring  # noqa: F401  (connects the telemetry hooks)
+from . import telemetry
 
 __all__ = ["install", "uninstall", "ladder_for", "router_for", "is_installed", "watch_app",
            "DelayqWorkerStep"]
@@ -102,6 +102,7 @@ def install(app: Any) -> AppLadder:
         if DelayqWorkerStep not in app.steps["consumer"]:
             app.steps["consumer"].add(DelayqWorkerStep)
         _connect_worker_signals()
+        _attach_telemetry(app)
     return ladder
 
 
@@ -117,6 +118,18 @@ def uninstall(app: Any) -> None:
         if isinstance(amqp._producer_pool, LadderProducerPool):
             amqp._producer_pool = None  # the next publish takes kombu's shared pool again
         app.steps["consumer"].discard(DelayqWorkerStep)
+        telemetry.detach(app)
+
+
+def _attach_telemetry(app: Any) -> None:
+    """Record the app's events when ``delayq_telemetry_dir`` is set (a subscriber, removable).
+
+    Only that one setting is read here: install() may run while Celery loads
+    the app's configuration, and the rest of the settings are read (and
+    checked) when the ladder is first used.
+    """
+    if _lookup(app.conf, "delayq_telemetry_dir"):
+        telemetry.attach(app)
 
 
 def _hook_producers(app: Any, ladder: AppLadder) -> None:

@@ -22,7 +22,7 @@ from celery.contrib.testing.worker import start_worker
 
 import celery_delayq
 from celery_delayq import DelayedRetryTask
-from celery_delayq.telemetry.wiring import flush_all
+from celery_delayq.telemetry import flush_all
 
 
 @click.command()
