@@ -25,19 +25,9 @@ from typing import Any, Callable, Iterator
 import amqp
 import pytest
 
-from helpers import Collector, drain, queue_depth, running_worker  # noqa: F401  (re-exported)
+from helpers import BROKER_HOST, Collector, broker_up, drain, queue_depth, running_worker  # noqa: F401
 
-BROKER_HOST = os.environ.get("DELAYQ_TEST_BROKER_HOST", "127.0.0.1:5672")
-
-
-def _broker_up() -> bool:
-    try:
-        c = amqp.Connection(BROKER_HOST, connect_timeout=3)
-        c.connect()
-        c.close()
-        return True
-    except Exception:
-        return False
+_broker_up = broker_up  # the name some test modules still import from here
 
 
 def _rabbitmqctl(*args: str) -> None:

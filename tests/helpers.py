@@ -1,8 +1,14 @@
-"""Test helpers shared by every test directory (import as ``from helpers import ...``)."""
+"""Test helpers shared by every test directory (import as ``from helpers import ...``).
+
+Import shared names from here, never ``from conftest import``: with a
+``conftest.py`` in a subdirectory too (``tests/cli``), the module Python finds
+as ``conftest`` depends on which one pytest imported last.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 import time
@@ -10,7 +16,21 @@ from typing import Any, Callable, Hashable, Iterator
 
 import amqp
 
-__all__ = ["Collector", "running_worker", "queue_depth", "drain"]
+__all__ = ["BROKER_HOST", "broker_up", "Collector", "running_worker", "queue_depth", "drain"]
+
+#: ``host:port`` of the RabbitMQ the tests use (``./dev test --rmq4`` sets 127.0.0.1:5673).
+BROKER_HOST = os.environ.get("DELAYQ_TEST_BROKER_HOST", "127.0.0.1:5672")
+
+
+def broker_up() -> bool:
+    """Does the test broker accept an AMQP connection?"""
+    try:
+        c = amqp.Connection(BROKER_HOST, connect_timeout=3)
+        c.connect()
+        c.close()
+        return True
+    except Exception:
+        return False
 
 
 class Collector:

@@ -35,7 +35,7 @@ from celery_delayq.config import DelayqConfig
 from celery_delayq.ladder import LadderSpec
 from celery_delayq.parking.limits import declare_arguments
 from celery_delayq.topology import Topology
-from conftest import BROKER_HOST, _broker_up
+from helpers import BROKER_HOST, broker_up as _broker_up
 from tf_apply import TERRAFORM, apply, load, terraform_eval
 
 needs_terraform = pytest.mark.skipif(TERRAFORM is None, reason="terraform is not installed")
