@@ -108,13 +108,6 @@ class Plan:
     queues: tuple[Entity, ...]
     bindings: tuple[Link, ...]
 
-    def entity(self, key: str, kind: str) -> Entity:
-        """The exchange or queue with resource name ``key``."""
-        for e in self.exchanges if kind == "exchange" else self.queues:
-            if e.key == key:
-                return e
-        raise KeyError(f"{kind} {key!r} is not in the plan")
-
 
 def _identifier(text: str) -> str:
     # Terraform names: letters, digits, '_' and '-', not starting with a digit.
