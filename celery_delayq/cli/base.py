@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
+import sys
 from typing import Any, Iterator
 
 import amqp
@@ -66,7 +67,7 @@ class AppContext:
         return self.config.parking_queue or f"{self.config.prefix}.parking"
 
     @contextlib.contextmanager
-    def amqp(self) -> Iterator[amqp.Connection]:
+    def connected(self) -> Iterator[amqp.Connection]:
         """A connected py-amqp connection, closed afterwards.
 
         One attempt, no retry loop: an operator at a prompt wants to know at
@@ -141,8 +142,7 @@ def confirm(question: str, yes: bool) -> None:
     """
     if yes:
         return
-    stdin = click.get_text_stream("stdin")
-    if not (hasattr(stdin, "isatty") and stdin.isatty()):
+    if not (sys.stdin is not None and sys.stdin.isatty()):
         raise click.ClickException(f"{question.rstrip('?')}: not without --yes in a non-interactive shell. "
                                    "Add --yes to go ahead.")
     click.confirm(question, abort=True)

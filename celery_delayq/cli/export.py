@@ -45,7 +45,7 @@ def _target_version(app: AppContext, given: str | None) -> tuple[int, ...] | Non
             raise click.BadParameter(f"{given!r} is not a version such as 4.3 or 3.10.8",
                                      param_hint="--broker-version") from None
     try:
-        with app.amqp() as raw:
+        with app.connected() as raw:
             return broker_version(raw)
     except Exception as exc:  # an export must work without a broker: say what it assumed
         click.echo(f"delayq export: could not ask the broker for its version ({exc}); the parking queue "

@@ -77,7 +77,7 @@ def _iso(epoch: float | None) -> str | None:
 
 def _due_within_s(spec: LadderSpec, k: int, digit: int) -> float:
     """Longest a message now in queue ``(k, digit)`` can still wait: this queue plus every lower digit."""
-    return ((digit + 1) * spec.radix**k - 1) * spec.unit_ms / 1000.0
+    return float(((digit + 1) * spec.radix**k - 1) * spec.unit_ms / 1000.0)
 
 
 def _queue_doc(state: LadderState, name: str) -> dict[str, Any]:
@@ -93,13 +93,13 @@ def ladder_status(app: AppContext, raw: amqp.Connection, *, now: float | None = 
     state = topo.inspect(raw, extra_queues=[app.parking_queue])
     levels: list[dict[str, Any]] = []
     for k in range(spec.levels - 1, -1, -1):
-        queues = []
+        queues: list[dict[str, Any]] = []
         for d in range(1, spec.radix):
             found = state.queue(spec.level_queue(k, d))
             queues.append({"queue": found.name, "digit": d, "ttl_s": spec.queue_ttl_ms(k, d) / 1000.0,
                            "due_within_s": _due_within_s(spec, k, d), "exists": found.exists,
                            "messages": found.messages or 0})
-        busy = [q["due_within_s"] for q in queues if q["messages"]]
+        busy = [float(q["due_within_s"]) for q in queues if q["messages"]]
         levels.append({"level": k, "messages": sum(q["messages"] for q in queues),
                        "due_within_s": max(busy) if busy else None, "queues": queues})
     bounds = [lv["due_within_s"] for lv in levels if lv["due_within_s"] is not None]
@@ -173,7 +173,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     parking, unroutable, next_due_by, all_due_by. Exit status 1 when the ladder does not exist.
     """
     app = app_context(ctx)
-    with app.amqp() as raw:
+    with app.connected() as raw:
         doc = ladder_status(app, raw)
         missing_text = None if doc["exists"] else no_ladder(app, raw)
     if as_json:

@@ -72,7 +72,7 @@ def topology() -> None:
 def declare(ctx: click.Context, destination: tuple[str, ...]) -> None:
     """Create the ladder (idempotent)."""
     app = app_context(ctx)
-    with app.amqp() as raw:
+    with app.connected() as raw:
         topo = app.topology(raw)
         topo.declare(raw)
         for dest in parse_destinations(topo, destination):
@@ -85,7 +85,7 @@ def declare(ctx: click.Context, destination: tuple[str, ...]) -> None:
 def verify(ctx: click.Context) -> None:
     """Check that the ladder exists with the expected arguments. Creates nothing."""
     app = app_context(ctx)
-    with app.amqp() as raw:
+    with app.connected() as raw:
         topo = app.topology(raw)
         if not topo.inspect(raw).exists:
             raise click.ClickException(no_ladder(app, raw))
@@ -114,7 +114,7 @@ def delete(ctx: click.Context, discard_messages: bool, destination: tuple[str, .
     is kept.
     """
     app = app_context(ctx)
-    with app.amqp() as raw:
+    with app.connected() as raw:
         topo = app.topology(raw)
         exits = [] if keep_shared else [
             d.exit_queue for d in parse_destinations(topo, (*_app_destinations(app.app), *destination))]
