@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 import amqp
-import kombu
+from kombu.connection import Connection
 from kombu.utils.url import maybe_sanitize_url
 
 from .confirms import ConfirmChannel
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 NOT_INHERITED = frozenset({"confirm_publish"})
 
 
-def dedicated_copy(template: kombu.Connection, role: str) -> kombu.Connection:
+def dedicated_copy(template: Connection, role: str) -> Connection:
     """A not yet connected copy of ``template`` for a confirm channel of our own (pure).
 
     Keeps every connection and transport option but those in
@@ -54,14 +54,15 @@ def dedicated_copy(template: kombu.Connection, role: str) -> kombu.Connection:
     ours = f"celery_delayq {role} (pid {os.getpid()})"
     props["connection_name"] = f"{theirs} / {ours}" if theirs else ours
     options["client_properties"] = props
-    return template.clone(transport_options=options)
+    copy: Connection = template.clone(transport_options=options)
+    return copy
 
 
-def broker_urls(conn: kombu.Connection) -> str:
+def broker_urls(conn: Connection) -> str:
     """The broker URL(s) of ``conn`` for a message: every failover host, passwords masked."""
     if len(conn.alt or ()) > 1:
-        return ", ".join(maybe_sanitize_url(u) if isinstance(u, str) else repr(u) for u in conn.alt)
-    return conn.as_uri()
+        return ", ".join(str(maybe_sanitize_url(u)) if isinstance(u, str) else repr(u) for u in conn.alt)
+    return str(conn.as_uri())
 
 
 class OwnedConnection:
@@ -70,10 +71,10 @@ class OwnedConnection:
     Not thread-safe: the holder serialises calls with its own lock.
     """
 
-    def __init__(self, template: kombu.Connection, *, role: str) -> None:
+    def __init__(self, template: Connection, *, role: str) -> None:
         self.template = template
         self.role = role
-        self._conn: kombu.Connection | None = None
+        self._conn: Connection | None = None
         self._confirm: ConfirmChannel | None = None
         self._pid = 0
         self._used = 0.0

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 import amqp
-import kombu
+from kombu.connection import Connection
 from kombu.serialization import dumps
 
 from . import headers as H
@@ -126,7 +126,7 @@ class LadderPublisher:
     Thread-safe; fork-safe (a child process reconnects on first use).
     """
 
-    def __init__(self, connection: kombu.Connection, config: DelayqConfig, *, clock: Any = time.time) -> None:
+    def __init__(self, connection: Connection, config: DelayqConfig, *, clock: Any = time.time) -> None:
         self.template = connection
         self.config = config
         self.spec = config.spec
@@ -393,7 +393,7 @@ class LadderPublisher:
 _PUBLISHERS: ProcessRegistry[LadderPublisher] = ProcessRegistry()
 
 
-def publisher_for(connection: kombu.Connection, config: DelayqConfig) -> LadderPublisher:
+def publisher_for(connection: Connection, config: DelayqConfig) -> LadderPublisher:
     """The process-wide publisher for a broker and configuration (created on first use)."""
     key = (connection.as_uri(include_password=True), config)
     return _PUBLISHERS.get(key, lambda: LadderPublisher(connection, config))
