@@ -120,7 +120,7 @@ class DelayqGroup(click.Group):
             raise click.ClickException(str(exc)) from None
         except _CONNECTION_ERRORS as exc:
             raise click.ClickException(
-                f"cannot connect to RabbitMQ at {_uri(ctx)}: {_cause(exc)}. Check that the broker runs "
+                f"cannot reach RabbitMQ at {_uri(ctx)}: {_cause(exc)}. Check that the broker runs "
                 "and that broker_url (or delayq_broker_url) points at it.") from None
         except amqp.exceptions.AMQPError as exc:
             # Login and permission refusals are channel errors in py-amqp (403 ACCESS_REFUSED).
