@@ -1,9 +1,15 @@
 """Read a parking queue message by message, without losing any, however often it is read.
 
-AMQP 0-9-1 has no non-destructive read, so a scan takes each message with
-``basic.get`` and manual acks, and hands back whatever the caller did not
-ack when it ends. A scan visits at most the messages that were in the queue
-when it started, so a queue still filling up cannot keep it running forever.
+AMQP 0-9-1 has no non-destructive read, so a scan takes each message
+(manual acks) and hands back whatever the caller did not ack when it ends.
+A scan visits at most the messages that were in the queue when it started,
+so a queue still filling up cannot keep it running forever.
+
+Messages come from a consumer whose prefetch covers the whole pass: on a
+quorum queue every ``basic.get`` is a round trip through the queue's log,
+about 10 times slower (3,000 messages: 11-21 s by ``basic.get``, 1-2 s by a
+consumer, on this 2-core machine under load). Past 65,535 held messages (the
+most a prefetch can be) ``basic.get`` takes the rest.
 
 Handing back is what can lose a message on a quorum queue with a delivery
 limit (see :mod:`~celery_delayq.parking.limits`), so a scan:
@@ -27,7 +33,9 @@ A process killed mid-scan still gets its messages back from the broker
 from __future__ import annotations
 
 import contextlib
+import socket
 import time
+from collections import deque
 from typing import Iterator
 
 import amqp
@@ -41,6 +49,10 @@ __all__ = ["Scan", "queue_depth", "nack"]
 
 #: Longest wait for handed-back messages to be ready again (it takes milliseconds).
 RETURN_WAIT = 5.0
+#: AMQP 0-9-1's prefetch-count is 16 bits; 0 (unlimited) delivers nothing from a 3.10 quorum queue.
+MAX_PREFETCH = 65535
+#: Seconds without a delivery after which ``basic.get`` asks whether anything is left.
+IDLE = 0.5
 
 
 def queue_depth(connection: amqp.Connection, queue: str) -> int | None:
@@ -87,15 +99,38 @@ class Scan:
         self._held: set[int] = set()
         self._uncommitted: list[int] = []
         self._left = self.total
+        self._arrived: deque[amqp.Message] = deque()
+        self._got: set[int] = set()  # tags taken by basic.get rather than delivered to the consumer
+        self._consumer: str | None = None
+        if self.total:
+            self.channel.basic_qos(0, min(self.total, MAX_PREFETCH), False)
+            self._consumer = self.channel.basic_consume(queue, no_ack=False, callback=self._arrived.append)
 
     def _take(self) -> amqp.Message | None:
         if self._left <= 0:
             return None
-        message = self.channel.basic_get(self.queue, no_ack=False)
-        self._left = self._left - 1 if message is not None else 0
-        if message is not None:
-            self._held.add(message.delivery_tag)
+        if not self._arrived:
+            with contextlib.suppress(socket.timeout):
+                self.connection.drain_events(timeout=IDLE)
+        if not self._arrived:  # the prefetch is used up, or the queue holds fewer than counted
+            message = self.channel.basic_get(self.queue, no_ack=False)
+            if message is None:
+                self._left = 0
+                return None
+            self._arrived.append(message)  # after any delivery that came before it: order is kept
+            self._got.add(message.delivery_tag)
+        message = self._arrived.popleft()
+        self._left -= 1
+        self._held.add(message.delivery_tag)
         return message
+
+    def _stop_consuming(self) -> None:
+        """Cancel the consumer; what it delivered meanwhile is held too, so it is handed back."""
+        if self._consumer is not None:
+            self.channel.basic_cancel(self._consumer)
+            self._consumer = None
+        self._held.update(m.delivery_tag for m in self._arrived)
+        self._arrived.clear()
 
     def __iter__(self) -> Iterator[tuple[amqp.Message, ParkedMessage]]:
         while (message := self._take()) is not None:
@@ -118,6 +153,7 @@ class Scan:
         try:
             while finish_pass and self._take() is not None:
                 pass
+            self._stop_consuming()  # before the hand-back, which it would otherwise receive again
             if self.transactional and self._uncommitted:
                 self.channel.tx_rollback()  # an unfinished batch: its publishes and acks are void
                 self._held.update(self._uncommitted)
@@ -133,10 +169,18 @@ class Scan:
         if not self._held:
             return
         ready = queue_depth(self.connection, self.queue) or 0
-        # Every held tag is unsettled, so one nack covering the highest returns them all, in order.
-        nack(self.channel, max(self._held), multiple=True)
+        # One by one, in order. The broker returns consumer and basic.get deliveries of one
+        # multiple nack, or of one commit, in two groups (3.10), which would move the messages
+        # past the 65,535th ahead: a transaction commits at each change of source.
+        source = None
+        for tag in sorted(self._held):
+            if self.transactional and source is not None and source != (tag in self._got):
+                self.channel.tx_commit()
+            source = tag in self._got
+            nack(self.channel, tag)
         if self.transactional:
             self.channel.tx_commit()
+        self._got.clear()
         expected, self._held = ready + len(self._held), set()
         deadline, pause = time.monotonic() + RETURN_WAIT, 0.002
         while (queue_depth(self.connection, self.queue) or 0) < expected and time.monotonic() < deadline:

@@ -162,3 +162,18 @@ def test_declare_arguments_per_broker_version() -> None:
     assert declare_arguments("quorum", (4, 0, 5)) == {"x-queue-type": "quorum", "x-delivery-limit": -1}
     assert declare_arguments("quorum", (4, 3, 6)) == {"x-queue-type": "quorum", "x-delivery-limit": -1}
     assert declare_arguments("classic", (4, 3, 6)) == {"x-queue-type": "classic"}
+
+
+def test_a_pass_longer_than_the_largest_prefetch_reads_the_rest_in_order(
+        broker_url: str, quorum_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from celery_delayq.parking import scan
+
+    monkeypatch.setattr(scan, "MAX_PREFETCH", 2)  # stands for 65,535 held messages
+    monkeypatch.setattr(scan, "IDLE", 0.1)
+    ids = park(broker_url, quorum_name, 7)
+    with ParkingQueue(kombu.Connection(broker_url), quorum_name) as pq:
+        for _ in range(3):
+            assert [p.parked_id for p in pq.list()] == ids
+            assert [p.parked_id for p in pq.list(limit=3)] == ids[:3]
+        assert pq.purge(ParkedFilter(ids=(ids[0], ids[6]))) == 2
+        assert [p.parked_id for p in pq.list()] == ids[1:6]
