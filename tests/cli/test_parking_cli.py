@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import run_delayq
+from cli_helpers import run_delayq
 from helpers import drain, queue_depth
 from retry_helpers import park_synthetic, parking_name_fixture, retry_app_fixture  # noqa: F401  (fixtures)
 

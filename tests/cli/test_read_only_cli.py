@@ -19,7 +19,7 @@ import pytest
 from celery_delayq.cli.status import SCHEMA
 from celery_delayq.ladder import LadderSpec
 from celery_delayq.topology import Topology
-from conftest import broker_names, run_delayq
+from cli_helpers import broker_names, run_delayq
 
 pytestmark = pytest.mark.timeout(120)
 
