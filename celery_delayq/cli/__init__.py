@@ -11,6 +11,7 @@ from __future__ import annotations
 import click
 
 from .base import DelayqGroup
+from .doctor import doctor
 from .export import export
 from .parking import parking
 from .status import status
@@ -28,6 +29,7 @@ delayq.add_command(topology)
 delayq.add_command(status)
 delayq.add_command(export)
 delayq.add_command(parking)
+delayq.add_command(doctor)
 
 
 @delayq.command(name="report", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})

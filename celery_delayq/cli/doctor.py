@@ -1,0 +1,63 @@
+"""``delayq doctor [--json]``: a read-only switch-over check, one finding per question.
+
+The checks and what each looks at are in :mod:`celery_delayq.doctor`. This
+module only gathers the app's context, prints the findings for people (a
+table, each with its next step) or for scripts (``--json``: a JSON array of
+objects ``{check, status, summary, next_step, details}``), and sets the exit
+status: 1 when any finding is an ``error``, else 0.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..doctor import ERROR, OK, WARN, Finding, diagnose
+from .base import app_context, console
+
+__all__ = ["doctor"]
+
+_MARK = {OK: "[green]ok   [/green]", WARN: "[yellow]warn [/yellow]", ERROR: "[red]error[/red]"}
+
+
+def _app_spec(ctx: click.Context) -> str | None:
+    """The ``-A`` value Celery's CLI was given, when it was a string (to probe a fresh process)."""
+    value = ctx.find_root().params.get("app")
+    return value if isinstance(value, str) and value else None
+
+
+def _render(findings: list[Finding], ctx: click.Context, uri: str) -> None:
+    out = console(ctx)
+    out.print(f"delayq doctor · {uri}")
+    for f in findings:
+        out.print(f"{_MARK.get(f.status, f.status)} [bold]{f.check}[/bold]: {f.summary}")
+        out.print(f"   [dim]→[/dim] {f.next_step}")
+    counts = {s: sum(1 for f in findings if f.status == s) for s in (OK, WARN, ERROR)}
+    out.print(f"{counts[OK]} ok · {counts[WARN]} warn · {counts[ERROR]} error")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True,
+              help="Print a JSON array of {check, status, summary, next_step, details} instead of the table.")
+@click.option("--timeout", type=float, default=2.0, show_default=True,
+              help="Seconds to wait for workers to answer `inspect scheduled`.")
+@click.pass_context
+def doctor(ctx: click.Context, as_json: bool, timeout: float) -> None:
+    """Check, read-only, whether this app can switch to the ladder (or back) without losing a task.
+
+    Broker version and feature flags, the ladder and its arguments, leaders' spread, the parking queue,
+    whether delayq_enabled is really active, ETA tasks held by workers, Celery's native delayed-delivery
+    queues and delayed-message-plugin exchanges. Each finding says what to do next. Exit status 1 when
+    any finding is an error.
+    """
+    app = app_context(ctx)
+    with app.connected() as raw:
+        findings = diagnose(app.app, app.connection(), raw, app.config, parking_queue=app.parking_queue,
+                            inspect_timeout=timeout, app_spec=_app_spec(ctx))
+    if as_json:
+        click.echo(json.dumps([f.as_dict() for f in findings], indent=2, default=str))
+    else:
+        _render(findings, ctx, app.uri)
+    if any(f.status == ERROR for f in findings):
+        ctx.exit(1)

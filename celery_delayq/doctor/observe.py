@@ -1,0 +1,270 @@
+"""What the doctor looks at, read-only: passive declares, management API GETs, ``inspect scheduled``.
+
+It creates nothing on the broker. The only non-passive declares are
+:meth:`~celery_delayq.topology.Topology.verify` of a ladder that is already
+complete (same arguments: a no-op, or the name of the argument that
+differs) and the limit probe of a parking queue that exists
+(:func:`~celery_delayq.parking.limits.browse_risk`). :func:`classify` turns
+the :class:`Observations` into findings without further I/O.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any
+
+import amqp
+
+from ..errors import TopologyMismatch
+from ..ladder import LadderSpec
+from ..management import ManagementAPI
+from ..plugin_compat import PLUGIN_TYPE
+from ..topology import LadderState, Topology, broker_version, resolve_queue_type
+from .checks import (
+    NATIVE_DELIVERY_EXCHANGE, activation_finding, broker_finding, feature_flags_finding, ladder_finding,
+    leaders_finding, native_finding, native_queue_names, parking_finding, plugin_finding, worker_eta_finding,
+)
+from .finding import ApiReach, Finding
+
+__all__ = ["Observations", "observe", "classify", "probe_plain_process"]
+
+
+@dataclass
+class Observations:
+    """Everything the doctor looked at, as plain data (``classify`` turns it into findings)."""
+
+    version: tuple[int, ...]
+    queue_type: str
+    spec: LadderSpec
+    declare: bool
+    ladder: LadderState
+    mismatch: str | None
+    api: ApiReach
+    vhost: str
+    flags: list[dict[str, Any]] | None
+    nodes: list[str] | None
+    api_queues: list[dict[str, Any]] | None
+    exchanges: list[dict[str, Any]] | None
+    plugin_enabled: bool | None
+    park: bool
+    parking_queue: str
+    parking_exists: bool
+    parking_messages: int | None
+    parking_risk: str | None
+    enabled: bool
+    installed: bool
+    ladder_tasks: int
+    plain_process: dict[str, Any] | None
+    scheduled: dict[str, list[dict[str, Any]]] | None
+    inspect_timeout: float
+    native: dict[str, int | None]
+    native_delivery: bool
+    quorum_app: bool
+
+
+class _DoctorAPI(ManagementAPI):
+    """The management API GETs the doctor needs beyond :class:`ManagementAPI`'s."""
+
+    def get_list(self, path: str) -> list[dict[str, Any]] | None:
+        found = self._get(path)
+        return found if isinstance(found, list) else None
+
+    def get_dict(self, path: str) -> dict[str, Any] | None:
+        found = self._get(path)
+        return found if isinstance(found, dict) else None
+
+    def vhost_path(self, kind: str) -> str:
+        return f"/api/{kind}/{urllib.parse.quote(self.vhost, safe='')}"
+
+
+def _reach(api: _DoctorAPI | None, raw: amqp.Connection) -> tuple[ApiReach, dict[str, Any] | None]:
+    """Ask the API's overview, and check that it describes the broker the AMQP connection reached."""
+    if api is None:
+        return ApiReach(None, "off"), None
+    overview = api.get_dict("/api/overview")
+    if overview is None:
+        return ApiReach(api.base_url, "unreachable"), None
+    props = raw.server_properties
+    mine = (_text(props.get("cluster_name")), _text(props.get("version")))
+    theirs = (str(overview.get("cluster_name") or ""), str(overview.get("rabbitmq_version") or ""))
+    if all(mine) and all(theirs) and mine != theirs:
+        return ApiReach(api.base_url, "other_broker", f"cluster {theirs[0]}, RabbitMQ {theirs[1]}; this one is "
+                        f"cluster {mine[0]}, RabbitMQ {mine[1]}"), None
+    return ApiReach(api.base_url, "ok"), overview
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value or "")
+
+
+def _passive_queue(raw: amqp.Connection, name: str) -> int | None:
+    """Ready messages of queue ``name`` by passive declare; ``None`` when it does not exist."""
+    ch = raw.channel()
+    try:
+        return int(ch.queue_declare(name, passive=True).message_count)
+    except amqp.NotFound:
+        return None
+    finally:
+        if ch.is_open:
+            with contextlib.suppress(Exception):
+                ch.close()
+
+
+def _passive_exchange(raw: amqp.Connection, name: str) -> bool:
+    ch = raw.channel()
+    try:
+        ch.exchange_declare(name, "topic", passive=True)
+        return True
+    except amqp.NotFound:
+        return False
+    finally:
+        if ch.is_open:
+            with contextlib.suppress(Exception):
+                ch.close()
+
+
+_PROBE = r"""
+import json, os, sys
+sys.path.insert(0, os.getcwd())
+out = {"imports_celery_delayq": False, "installed": False, "error": None}
+try:
+    if os.environ.get("DJANGO_SETTINGS_MODULE"):
+        import django
+        django.setup()
+    from celery.app.utils import find_app
+    app = find_app(sys.argv[1])
+    app.conf.get("broker_url")  # load the configuration, as the first publish does
+    out["imports_celery_delayq"] = "celery_delayq" in sys.modules
+    if out["imports_celery_delayq"]:
+        from celery_delayq.integration import is_installed
+        out["installed"] = is_installed(app)
+except Exception as exc:
+    out["error"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(out))
+"""
+
+
+def probe_plain_process(app_spec: str, *, timeout: float = 60.0) -> dict[str, Any]:
+    """Import the app as ``-A app_spec`` would, in a fresh interpreter, and report whether the ladder is on there.
+
+    The doctor's own process has imported celery_delayq (the ``delayq``
+    command lives in it), so it cannot show what a web process that only
+    imports the app does. The child inherits the environment and the
+    working directory, as a process started beside this one would.
+    """
+    try:
+        done = subprocess.run([sys.executable, "-c", _PROBE, app_spec], capture_output=True, text=True,
+                              timeout=timeout, cwd=os.getcwd(), env=dict(os.environ))
+    except subprocess.TimeoutExpired:
+        return {"imports_celery_delayq": False, "installed": False, "error": f"importing {app_spec!r} took over {timeout:g} s"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"imports_celery_delayq": False, "installed": False, "error": tail}
+    answer: dict[str, Any] = json.loads(lines[-1])
+    return answer
+
+
+def _has_quorum_queue(app: Any) -> bool:
+    for queue in app.amqp.queues.values():
+        if (getattr(queue, "queue_arguments", None) or {}).get("x-queue-type") == "quorum":
+            return True
+    return False
+
+
+def observe(app: Any, connection: Any, raw: amqp.Connection, config: Any, *, parking_queue: str,
+            inspect_timeout: float = 1.0, app_spec: str | None = None) -> Observations:
+    """Look at everything the checks need. Creates nothing on the broker (see the module docstring).
+
+    Args:
+        app: The Celery app.
+        connection: The kombu connection ``raw`` belongs to (for the management API's host and vhost).
+        raw: A connected py-amqp connection to the ladder's broker.
+        config: The app's :class:`~celery_delayq.config.DelayqConfig`.
+        parking_queue: The parking queue's name.
+        inspect_timeout: Seconds to wait for workers' ``inspect scheduled`` replies.
+        app_spec: The ``-A`` value, to probe a fresh process that only imports the app (``None``: skip).
+    """
+    from ..integration import enabled_in, is_installed, ladder_for
+
+    version = broker_version(raw)
+    spec = config.spec
+    queue_type = resolve_queue_type(config.queue_type, version)
+    topo = Topology(spec, queue_type)
+    state = topo.inspect(raw)
+    mismatch = None
+    if state.complete:
+        try:
+            topo.verify(raw)  # every entity exists: a same-argument redeclare changes nothing
+        except TopologyMismatch as exc:
+            mismatch = str(exc)
+
+    base = ManagementAPI.for_connection(connection, config.management_url)
+    api = None if base is None else _DoctorAPI(base.base_url, base.vhost, base.userid, base.password, base.timeout)
+    reach, overview = _reach(api, raw)
+    flags = nodes = api_queues = exchanges = None
+    plugin_enabled = None
+    if api is not None and reach.usable:
+        flags = api.get_list("/api/feature-flags")
+        found_nodes = api.get_list("/api/nodes?columns=name,running")
+        nodes = None if found_nodes is None else [str(n["name"]) for n in found_nodes if n.get("running", True)]
+        api_queues = api.get_list(api.vhost_path("queues") + "?columns=name,type,node,leader,members,messages")
+        exchanges = api.get_list(api.vhost_path("exchanges"))
+        types = (overview or {}).get("exchange_types")
+        if isinstance(types, list):
+            plugin_enabled = any(t.get("name") == PLUGIN_TYPE for t in types if isinstance(t, dict))
+
+    parking_messages = _passive_queue(raw, parking_queue)
+    risk = None
+    if parking_messages is not None and config.park:
+        from ..parking.limits import browse_risk
+
+        risk = browse_risk(raw, parking_queue, version)  # an existing queue: nothing is created
+
+    native: dict[str, int | None] = {
+        name: n for name in native_queue_names() if (n := _passive_queue(raw, name)) is not None}
+    enabled = enabled_in(app)
+    installed = is_installed(app)
+    ladder_tasks = len(ladder_for(app).tasks)
+    plain = probe_plain_process(app_spec) if app_spec and enabled and installed else None
+    try:
+        scheduled = app.control.inspect(timeout=inspect_timeout).scheduled()
+    except Exception:  # noqa: BLE001 - a broken control channel is reported as "no reply"
+        scheduled = None
+    return Observations(
+        version=version, queue_type=queue_type, spec=spec, declare=config.declare, ladder=state, mismatch=mismatch,
+        api=reach, vhost=connection.virtual_host or "/", flags=flags, nodes=nodes, api_queues=api_queues,
+        exchanges=exchanges, plugin_enabled=plugin_enabled, park=config.park, parking_queue=parking_queue,
+        parking_exists=parking_messages is not None, parking_messages=parking_messages, parking_risk=risk,
+        enabled=enabled, installed=installed, ladder_tasks=ladder_tasks, plain_process=plain, scheduled=scheduled,
+        inspect_timeout=inspect_timeout, native=native, native_delivery=_passive_exchange(raw, NATIVE_DELIVERY_EXCHANGE),
+        quorum_app=_has_quorum_queue(app))
+
+
+def classify(obs: Observations, *, now: float | None = None) -> list[Finding]:
+    """Every finding for ``obs``, in :data:`CHECKS` order (pure)."""
+    spec = obs.spec
+    ladder_queues = [name for _k, _d, name in spec.level_queues()]
+    parking_row = next((q for q in obs.api_queues or () if q.get("name") == obs.parking_queue), {})
+    return [
+        broker_finding(obs.version, obs.queue_type),
+        feature_flags_finding(obs.flags, obs.api),
+        ladder_finding(obs.ladder, spec, obs.queue_type, declare=obs.declare, mismatch=obs.mismatch),
+        leaders_finding(obs.api_queues, obs.nodes, ladder_queues, obs.api, vhost=obs.vhost, namespace=spec.namespace),
+        parking_finding(park=obs.park, name=obs.parking_queue, exists=obs.parking_exists,
+                        messages=obs.parking_messages, queue_type=parking_row.get("type"),
+                        node=parking_row.get("leader") or parking_row.get("node"), risk=obs.parking_risk,
+                        version=obs.version),
+        activation_finding(enabled=obs.enabled, installed=obs.installed, ladder_tasks=obs.ladder_tasks,
+                           plain_process=obs.plain_process),
+        worker_eta_finding(obs.scheduled, enabled=obs.enabled, timeout=obs.inspect_timeout, now=now),
+        native_finding(obs.native, delivery_exchange=obs.native_delivery, quorum_app=obs.quorum_app,
+                       enabled=obs.enabled, now=now),
+        plugin_finding(obs.exchanges, plugin_enabled=obs.plugin_enabled, version=obs.version, api=obs.api),
+    ]
