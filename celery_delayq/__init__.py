@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .config import DelayqConfig
 from .errors import (
-    BrokerTooOld, DelayqError, DelayTooLong, InvalidDelay, InvalidName, PublishError,
+    BrokerTooOld, BrokerUnavailable, DelayqError, DelayTooLong, InvalidDelay, InvalidName, PublishError,
     PublishNacked, PublishReturned, PublishTimeout, TopologyError, TopologyMismatch,
     TopologyMissing, UnroutableDestination, UnsupportedTransport,
 )
@@ -36,7 +36,7 @@ __all__ = [
     "RetryAfter", "RetryPolicy", "ParkingQueue", "ParkingFailed", "DelayedQueue",
     "DelayqConfig", "LadderSpec", "LadderPublisher", "Scheduled", "publisher_for", "DelayqProducer",
     "DelayqError", "InvalidDelay", "DelayTooLong", "InvalidName", "TopologyError", "TopologyMissing",
-    "TopologyMismatch", "BrokerTooOld", "UnsupportedTransport", "UnroutableDestination",
+    "TopologyMismatch", "BrokerTooOld", "BrokerUnavailable", "UnsupportedTransport", "UnroutableDestination",
     "PublishError", "PublishNacked", "PublishReturned", "PublishTimeout",
 ]
 

@@ -37,7 +37,7 @@ from celery import _state as celery_state
 from . import headers as H
 from . import signals
 from .app_ladder import AppLadder
-from .config import _lookup
+from .config import _lookup, warn_unknown_settings
 from .producer import LadderProducerPool, producer_factory
 from . import telemetry
 
@@ -166,8 +166,10 @@ def watch_app(app: Any) -> None:
 
     def on_configured() -> dict[str, Any]:
         target = ref()
-        if target is not None and enabled_in(target):
-            install(target)
+        if target is not None:
+            warn_unknown_settings(target)  # a typo such as delayq_enable must not pass silently
+            if enabled_in(target):
+                install(target)
         return {}  # no defaults: Django's CELERY_DELAYQ_* must keep precedence
 
     app.add_defaults(on_configured)

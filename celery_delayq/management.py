@@ -14,6 +14,7 @@ callers fall back to what AMQP can do. Stdlib only.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 import urllib.error
@@ -57,7 +58,7 @@ def _topic_match(pattern: list[str], words: list[str]) -> bool:
     return (head == "*" or head == words[0]) and _topic_match(rest, words[1:])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ManagementAPI:
     """A client of one vhost's management API; every method answers ``None`` when it cannot tell."""
 
@@ -66,18 +67,43 @@ class ManagementAPI:
     userid: str
     password: str
     timeout: float = 2.0
+    #: The AMQP connection's ``cluster_name``: an API of another broker (a URL
+    #: guessed from the host name) must never answer for this one.
+    cluster_name: str | None = None
 
     @classmethod
-    def for_connection(cls, connection: Any, url: str | None = None) -> "ManagementAPI | None":
-        """The API of a kombu connection's broker: ``url``, else ``http://<host>:15672``; ``url=""`` = off."""
+    def for_connection(cls, connection: Any, url: str | None = None, *,
+                       cluster_name: str | None = None) -> "ManagementAPI | None":
+        """The API of a kombu connection's broker: ``url``, else ``http://<host>:15672``; ``url=""`` = off.
+
+        ``cluster_name`` (from the AMQP connection's server properties) is checked
+        against the API's before any answer is trusted.
+        """
         if url == "":
             return None
         if url is None:
             url = f"http://{connection.hostname or 'localhost'}:{DEFAULT_PORT}"
         return cls(url.rstrip("/"), connection.virtual_host or "/", connection.userid or "guest",
-                   connection.password or "guest")
+                   connection.password or "guest", cluster_name=cluster_name)
+
+    @functools.cached_property
+    def same_broker(self) -> bool:
+        """Does this API speak for the broker the AMQP connection reached? (asked once)"""
+        overview = self._request("/api/overview")
+        if not isinstance(overview, dict):
+            return False
+        if self.cluster_name and overview.get("cluster_name") != self.cluster_name:
+            log.info("delayq: management API at %s belongs to cluster %r, not %r; not using it",
+                     self.base_url, overview.get("cluster_name"), self.cluster_name)
+            return False
+        return True
 
     def _get(self, path: str) -> Any:
+        if not self.same_broker:
+            return None
+        return self._request(path)
+
+    def _request(self, path: str) -> Any:
         request = urllib.request.Request(self.base_url + path)
         token = base64.b64encode(f"{self.userid}:{self.password}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")

@@ -70,7 +70,16 @@ class LadderProducer(Producer):
         """Serialise like kombu's ``publish`` would, then hand the message to the delay backend."""
         assert diversion.due is not None
         headers: dict[str, Any] = kwargs["headers"]
-        self._declare_destination(kwargs.get("declare") or ())
+        declare = kwargs.get("declare") or ()
+        if declare and kwargs.get("retry"):
+            # Exactly as kombu's own publish does: the task's retry policy (also put into
+            # the connection's transport options, which its first channel reads) bounds
+            # the wait for a broker that is down: ~0.6 s with Celery's, not 6 s.
+            retry_policy = kwargs.get("retry_policy") or {}
+            self.connection.transport_options.update(retry_policy)
+            self.connection.ensure(self, self._declare_destination, **retry_policy)(declare)
+        elif declare:
+            self._declare_destination(declare)
         payload, content_type, content_encoding = self._prepare(
             body, kwargs.get("serializer"), kwargs.get("content_type"), kwargs.get("content_encoding"),
             kwargs.get("compression", self.compression), headers)

@@ -187,7 +187,10 @@ class LadderPublisher:
         if self.topology is None:
             raw = self._link.raw
             topology = Topology(self.spec, resolve_queue_type(self.config.queue_type, broker_version(raw)))
-            api = ManagementAPI.for_connection(self.template, self.config.management_url)
+            cluster = raw.server_properties.get("cluster_name")
+            api = ManagementAPI.for_connection(
+                self.template, self.config.management_url,
+                cluster_name=cluster.decode() if isinstance(cluster, bytes) else cluster)
             topology.route_check = api.routes if api is not None else None
             if self.config.declare:
                 topology.declare(raw)
@@ -308,7 +311,6 @@ class LadderPublisher:
             PublishError: the message (and, inside ``batch()``, every other one
                 that may not be scheduled) is named in ``failed`` by task id.
         """
-        now = self.clock()
         properties.pop("expiration", None)  # a per-message TTL would make it skip levels early
         entry = uuid.uuid4().hex
         this = ((str(headers.get("id") or properties.get("message_id") or entry), entry),)
@@ -324,16 +326,13 @@ class LadderPublisher:
                 return dest
 
             dest = self._io(tracker, prepare, this)
+            # The clock is read after connecting and declaring: a first publish that
+            # declared the ladder must not wait that long again inside it.
+            now = self.clock()
             units, entry_x, ladder_key, hops = plan(self.spec, dest, due=due, now=now)
             sched = Scheduled(entry, due, delay, units, hops, entry_x, ladder_key, dest)
-            hdrs = H.strip_broker_headers(headers)
-            hdrs.update({H.DUE: due, H.DELAY: delay, H.ENTRY: entry, H.HOPS: hops,
-                         H.EXCHANGE: exchange, H.ROUTING_KEY: routing_key})
-            if "retries" in hdrs:  # a Celery task message: Celery's own counter is the truth
-                hdrs[H.ATTEMPT] = int(hdrs["retries"] or 0)
-            else:
-                hdrs.setdefault(H.ATTEMPT, 0)
-            hdrs.setdefault(H.FIRST_ATTEMPT, now)
+            hdrs = H.stamp_pass(H.strip_broker_headers(headers), due=due, delay=delay, entry=entry, hops=hops,
+                                exchange=exchange, routing_key=routing_key, now=now)
             signals.before_schedule.send(sender=self, plan=sched, headers=hdrs)
             properties.setdefault("delivery_mode", 2)
             message = amqp.Message(body, content_type=content_type, content_encoding=content_encoding,

@@ -194,9 +194,6 @@ def test_stopped_broker_fails_fast_and_names_url_cause_and_message(make_publishe
     assert err2.value.failed == [f"second-{uid}"]
 
 
-@pytest.mark.xfail(reason="router._schedule declares the task's queue on Celery's producer before the "
-                          "ladder is asked; kombu's default_channel retries that with 2 s sleeps until "
-                          "broker_connection_timeout (about 6 s in all)", strict=False)
 def test_stopped_broker_apply_async_fails_fast(make_app, uid) -> None:
     app = make_app()
     app.conf.broker_url = CLOSED

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -10,14 +11,13 @@ import pytest
 
 import celery_delayq
 from celery_delayq.errors import InvalidName, UnroutableDestination
-from conftest import BROKER_HOST
 from helpers import drain
 
 pytestmark = pytest.mark.timeout(60)
 
 
 def management_url() -> str:
-    host, _, port = BROKER_HOST.partition(":")
+    host, _, port = os.environ.get("DELAYQ_TEST_BROKER_HOST", "127.0.0.1:5672").partition(":")
     return f"http://{host}:{int(port or 5672) + 10000}"
 
 

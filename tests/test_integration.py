@@ -192,3 +192,18 @@ app.conf.beat_schedule = {"tick": {"task": "proj.add", "schedule": 1.0, "args": 
     for m in got:
         assert "x-delayq-entry" in m.headers, f"beat's publish skipped the ladder: {m.headers}\n{output}"
         assert m.arrived >= float(m.headers["x-delayq-due"]) >= started  # type: ignore[attr-defined]
+
+
+def test_a_misspelt_setting_is_named_when_the_app_loads_its_configuration(
+        tmp_path: Path, project_env: dict[str, str]) -> None:
+    _write(tmp_path, before_app="import celery_delayq, logging\nlogging.basicConfig()",
+           configure='app.conf.update(delayq_enable=True, task_default_queue=os.environ["QUEUE"])')
+    done = _run(tmp_path, project_env, '''
+        from proj import app, add
+        import celery_delayq
+        app.conf.task_default_queue  # any first read of the configuration
+        print(celery_delayq.is_installed(app))
+    ''')
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+    assert "unknown setting 'delayq_enable'" in done.stderr and "'delayq_enabled'" in done.stderr

@@ -129,6 +129,9 @@ def test_unroutable_ladder_publish_is_returned_and_raised(private_publisher, amq
     publisher = private_publisher()
     spec = publisher.spec
     _break_level(publisher, amqp_conn, 4)
+    # The destination's exit is ready first, so the publish below spends no time before it reads
+    # the clock, and its delay (exactly one unit at level 4) stays exact.
+    publisher.schedule_body("warm", delay=0.02, queue=dest)
     with pytest.raises(PublishReturned, match="NOT scheduled"):
         publisher.schedule_body("x", delay=spec.radix**4 * spec.unit_ms / 1000, queue=dest)  # digit 1 at level 4
     # the publisher is still usable afterwards
