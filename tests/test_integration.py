@@ -10,6 +10,7 @@ ladder (``x-delayq-entry``) and none arrived early.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -207,3 +208,29 @@ def test_a_misspelt_setting_is_named_when_the_app_loads_its_configuration(
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
     assert "unknown setting 'delayq_enable'" in done.stderr and "'delayq_enabled'" in done.stderr
+
+
+def test_first_delayed_publish_of_a_new_process_is_not_late(
+        tmp_path: Path, project_env: dict[str, str], amqp_conn: amqp.Connection, uid: str) -> None:
+    # A prefix nobody declared yet: the first publish creates the whole ladder on its way.
+    env = dict(project_env, PREFIX=f"first{uid}")
+    _write(tmp_path, before_app="import celery_delayq", configure=SETTINGS)
+    done = _run(tmp_path, env, '''
+        import json, time
+        from proj import app, add
+        start = time.time()
+        r = add.apply_async((1,), countdown=1)
+        print(json.dumps({"id": r.id, "call": time.time() - start}))
+    ''')
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    try:
+        (m,) = drain(amqp_conn, env["QUEUE"], 1, timeout=20)
+        lateness = m.arrived - float(m.headers["x-delayq-due"])  # type: ignore[attr-defined]
+        assert 0 <= lateness < 0.15, f"first publish landed {lateness * 1000:.0f} ms late (call took {out['call']:.3f} s)"
+    finally:
+        from celery_delayq.ladder import LadderSpec
+        from celery_delayq.topology import Topology
+
+        with contextlib.suppress(Exception):
+            Topology(LadderSpec(prefix=env["PREFIX"]), "quorum").delete(amqp_conn, if_empty=False)
