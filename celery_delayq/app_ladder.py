@@ -158,7 +158,7 @@ class AppLadder:
             return None if native is None else Diversion(name, key)
 
         queue_hint = _check_names(name, key, declare)
-        self.config.spec.units_for(due - now)  # DelayTooLong, before anything is sent
+        self.config.check_delay(due - now)  # DelayTooLong (only with a cap), before anything is sent
         if headers.get("eta") is None:
             # Keep Celery's own eta, so request.eta is right and a worker would hold an
             # early arrival rather than run it (belt and braces: the ladder rounds up).
@@ -174,7 +174,7 @@ class AppLadder:
             return None
         name, key = exchange_name(exchange), routing_key or ""
         queue_hint = _check_names(name, key, plain_entities(declare))
-        self.config.spec.units_for(delay)  # DelayTooLong, before anything is sent
+        self.config.check_delay(delay)  # DelayTooLong (only with a cap), before anything is sent
         return Diversion(name, key, due=now + delay, delay=delay, queue_hint=queue_hint)
 
     def _native_destination(self, delivery_exchange: str, original_key: str, *, native_key: str) -> tuple[str, str]:

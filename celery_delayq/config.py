@@ -13,12 +13,18 @@ import weakref
 from dataclasses import dataclass, fields
 from typing import Any, Iterable
 
+from .errors import DelayTooLong
 from .ladder import LadderSpec
 from .queue_delays import normalize_queue_delays
 
 __all__ = ["DelayqConfig", "SETTINGS", "unknown_settings", "warn_unknown_settings"]
 
 log = logging.getLogger(__name__)
+
+
+#: The longest delay accepted without a cap (laps make any length possible; a
+#: Celery eta must still be a datetime, and no task waits a century).
+LONGEST_DELAY_S = 100 * 365.25 * 86400
 
 
 @dataclass(frozen=True)
@@ -58,12 +64,18 @@ class DelayqConfig:
             message at once instead of failing it or retrying it.
         retry_policy: App-wide :class:`~celery_delayq.policies.RetryPolicy` or
             ``tenacity.Retrying`` for DelayedRetryTask tasks without their own.
-        max_delay: Cap on explicit delays (:class:`~celery_delayq.policies.RetryAfter`);
-            ``None`` = the task's ``retry_backoff_max`` (Celery's default 600 s).
+        max_delay: When set, the longest delay accepted anywhere: a longer countdown or
+            eta raises ``DelayTooLong``, and an explicit delay
+            (:class:`~celery_delayq.policies.RetryAfter`) is capped to it. Unset, delays
+            longer than the ladder make laps through it (years are fine), and a
+            RetryAfter is capped by the task's ``retry_backoff_max`` (Celery's default 600 s).
         dedup: Run a second delivery of the same (task id, attempt) zero times
-            (state in Redis at ``dedup_url``); see docs/retry-policies.md.
+            (state in Redis at ``dedup_url``); see the README, "The duplicate guard".
         dedup_url: Redis URL of the duplicate guard.
         dedup_ttl: Seconds a delivery is remembered by the duplicate guard.
+        index: Keep an index of waiting tasks (RabbitMQ streams written by the broker
+            itself, see :mod:`celery_delayq.pending`) for ``delayq pending``;
+            measured to cost scheduling a few percent (benchmarks, ``index_cost``).
     """
 
     enabled: bool = False
@@ -88,6 +100,7 @@ class DelayqConfig:
     dedup: bool = False
     dedup_url: str = "redis://localhost:6379/0"
     dedup_ttl: float = 86400.0
+    index: bool = True
 
     def __post_init__(self) -> None:
         # Settings arrive as dicts and lists; the config is a dict key of the
@@ -95,6 +108,23 @@ class DelayqConfig:
         object.__setattr__(self, "queue_delays", normalize_queue_delays(self.queue_delays, self.spec))
         park_on = self.park_on
         object.__setattr__(self, "park_on", tuple(park_on) if isinstance(park_on, (list, tuple, set)) else (park_on,) if park_on else ())
+
+    def check_delay(self, seconds: float) -> None:
+        """Refuse a delay longer than ``max_delay`` when one is set (``DelayTooLong``).
+
+        Without a cap any finite delay is accepted: one longer than the ladder
+        makes laps through it (:mod:`celery_delayq.laps`).
+        """
+        if seconds > LONGEST_DELAY_S:
+            raise DelayTooLong(
+                f"a delay of {seconds:.0f} s is longer than celery_delayq accepts (100 years); "
+                "it never truncates a delay")
+        if self.max_delay is not None and seconds > self.max_delay:
+            from .humanize import human_duration
+
+            raise DelayTooLong(
+                f"a delay of {human_duration(seconds)} ({seconds:.3f} s) exceeds delayq_max_delay "
+                f"({human_duration(self.max_delay)}); raise or unset delayq_max_delay to allow it")
 
     @property
     def spec(self) -> LadderSpec:

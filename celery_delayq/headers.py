@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 __all__ = [
-    "DUE", "DELAY", "ENTRY", "ATTEMPT", "FIRST_ATTEMPT", "EXCHANGE", "ROUTING_KEY", "HOPS", "PASS",
+    "DUE", "DELAY", "ENTRY", "ATTEMPT", "FIRST_ATTEMPT", "EXCHANGE", "ROUTING_KEY", "HOPS", "LAPS", "PASS",
     "strip_broker_headers", "stamp_pass", "forget_pass",
 ]
 
@@ -29,6 +29,10 @@ EXCHANGE = "x-delayq-exchange"
 ROUTING_KEY = "x-delayq-routing-key"
 #: Queues the message waits in, for telemetry and the broker-cost benchmark.
 HOPS = "x-delayq-hops"
+#: Laps a delay longer than the ladder has made so far (absent: none).
+LAPS = "x-delayq-laps"
+#: The destination queue, when the publish named one (Celery's ``declare``); for ``delayq pending``.
+QUEUE = "x-delayq-queue"
 
 #: The headers that describe one pass through the ladder (a retry copies its
 #: request's headers, so they must be forgotten before the next pass).

@@ -38,6 +38,7 @@ from . import headers as H
 from . import signals
 from .app_ladder import AppLadder
 from .config import _lookup, warn_unknown_settings
+from .laps import LapRelay
 from .producer import LadderProducerPool, producer_factory
 from . import telemetry
 
@@ -101,6 +102,10 @@ def install(app: Any) -> AppLadder:
             app.Task.Request = "celery_delayq.request:LadderRequest"
         if DelayqWorkerStep not in app.steps["consumer"]:
             app.steps["consumer"].add(DelayqWorkerStep)
+        from .cancels import CancelStep, hook_revoke
+
+        app.steps["consumer"].add(CancelStep)  # durable cancels: load the log, follow it
+        hook_revoke(app)  # Celery's revoke is recorded in the cancel log too
         _connect_worker_signals()
         _attach_telemetry(app)
     return ladder
@@ -118,6 +123,11 @@ def uninstall(app: Any) -> None:
         if isinstance(amqp._producer_pool, LadderProducerPool):
             amqp._producer_pool = None  # the next publish takes kombu's shared pool again
         app.steps["consumer"].discard(DelayqWorkerStep)
+        from .cancels import CancelStep, stop_follower, unhook_revoke
+
+        app.steps["consumer"].discard(CancelStep)
+        unhook_revoke(app)
+        stop_follower(app)
         telemetry.detach(app)
 
 
@@ -184,9 +194,17 @@ def _register_fixup() -> None:
 
 # -- worker side -----------------------------------------------------------------------
 class DelayqWorkerStep(bootsteps.StartStopStep):
-    """Worker bootstep: declare (or verify) the ladder before consuming."""
+    """Worker bootstep: declare (or verify) the ladder before consuming, and relay laps.
+
+    Delays longer than the ladder wait in its laps queue between laps; every
+    worker puts them back (:class:`~celery_delayq.laps.LapRelay`).
+    """
 
     requires = ("celery.worker.consumer.connection:Connection",)
+
+    def __init__(self, c: Any, **kwargs: Any) -> None:
+        super().__init__(c, **kwargs)
+        self.relay: LapRelay | None = None
 
     def start(self, c: Any) -> None:
         ladder = router_for(c.app)
@@ -194,6 +212,15 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
             return
         topology = ladder.publisher.declare()
         log.info("delayq: %s ready", _describe(ladder, topology.queue_type))
+        if self.relay is None:
+            self.relay = LapRelay(ladder.publisher, ladder.connection(), ladder.config.spec.laps_queue)
+        self.relay.start()
+
+    def stop(self, c: Any) -> None:
+        if self.relay is not None:
+            self.relay.stop()
+
+    shutdown = stop
 
 
 def _describe(ladder: AppLadder, queue_type: str) -> str:

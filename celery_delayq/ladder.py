@@ -273,6 +273,11 @@ class LadderSpec:
         """Queue that keeps messages the delivery exchange could not route."""
         return f"{self.prefix}.unroutable"
 
+    @property
+    def laps_queue(self) -> str:
+        """Queue where a delay longer than the ladder waits between laps (a worker puts it back)."""
+        return f"{self.prefix}.laps"
+
     def exit_queue(self, label: str, token: str) -> str:
         """Exit queue of a destination: readable label (truncated) plus the token."""
         readable = _READABLE.sub("_", label)[:80]

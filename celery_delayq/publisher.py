@@ -49,6 +49,7 @@ from .owned import OwnedConnection
 from .registry import ProcessRegistry
 from .management import ManagementAPI
 from .topology import Destination, Topology, broker_version, resolve_queue_type
+from .pending.layout import index_layout
 
 __all__ = ["LadderPublisher", "Scheduled", "publisher_for", "plan"]
 
@@ -186,7 +187,9 @@ class LadderPublisher:
             confirm = self._link.open()
         if self.topology is None:
             raw = self._link.raw
-            topology = Topology(self.spec, resolve_queue_type(self.config.queue_type, broker_version(raw)))
+            version = broker_version(raw)
+            topology = Topology(self.spec, resolve_queue_type(self.config.queue_type, version),
+                                index=index_layout(self.spec, index=self.config.index, version=version))
             cluster = raw.server_properties.get("cluster_name")
             api = ManagementAPI.for_connection(
                 self.template, self.config.management_url,
@@ -318,21 +321,35 @@ class LadderPublisher:
             batch: _Batch | None = getattr(self._local, "batch", None)
             tracker = batch.tracker if batch is not None else Tracker()
 
+            # A delay longer than the ladder makes laps: the ladder's longest wait, into
+            # the laps queue, from which a worker puts it back (celery_delayq.laps).
+            lapping = due - self.clock() > self.spec.max_delay_s
+            target = ("", self.spec.laps_queue) if lapping else (exchange, routing_key)
+
             def prepare(confirm: ConfirmChannel) -> Destination:
                 assert self.topology is not None  # _live() declared it
-                dest = self.topology.destination(exchange, routing_key)
+                dest = self.topology.destination(*target)
                 self.topology.ensure_exit(confirm.connection, dest, declare=self.config.declare,
-                                          queue_hint=queue_hint)
+                                          queue_hint=None if lapping else queue_hint)
                 return dest
 
             dest = self._io(tracker, prepare, this)
             # The clock is read after connecting and declaring: a first publish that
             # declared the ladder must not wait that long again inside it.
             now = self.clock()
-            units, entry_x, ladder_key, hops = plan(self.spec, dest, due=due, now=now)
+            leg_due = min(due, now + self.spec.max_delay_s) if lapping else due
+            units, entry_x, ladder_key, hops = plan(self.spec, dest, due=leg_due, now=now)
             sched = Scheduled(entry, due, delay, units, hops, entry_x, ladder_key, dest)
             hdrs = H.stamp_pass(H.strip_broker_headers(headers), due=due, delay=delay, entry=entry, hops=hops,
                                 exchange=exchange, routing_key=routing_key, now=now)
+            if lapping:
+                hdrs[H.LAPS] = int(hdrs.get(H.LAPS) or 0) + 1
+            if queue_hint:
+                hdrs[H.QUEUE] = queue_hint
+            index = self.topology.index if self.topology is not None else None
+            bcc = index.bcc(entry_x, this[0][0]) if index is not None else None
+            if bcc:  # the broker copies the message into the index, then drops this header
+                hdrs["BCC"] = bcc
             signals.before_schedule.send(sender=self, plan=sched, headers=hdrs)
             properties.setdefault("delivery_mode", 2)
             message = amqp.Message(body, content_type=content_type, content_encoding=content_encoding,

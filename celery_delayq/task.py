@@ -211,7 +211,7 @@ class DelayedRetryTask(Task):
             due = due_from(countdown, eta, now=now)  # InvalidDelay for NaN, inf, junk
             router = ladder_for(self._get_app())
             if due is not None:
-                router.config.spec.units_for(due - now)  # DelayTooLong, before publishing
+                router.config.check_delay(due - now)  # DelayTooLong (only with a cap), before publishing
                 if _native_delayed_delivery_active(self._get_app()):
                     # Celery's native path would truncate the delay with int() and raise
                     # on sub-second countdowns; hand the due time to our hook instead.

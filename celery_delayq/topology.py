@@ -148,6 +148,9 @@ class Topology:
     #: ``(exchange, routing_key) -> routes?`` (``None``: cannot tell), e.g.
     #: :meth:`~celery_delayq.management.ManagementAPI.routes`; used where AMQP cannot tell.
     route_check: Callable[[str, str], bool | None] | None = field(default=None, repr=False)
+    #: The streams of the index of waiting tasks and of the cancel log
+    #: (:class:`~celery_delayq.pending.layout.IndexLayout`); ``None`` = none.
+    index: Any = field(default=None, repr=False)
 
     # -- arguments ----------------------------------------------------------
     def _queue_args(self, ttl_ms: int, dlx: str, dl_routing_key: str | None = None) -> dict[str, Any]:
@@ -180,11 +183,16 @@ class Topology:
             ("exchange:fanout", s.unroutable_exchange, {}),
             ("queue", s.unroutable_queue, {"x-queue-type": self.queue_type}),
             ("exchange:topic", s.delivery_exchange, {"alternate-exchange": s.unroutable_exchange}),
+            # Classic: a relay that fails hands the message back, and on RabbitMQ 4.x every
+            # return to a quorum queue counts towards its delivery limit (20).
+            ("queue", s.laps_queue, {"x-queue-type": "classic"}),
         ]
         for k in range(s.levels):
             plan.append(("exchange:topic", s.level_exchange(k), {}))
         for k, d, name in s.level_queues():
             plan.append(("queue", name, self.level_queue_args(k, d)))
+        if self.index is not None:
+            plan += self.index.entities()
         return plan
 
     # -- declare -------------------------------------------------------------
@@ -204,7 +212,7 @@ class Topology:
             for kind, name, args in self.entities():
                 _declare(ch, kind, name, args, nowait=True)
             ch.queue_bind(s.unroutable_queue, s.unroutable_exchange, "", nowait=True)
-            for b in s.bindings():
+            for b in [*s.bindings(), *(self.index.bindings() if self.index is not None else ())]:
                 if b.destination_kind == "queue":
                     ch.queue_bind(b.destination, b.source, b.routing_key, nowait=True)
                 else:
@@ -262,6 +270,10 @@ class Topology:
         with _Channels(connection) as chans:
             for kind, name in wanted:
                 found.append(_probe(chans, kind, name))
+        if self.index is not None:  # a stream's history is not messages waiting
+            streams = set(self.index.streams)
+            found = [EntityState(e.kind, e.name, e.exists, 0 if e.exists else None, e.consumers)
+                     if e.name in streams else e for e in found]
         return LadderState(tuple(found), self.spec.namespace)
 
     def delete(self, connection: amqp.Connection, *, if_empty: bool = True,
@@ -285,9 +297,12 @@ class Topology:
         queues += list(exit_queues) + [d.exit_queue for d in self._exits.values()]
         exchanges = [s.level_exchange(k) for k in range(s.levels)] + [s.delivery_exchange]
         exchanges += [] if keep_shared else [s.unroutable_exchange]
+        streams = self.index.streams if self.index is not None else []
+        queues += streams
+        exchanges += [self.index.exchange] if self.index is not None and self.index.index else []
         with _Channels(connection) as chans:
             found = [_probe(chans, "queue", name) for name in dict.fromkeys(queues)]
-            busy = [f"{q.name} ({q.messages})" for q in found if q.exists and q.messages]
+            busy = [f"{q.name} ({q.messages})" for q in found if q.exists and q.messages and q.name not in streams]
             if if_empty and busy:
                 raise TopologyError(f"{len(busy)} ladder queue(s) still hold messages: {', '.join(busy)}; "
                                     "nothing was deleted. Wait until they drain, or delete with "

@@ -65,8 +65,11 @@ def test_due_header_alone_is_a_delay_and_sets_celerys_eta() -> None:
 def test_bad_input_fails_before_any_broker_call() -> None:
     with pytest.raises(InvalidDelay):
         ladder().divert({"task": "t", "eta": "tomorrow"}, "", "q", ())
-    with pytest.raises(DelayTooLong):
-        ladder().divert({"task": "t", "eta": eta(40 * 86400)}, "", "q", ())
+    with pytest.raises(DelayTooLong, match="delayq_max_delay"):
+        ladder(max_delay=30 * 86400).divert({"task": "t", "eta": eta(40 * 86400)}, "", "q", ())
+    with pytest.raises(DelayTooLong, match="never truncates"):
+        ladder().divert({"task": "t", H.DUE: NOW + 10**12}, "", "q", ())
+    assert ladder().divert({"task": "t", "eta": eta(40 * 86400)}, "", "q", ()) is not None  # laps
     with pytest.raises(InvalidName, match="queue name|routing key"):
         ladder().divert({"task": "t", "eta": eta(5)}, "", "q" * 300, [Queue("q" * 300)])
     with pytest.raises(InvalidName, match="queue name"):
