@@ -29,9 +29,12 @@ from .batching import batch
 from .parking import ParkingFailed, ParkingQueue
 from .policies import RetryAfter, RetryPolicy
 from .queue_delays import DelayedQueue
+from .pending import PendingTask, pending
+from .cancels import CancelResult, cancel
 
 __all__ = [
     "DelayedRetryTask", "install", "uninstall", "ladder_for", "is_installed", "router_for", "batch",
+    "pending", "PendingTask", "cancel", "CancelResult",
     "AppLadder", "LadderProducer",
     "RetryAfter", "RetryPolicy", "ParkingQueue", "ParkingFailed", "DelayedQueue",
     "DelayqConfig", "LadderSpec", "LadderPublisher", "Scheduled", "publisher_for", "DelayqProducer",

@@ -18,6 +18,8 @@ from typing import Any
 
 from celery.worker.request import Request
 
+from .cancels.worker import mark_if_cancelled
+
 __all__ = ["LadderRequest"]
 
 
@@ -34,3 +36,8 @@ class LadderRequest(Request):
     @eta.setter
     def eta(self, value: Any) -> None:  # pragma: no cover - Celery never sets it
         self._eta = value
+
+    def revoked(self) -> bool:
+        """Celery's check, with durable delayq cancels counted as revokes (:mod:`celery_delayq.cancels`)."""
+        mark_if_cancelled(self)
+        return bool(super().revoked())

@@ -11,9 +11,11 @@ from __future__ import annotations
 import click
 
 from .base import DelayqGroup
+from .cancel import cancel
 from .doctor import doctor
 from .export import export
 from .parking import parking
+from .pending import pending
 from .status import status
 from .topology import topology
 
@@ -22,7 +24,7 @@ __all__ = ["delayq"]
 
 @click.group(name="delayq", cls=DelayqGroup)
 def delayq() -> None:
-    """The delay ladder: topology, status, export, parked messages, analytics report."""
+    """The delay ladder: topology, status, waiting tasks, cancel, export, parked messages, analytics report."""
 
 
 delayq.add_command(topology)
@@ -30,6 +32,8 @@ delayq.add_command(status)
 delayq.add_command(export)
 delayq.add_command(parking)
 delayq.add_command(doctor)
+delayq.add_command(pending)
+delayq.add_command(cancel)
 
 
 @delayq.command(name="report", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})

@@ -87,7 +87,11 @@ class AppContext:
 
     def topology(self, raw: amqp.Connection) -> Topology:
         """The app's ladder as the broker behind ``raw`` would have it (nothing is declared)."""
-        return Topology(self.spec, resolve_queue_type(self.config.queue_type, broker_version(raw)))
+        from ..pending.layout import index_layout
+
+        version = broker_version(raw)
+        return Topology(self.spec, resolve_queue_type(self.config.queue_type, version),
+                        index=index_layout(self.spec, index=self.config.index, version=version))
 
 
 def app_context(ctx: click.Context) -> AppContext:

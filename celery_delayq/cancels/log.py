@@ -1,0 +1,80 @@
+"""The cancel log: a RabbitMQ stream of cancelled task ids, written by ``cancel`` and read by workers.
+
+A stream, because every worker must read the whole log at start and then
+follow it, without taking anything away from the others, and because it
+must survive a broker restart (streams are durable and replicated). One
+message per cancelled id; its headers say which id and until when the
+cancel holds (its task's due time plus a margin, or the ladder's maximum
+delay plus the margin when the due time is not known). Workers ignore
+expired entries, and the stream's own retention (the maximum delay plus the
+margin, see :mod:`celery_delayq.pending.layout`) removes them from disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+import amqp
+
+from ..confirms import ConfirmChannel, Tracker
+from ..headers import ENTRY
+from ..pending.layout import IndexLayout
+from ..pending.stream import StreamReader
+from .book import CancelBook
+
+__all__ = ["CANCEL", "UNTIL", "REASON", "record", "load"]
+
+#: Header: the cancelled task id.
+CANCEL = "x-delayq-cancel"
+#: Header: epoch seconds until which the cancel holds.
+UNTIL = "x-delayq-cancel-until"
+#: Header: why (``cancelled`` by ``delayq cancel``, ``revoked`` through Celery's revoke).
+REASON = "x-delayq-cancel-reason"
+
+
+def record(raw: amqp.Connection, layout: IndexLayout, items: Sequence[tuple[str, float, str]], *,
+           timeout: float = 30.0) -> None:
+    """Append ``(task_id, until, reason)`` entries to the cancel log; returns once the broker confirmed all.
+
+    Raises:
+        PublishError: naming every task id whose cancel may not be recorded.
+    """
+    from ..publisher import combine
+
+    confirm = ConfirmChannel(raw)
+    try:
+        tracker = Tracker()
+        for task_id, until, reason in items:
+            message = amqp.Message(b"", delivery_mode=2, message_id=task_id, application_headers={
+                CANCEL: task_id, UNTIL: float(until), REASON: reason, ENTRY: uuid.uuid4().hex})
+            confirm.publish(message, "", layout.cancel_queue, tracker)
+        confirm.wait(tracker=tracker, timeout=timeout)
+        failures = tracker.take_failures()
+        if failures:
+            raise combine(failures)
+    finally:
+        with contextlib.suppress(Exception):
+            confirm.channel.close()
+
+
+def load(raw: amqp.Connection, layout: IndexLayout, book: CancelBook, *, now: float | None = None) -> int | None:
+    """Read the whole cancel log into ``book``; returns the offset the log ended at (its marker's)."""
+    now = time.time() if now is None else now
+    start = datetime.fromtimestamp(max(0.0, now - layout.max_age_s), tz=timezone.utc)
+    reader = StreamReader(raw, layout.cancel_queue)
+    for _offset, headers, _mid in reader.read(start, (CANCEL, UNTIL)):
+        add(book, headers)
+    return reader.end_offset
+
+
+def add(book: CancelBook, headers: dict[str, Any]) -> str | None:
+    """Put one cancel-log entry into ``book``; returns its task id (None for anything else)."""
+    task_id, until = headers.get(CANCEL), headers.get(UNTIL)
+    if not task_id or until is None:
+        return None
+    book.add(str(task_id), float(until))
+    return str(task_id)

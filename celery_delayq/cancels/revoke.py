@@ -1,0 +1,51 @@
+"""Make Celery's own revoke durable for tasks waiting in the ladder.
+
+Celery's ``revoke`` is a broadcast to the workers running at that moment,
+kept in their memory for three hours: a worker that restarts forgets it,
+and a worker that was down never hears it. :func:`hook_revoke` wraps the
+app's ``control.broadcast`` (which ``app.control.revoke``,
+``AsyncResult.revoke`` and ``celery control revoke`` all go through) so that
+a ``revoke`` is first recorded in the cancel log, confirmed, and then
+broadcast as usual. Done per app by :func:`celery_delayq.install`, in the
+process that revokes: that is where the revoke is known for certain, even
+when no worker runs.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+__all__ = ["hook_revoke", "unhook_revoke"]
+
+_ORIGINAL = "_delayq_original"
+
+
+def hook_revoke(app: Any) -> None:
+    """Record every ``revoke`` of ``app`` in its cancel log before broadcasting it (idempotent)."""
+    control = app.control
+    original = control.broadcast
+    if hasattr(original, _ORIGINAL):
+        return
+
+    @functools.wraps(original)
+    def broadcast(command: str, arguments: dict[str, Any] | None = None, *args: Any, **kwargs: Any) -> Any:
+        if command == "revoke" and arguments and arguments.get("task_id"):
+            from . import record_cancels
+
+            ids = arguments["task_id"]
+            record_cancels(app, [ids] if isinstance(ids, str) else list(ids), reason="revoked")
+        return original(command, arguments, *args, **kwargs)
+
+    setattr(broadcast, _ORIGINAL, original)
+    control.broadcast = broadcast
+
+
+def unhook_revoke(app: Any) -> None:
+    """Undo :func:`hook_revoke`."""
+    control = app.__dict__.get("control")
+    if control is None:
+        return
+    original = getattr(control.__dict__.get("broadcast"), _ORIGINAL, None)
+    if original is not None:
+        del control.broadcast

@@ -1,0 +1,49 @@
+"""``celery -A APP delayq cancel TASK_ID...``: cancel delayed tasks for good.
+
+Each cancel is recorded in the ladder's cancel log and confirmed by the
+broker before the command returns; workers drop the task when it arrives
+(the result backend shows ``REVOKED``), however long it still waits and
+across worker and broker restarts. Like ``celery control revoke``, it acts
+on the ids given without asking.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from ..cancels import cancel as cancel_tasks
+from ..humanize import human_duration
+from ..pending.query import iso
+from .base import app_context, console
+
+__all__ = ["cancel"]
+
+
+@click.command(name="cancel")
+@click.argument("task_ids", nargs=-1, required=True, metavar="TASK_ID...")
+@click.option("--no-lookup", is_flag=True,
+              help="Do not look the ids up in the index first (faster; each cancel then holds for the "
+                   "ladder's maximum delay plus a day instead of until its task's due time plus a day).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per id.")
+@click.pass_context
+def cancel(ctx: click.Context, task_ids: tuple[str, ...], no_lookup: bool, as_json: bool) -> None:
+    """Cancel delayed tasks by id: they will not run, even after worker restarts."""
+    app = app_context(ctx)
+    results = cancel_tasks(app.app, *task_ids, lookup=not no_lookup)
+    if as_json:
+        click.echo(json.dumps([r.as_dict() for r in results]))
+        return
+    out = console(ctx)
+    now = time.time()
+    for r in results:
+        if r.found is not None:
+            out.print(f"cancelled {r.task_id}: {r.found.task_name or 'message'} was waiting, due "
+                      f"{r.found.due_iso} (in {human_duration(r.found.due - now)}); it will not run")
+        elif no_lookup:
+            out.print(f"cancelled {r.task_id}: it will not run if it arrives before {iso(r.until)}")
+        else:
+            out.print(f"cancelled {r.task_id}: not waiting in the ladder now; it will not run if it "
+                      f"arrives before {iso(r.until)}")

@@ -1,0 +1,14 @@
+"""See the delayed work waiting in the ladder: ``celery_delayq.pending(app, ...)``.
+
+* :mod:`.layout`: the index and cancel-log streams (names, bindings; pure).
+* :mod:`.frames`: the few header fields the index needs, read from raw AMQP frames (pure).
+* :mod:`.stream`: reading a stream to its end, fast, without changing it.
+* :mod:`.query`: :func:`pending` itself.
+"""
+
+from __future__ import annotations
+
+from .layout import IndexLayout, index_layout
+from .query import IndexUnavailable, PendingTask, pending, read_index
+
+__all__ = ["pending", "PendingTask", "IndexUnavailable", "IndexLayout", "index_layout", "read_index"]

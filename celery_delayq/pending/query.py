@@ -1,0 +1,226 @@
+"""``pending(app, ...)``: the delayed tasks and retries waiting in the ladder now, read from its index.
+
+The index holds one entry per pass through the ladder (see
+:mod:`~celery_delayq.pending.layout`). A task is waiting when the *latest*
+pass of its id is not due yet: a pass that is due (``due <= now``) has been
+delivered or is in its last hop, so it is never reported early; a retry
+adds a later pass, which then wins. Ids cancelled with
+:func:`celery_delayq.cancel` (or Celery's revoke) are left out.
+
+Reading only looks: the index streams are read from the first entry that
+can still be waiting (``now - max delay``), the ladder's queues are not
+touched. A lookup by task id reads one shard of the sixteen.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import fnmatch
+import re
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+from .. import headers as H
+from ..errors import TopologyMissing
+from .layout import IndexLayout, index_layout
+from .stream import StreamReader, reader_connection as _connection
+
+__all__ = ["PendingTask", "pending", "IndexUnavailable", "read_index", "open_layout", "iso"]
+
+#: Header fields read from each index entry.
+FIELDS = ("id", "task", H.DUE, H.ATTEMPT, H.EXCHANGE, H.ROUTING_KEY, H.ENTRY, "x-delayq-queue")
+#: Connections read in parallel when all shards are read (2 cores here; the broker needs them too).
+_PARALLEL = 4
+#: Read from this long before ``now - max delay`` (clock skew between hosts).
+_SLACK_S = 60.0
+
+
+class IndexUnavailable(TopologyMissing):
+    """There is no index of waiting tasks to read (turned off, broker too old, or not declared yet)."""
+
+
+def iso(epoch: float) -> str:
+    """ISO 8601 UTC with milliseconds, e.g. ``2026-11-23T08:00:00.000Z``."""
+    stamp = datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class PendingTask:
+    """One task waiting in the ladder.
+
+    Attributes:
+        task_id: Celery's task id (else the message id, else the ladder entry id).
+        task_name: Celery's task name (``None`` for messages that are not Celery tasks).
+        exchange: Exchange it will be delivered to (``""`` = the default exchange).
+        routing_key: Routing key it will be delivered with.
+        queue: Destination queue, when the publish named one (Celery's ``declare``), else
+            the routing key of a publish to the default exchange, else ``None``.
+        due: Epoch seconds at which it is due.
+        attempt: 0 for the first run, n for the n-th retry.
+        entry: Id of this pass through the ladder.
+    """
+
+    task_id: str
+    task_name: str | None
+    exchange: str
+    routing_key: str
+    queue: str | None
+    due: float
+    attempt: int
+    entry: str | None = None
+
+    @property
+    def due_iso(self) -> str:
+        """``due`` as ISO 8601 UTC."""
+        return iso(self.due)
+
+    @property
+    def destination(self) -> str:
+        """Where it goes, in words: ``queue NAME`` or ``EXCHANGE / ROUTING_KEY``."""
+        if self.queue:
+            return f"queue {self.queue}"
+        return f"{self.exchange or '(default)'} / {self.routing_key}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON object of ``delayq pending --json``."""
+        return {"task_id": self.task_id, "task": self.task_name, "exchange": self.exchange,
+                "routing_key": self.routing_key, "queue": self.queue, "due": self.due_iso,
+                "attempt": self.attempt}
+
+
+def entry_to_task(headers: dict[str, Any], message_id: str | None) -> PendingTask | None:
+    """The :class:`PendingTask` an index entry describes (None if it is not a ladder message)."""
+    due = headers.get(H.DUE)
+    if due is None:
+        return None
+    exchange = str(headers.get(H.EXCHANGE) or "")
+    routing_key = str(headers.get(H.ROUTING_KEY) or "")
+    queue = headers.get("x-delayq-queue") or (routing_key if not exchange else None)
+    entry = headers.get(H.ENTRY)
+    task_id = headers.get("id") or message_id or entry or ""
+    return PendingTask(str(task_id), headers.get("task"), exchange, routing_key, queue, float(due),
+                       int(headers.get(H.ATTEMPT) or 0), entry)
+
+
+def open_layout(ladder: Any, raw: Any) -> IndexLayout:
+    """The index layout of ``ladder`` on the broker behind ``raw``, or :class:`IndexUnavailable`."""
+    from ..topology import broker_version
+
+    version = broker_version(raw)
+    layout = index_layout(ladder.config.spec, index=getattr(ladder.config, "index", True), version=version)
+    if layout is None:
+        raise IndexUnavailable(f"RabbitMQ {'.'.join(map(str, version))} has no streams (3.9 and later do), "
+                               "so there is no index of waiting tasks and no durable cancel; upgrade the broker.")
+    return layout
+
+
+def _check_exists(raw: Any, layout: IndexLayout, names: Iterable[str]) -> None:
+    ch = raw.channel()
+    try:
+        for name in names:
+            try:
+                ch.queue_declare(name, passive=True)
+            except Exception as exc:  # amqp.NotFound closes the channel
+                if getattr(exc, "code", None) != 404:
+                    raise
+                raise IndexUnavailable(
+                    f"the index of waiting tasks of ladder {layout.spec.namespace!r} is not on the broker "
+                    f"(no stream {name!r}). It is declared with the ladder: start a worker, or run "
+                    "`celery -A APP delayq topology declare`. Tasks scheduled before it existed are not "
+                    "listed.") from None
+    finally:
+        if ch.is_open:
+            ch.close()
+
+
+def read_index(ladder: Any, *, task_ids: Iterable[str] = (), now: float | None = None) -> dict[str, PendingTask]:
+    """The latest pass of every task id in the index (due or not, cancelled or not).
+
+    With ``task_ids``, only their shards are read and only their entries parsed.
+    """
+    now = time.time() if now is None else now
+    ids = sorted(set(task_ids))
+    with _connection(ladder) as raw:
+        layout = open_layout(ladder, raw)
+        if not layout.index:
+            raise IndexUnavailable("the index of waiting tasks is off (delayq_index = False); turn it on to "
+                                   "list waiting tasks (tasks scheduled while it was off are not listed)")
+        shards = sorted({layout.shard_of(i) for i in ids}) if ids else list(range(layout.shards))
+        _check_exists(raw, layout, [layout.shard_queue(h) for h in shards])
+    start = datetime.fromtimestamp(max(0.0, now - layout.spec.max_delay_s - _SLACK_S), tz=timezone.utc)
+    prefilter = re.compile(b"|".join(re.escape(i.encode()) for i in ids)) if ids else None
+    wanted = set(ids)
+    latest: dict[str, PendingTask] = {}
+
+    def one(shard: int) -> dict[str, PendingTask]:
+        found: dict[str, PendingTask] = {}
+        with _connection(ladder) as raw:
+            reader = StreamReader(raw, layout.shard_queue(shard))
+            for _offset, headers, message_id in reader.read(start, FIELDS, prefilter=prefilter):
+                task = entry_to_task(headers, message_id)
+                if task is not None and (not wanted or task.task_id in wanted):
+                    found[task.task_id] = task  # offsets increase: a later pass replaces an earlier one
+        return found
+
+    if len(shards) == 1:
+        latest.update(one(shards[0]))
+    else:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(_PARALLEL, len(shards))) as pool:
+            for found in pool.map(one, shards):
+                latest.update(found)  # a task id lives in one shard only
+    return latest
+
+
+def pending(app: Any, *, task: str | None = None, queue: str | None = None, task_id: str | None = None,
+            due_before: float | datetime | None = None, due_after: float | datetime | None = None,
+            now: float | None = None) -> list[PendingTask]:
+    """Every delayed task or retry waiting in ``app``'s ladder, soonest due first.
+
+    Args:
+        app: The Celery app (its ``delayq_*`` settings name the ladder).
+        task: Only task names matching this glob (``proj.tasks.*``).
+        queue: Only tasks for this queue (or, when the queue is not known, this routing key).
+        task_id: Only this task id (reads one index shard: the fast lookup).
+        due_before: Only tasks due before this time (epoch seconds or an aware datetime).
+        due_after: Only tasks due at or after this time.
+        now: The time "waiting" is judged at (default: now).
+
+    Raises:
+        IndexUnavailable: the ladder has no index (off, broker before 3.9, not declared).
+    """
+    from ..cancels import cancelled_ids
+    from ..integration import ladder_for
+
+    ladder = ladder_for(app)
+    now = time.time() if now is None else now
+    latest = read_index(ladder, task_ids=[task_id] if task_id else (), now=now)
+    waiting = [t for t in latest.values() if t.due > now]
+    if waiting:
+        gone = cancelled_ids(app, now=now)
+        waiting = [t for t in waiting if t.task_id not in gone]
+    before, after = _epoch(due_before), _epoch(due_after)
+    out = [t for t in waiting if _matches(t, task, queue, before, after)]
+    out.sort(key=lambda t: (t.due, t.task_id))
+    return out
+
+
+def _matches(t: PendingTask, task: str | None, queue: str | None, before: float | None,
+             after: float | None) -> bool:
+    if task is not None and not fnmatch.fnmatchcase(t.task_name or "", task):
+        return False
+    if queue is not None and (t.queue if t.queue is not None else t.routing_key) != queue:
+        return False
+    if before is not None and not t.due < before:
+        return False
+    return after is None or t.due >= after
+
+
+def _epoch(value: float | datetime | None) -> float | None:
+    if value is None or isinstance(value, (int, float)):
+        return value
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.timestamp()

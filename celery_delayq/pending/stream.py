@@ -1,0 +1,250 @@
+"""Read a RabbitMQ stream over AMQP 0-9-1 from a start point to its end, fast and without changing it.
+
+Two problems, two answers:
+
+* **Where does the stream end?** AMQP 0-9-1 never says; a consumer simply
+  waits for more. So the reader first appends a *marker* (a tiny message
+  with the :data:`~celery_delayq.pending.layout.MARKER` header, confirmed),
+  then reads until it meets that marker. Everything confirmed into the
+  stream before the read began is therefore seen, and the answer does not
+  depend on timing. Markers are skipped by every reader and expire with the
+  stream's retention. This is the only write: the ladder itself is never
+  touched (stream consumers do not remove messages).
+* **Speed.** py-amqp builds a full ``Message`` for each delivery, decoding
+  every header: about 100 us per Celery task message here, slower than the
+  broker delivers a stream. After py-amqp has set the consumer up, the
+  reader takes the socket's frames itself (py-amqp reads exactly one frame
+  at a time, so nothing is lost at the hand-over), looks only at
+  ``basic.deliver`` and content-header frames, skips message bodies and,
+  with a ``prefilter``, parses only headers that contain the bytes looked
+  for (a task id, found by a C-speed regex search). The unread rest of the
+  buffer is handed back to py-amqp before the channel is closed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+import struct
+import uuid
+from datetime import datetime
+from typing import Any, Collection, Iterator
+
+import amqp
+
+from ..confirms import ConfirmChannel, Tracker
+from ..errors import DelayqError
+from ..headers import ENTRY
+from .frames import BASIC_DELIVER, HeaderReader, delivery_tag
+from .layout import MARKER
+
+__all__ = ["StreamReader", "StreamEntry", "StreamReadError", "OFFSET", "reader_connection"]
+
+#: Header RabbitMQ adds to every message read from a stream: its offset.
+OFFSET = "x-stream-offset"
+
+_FRAME_END = 0xCE
+_RECV = 1 << 18
+_unpack_from = struct.unpack_from
+
+
+class StreamReadError(DelayqError):
+    """A stream could not be read to its end (stalled, deleted, or the channel was closed)."""
+
+
+#: ``(offset, headers, message_id)`` of one stream message (markers excluded).
+StreamEntry = tuple[int, dict[str, Any], "str | None"]
+
+
+class StreamReader:
+    """Reads one stream queue from ``start`` up to a marker of its own.
+
+    Args:
+        connection: A connected py-amqp connection (heartbeats off: a long
+            read does not service them).
+        queue: The stream queue.
+        prefetch: Deliveries in flight (stream consumers need a prefetch);
+            1,000 measured as fast as 500-4,000 on both brokers here.
+        stall_timeout: Seconds without any data before giving up.
+        confirm_timeout: Seconds to wait for the marker's confirm.
+    """
+
+    def __init__(self, connection: amqp.Connection, queue: str, *, prefetch: int = 1000,
+                 stall_timeout: float = 30.0, confirm_timeout: float = 30.0) -> None:
+        self.connection = connection
+        self.queue = queue
+        self.prefetch = prefetch
+        self.stall_timeout = stall_timeout
+        self.confirm_timeout = confirm_timeout
+        #: Offset of the marker this reader stopped at (after :meth:`read`).
+        self.end_offset: int | None = None
+
+    def write_marker(self) -> str:
+        """Append a marker to the stream (confirmed); returns its token."""
+        token = uuid.uuid4().hex
+        confirm = ConfirmChannel(self.connection)
+        try:
+            tracker = Tracker()
+            message = amqp.Message(b"", application_headers={MARKER: token, ENTRY: token}, delivery_mode=2)
+            confirm.publish(message, "", self.queue, tracker)
+            confirm.wait(tracker=tracker, timeout=self.confirm_timeout)
+            failures = tracker.take_failures()
+            if failures:
+                raise StreamReadError(f"could not mark the end of stream {self.queue!r}: {failures[0]}")
+        finally:
+            with contextlib.suppress(Exception):
+                confirm.channel.close()
+        return token
+
+    def read(self, start: int | str | datetime, fields: Collection[str], *,
+             prefilter: re.Pattern[bytes] | None = None) -> Iterator[StreamEntry]:
+        """Yield ``(offset, headers, message_id)`` of each message from ``start`` to the stream's end.
+
+        ``start`` is an offset, ``"first"`` or a datetime (the first chunk
+        written at or after it). Only ``fields`` of the headers are decoded;
+        with ``prefilter``, only messages whose header frame matches it are.
+        """
+        token = self.write_marker()
+        wanted = set(fields) | {MARKER, OFFSET}
+        headers_of = HeaderReader(wanted)
+        early: list[amqp.Message] = []
+        ch = self.connection.channel()
+        try:
+            ch.basic_qos(0, self.prefetch, False)
+            ch.basic_consume(self.queue, callback=early.append, no_ack=False,
+                             arguments={"x-stream-offset": start})
+            for message in early:  # delivered while py-amqp still read (not expected)
+                entry = _entry_of(message, wanted)
+                if entry[1].get(MARKER) == token:
+                    self.end_offset = entry[0]
+                    return
+                if entry[1].get(MARKER) is None:
+                    yield entry
+            yield from self._frames(ch, token, headers_of, prefilter)
+        finally:
+            with contextlib.suppress(Exception):
+                if ch.is_open:
+                    ch.close()
+
+    # -- the fast path ------------------------------------------------------------
+    def _frames(self, ch: amqp.Channel, token: str, headers_of: HeaderReader,
+                prefilter: re.Pattern[bytes] | None) -> Iterator[StreamEntry]:
+        transport = self.connection.transport
+        sock = getattr(transport, "sock", None)
+        if sock is None or not hasattr(transport, "_read_buffer"):
+            yield from self._slow(ch, token, headers_of)
+            return
+        token_b = token.encode()
+        buf = bytearray(transport._read_buffer)
+        transport._read_buffer = b""
+        pos = 0
+        #: Where the message being read began; equal to ``pos`` between messages. The
+        #: unread bytes go back to py-amqp from here, so it resumes at a message boundary.
+        msg_start = 0
+        body_left = 0
+        chan = ch.channel_id
+        acked = last_tag = 0
+        half = max(1, self.prefetch // 2)
+        old_timeout = sock.gettimeout()
+        sock.settimeout(self.stall_timeout)
+        try:
+            while True:
+                while len(buf) - pos >= 8:
+                    ftype, fchan, size = _unpack_from(">BHI", buf, pos)
+                    end = pos + 7 + size
+                    if len(buf) <= end:
+                        break
+                    if buf[end] != _FRAME_END:
+                        raise StreamReadError(f"malformed AMQP frame while reading stream {self.queue!r}")
+                    if fchan != chan or (ftype == 1 and buf[pos + 7:pos + 11] != BASIC_DELIVER):
+                        # Anything but our deliveries (a channel or connection close, a
+                        # cancel): py-amqp deals with it, and raises if it is an error.
+                        self._hand_back(transport, buf, msg_start)
+                        buf, pos, msg_start = bytearray(), 0, 0
+                        self.connection.drain_events(timeout=self.stall_timeout)
+                        raise StreamReadError(f"the broker interrupted the read of stream {self.queue!r}")
+                    frame = pos + 7
+                    pos = end + 1
+                    if ftype == 1:
+                        msg_start = frame - 7
+                        last_tag = delivery_tag(buf, frame)
+                        continue
+                    if ftype == 3:
+                        body_left -= size
+                    elif ftype == 2:
+                        (body_left,) = _unpack_from(">Q", buf, frame + 4)
+                        if prefilter is None or prefilter.search(buf, frame, end) or buf.find(token_b, frame, end) >= 0:
+                            headers, message_id = headers_of.read(buf, frame)
+                            if body_left <= 0:
+                                msg_start = pos
+                            marker = headers.get(MARKER)
+                            if marker == token:
+                                self.end_offset = headers.get(OFFSET)
+                                return
+                            if marker is None and (prefilter is None or prefilter.search(buf, frame, end)):
+                                yield int(headers.get(OFFSET) or 0), headers, message_id
+                    if body_left <= 0:
+                        msg_start = pos
+                if last_tag - acked >= half:
+                    ch.basic_ack(last_tag, multiple=True)
+                    acked = last_tag
+                if msg_start:
+                    del buf[:msg_start]
+                    pos -= msg_start
+                    msg_start = 0
+                try:
+                    chunk = sock.recv(_RECV)
+                except socket.timeout:
+                    raise StreamReadError(
+                        f"stream {self.queue!r} sent nothing for {self.stall_timeout:.0f} s before its end "
+                        "was reached; is the broker overloaded?") from None
+                if not chunk:
+                    raise StreamReadError(f"the broker closed the connection while stream {self.queue!r} was read")
+                buf += chunk
+        finally:
+            # Whatever ended the read (the marker, an early stop, an error): py-amqp
+            # resumes at a message boundary; a message cut short is delivered to it again.
+            self._hand_back(transport, buf, msg_start)
+            with contextlib.suppress(Exception):
+                sock.settimeout(old_timeout)
+
+    @staticmethod
+    def _hand_back(transport: Any, buf: bytearray, pos: int) -> None:
+        """Give py-amqp the bytes read past the last frame handled here."""
+        transport._read_buffer = bytes(buf[pos:]) + transport._read_buffer
+
+    def _slow(self, ch: amqp.Channel, token: str, headers_of: HeaderReader) -> Iterator[StreamEntry]:
+        """py-amqp's own reading, for transports whose socket is not reachable."""
+        got: list[amqp.Message] = []
+        ch.callbacks = {tag: got.append for tag in ch.callbacks}
+        wanted = set(headers_of.wanted.values())
+        while True:
+            self.connection.drain_events(timeout=self.stall_timeout)
+            for message in got:
+                offset, headers, message_id = _entry_of(message, wanted)
+                if headers.get(MARKER) == token:
+                    self.end_offset = offset
+                    return
+                if headers.get(MARKER) is None:
+                    yield offset, headers, message_id
+                ch.basic_ack(message.delivery_tag, multiple=True)
+            got.clear()
+
+
+def _entry_of(message: amqp.Message, wanted: Collection[str]) -> StreamEntry:
+    headers = message.application_headers or {}
+    picked = {k: v for k, v in headers.items() if k in wanted}
+    return int(headers.get(OFFSET) or 0), picked, message.properties.get("message_id")
+
+
+@contextlib.contextmanager
+def reader_connection(ladder: Any) -> Iterator[amqp.Connection]:
+    """A py-amqp connection to ``ladder``'s broker without heartbeats (a long read cannot serve them)."""
+    conn = ladder.connection().clone(heartbeat=0)
+    try:
+        conn.ensure_connection(max_retries=1)
+        yield conn.connection
+    finally:
+        with contextlib.suppress(Exception):  # closing after a failed read must not hide its error
+            conn.release()
