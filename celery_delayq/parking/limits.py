@@ -3,12 +3,13 @@
 AMQP 0-9-1 has no non-destructive read: a browse takes each message and
 hands it back. On a quorum queue a message handed back may count as a
 delivery, and at the queue's ``delivery-limit`` the broker drops it (or
-dead-letters it). Measured on RabbitMQ 3.10.8 and 4.3.6 (DESIGN-NOTES §7, §8):
+dead-letters it). Measured on RabbitMQ 3.10.8, 4.0.5 and 4.3.6 (DESIGN-NOTES §7, §8):
 
 * 3.10 has no default limit, and ``x-delivery-limit: -1`` there means "drop
   at the first return", so a parking queue is declared without the argument.
-* 4.0 gives every quorum queue a default limit of 20; ``x-delivery-limit: -1``
-  lifts it, so a parking queue is declared with it.
+* 4.0 gives every quorum queue a default limit of 20 and counts every return,
+  a nack too (4.0.5: gone after 21 looks); ``x-delivery-limit: -1`` lifts the
+  limit, so a parking queue is declared with it.
 * 4.3 counts only failed deliveries: ``basic.nack(requeue)`` does not count,
   whatever the limit; ``basic.reject`` and a closed channel do. A browse
   therefore hands every message back with a nack, never by closing.
