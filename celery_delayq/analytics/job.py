@@ -1,4 +1,4 @@
-"""The report job: events directory in, summary + Parquet tables + HTML out."""
+"""The report job: events directory in, summary + Parquet tables + charts + HTML out."""
 
 from __future__ import annotations
 
@@ -10,13 +10,22 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from celery_delayq.analytics.errors import NoValidEventsError
+from celery_delayq.analytics.files import (
+    EventFile,
+    IncrementalState,
+    is_local,
+    list_event_files,
+    split_sealed,
+)
 from celery_delayq.analytics.plots import render_all
-from celery_delayq.analytics.reader import check_events_path, read_events
+from celery_delayq.analytics.reader import check_events_path, read_events, read_store
 from celery_delayq.analytics.report import render_html
 from celery_delayq.analytics.session import session_scope
+from celery_delayq.analytics.storms import find_storms
 from celery_delayq.analytics.summary import build_summary
 from celery_delayq.analytics.tables import TABLE_NAMES, build_tables
 
@@ -39,14 +48,97 @@ def _read_back(spark: SparkSession, out: Path) -> dict[str, list[dict[str, Any]]
     aggregate is computed exactly once, and the JSON/HTML show exactly what
     the Parquet holds.
     """
-    rows: dict[str, list[dict[str, Any]]] = {}
-    for name in TABLE_NAMES:
-        frame = spark.read.parquet((out / name).as_uri())
-        if name == "retries_per_minute":
-            # Epoch seconds: Python datetimes from collect() depend on the local zone.
-            frame = frame.select("task_name", F.unix_seconds("minute").alias("minute_s"), "retries")
-        rows[name] = [row.asDict() for row in frame.collect()]
-    return rows
+    return {
+        name: [row.asDict() for row in spark.read.parquet((out / name).as_uri()).collect()]
+        for name in TABLE_NAMES
+    }
+
+
+def _window(events: DataFrame, since: float | None, until: float | None) -> DataFrame:
+    if since is not None:
+        events = events.where(F.col("ts") >= F.lit(float(since)))
+    if until is not None:
+        events = events.where(F.col("ts") < F.lit(float(until)))
+    return events
+
+
+def _files_to_read(events_dir: str, since: float | None, until: float | None) -> list[str] | None:
+    """The local files to parse (None: a remote path, Spark lists it).
+
+    Raises NoValidEventsError at once when there is nothing to read, so an
+    empty directory never waits for a JVM.
+    """
+    if not is_local(events_dir):
+        return None
+    files = list_event_files(events_dir, since=since, until=until)
+    if not files:
+        raise NoValidEventsError(f"no event files under {events_dir}" + _window_text(since, until))
+    return [f.path for f in files]
+
+
+def _window_text(since: float | None, until: float | None) -> str:
+    if since is None and until is None:
+        return ""
+    fmt = lambda t: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))  # noqa: E731
+    return f" between {fmt(since) if since is not None else 'the start'} and {fmt(until) if until is not None else 'now'}"
+
+
+def _incremental_events(
+    session: SparkSession, events_dir: str, out: Path, since: float | None, until: float | None
+) -> tuple[DataFrame, int, dict[str, Any]]:
+    """Fold newly sealed files into the output's event store; events = store + open files (persisted).
+
+    The JSON is parsed once per file: sealed files (their hour is over) are
+    appended to ``<out>/_events`` (Parquet, partitioned by hour) and
+    remembered in ``<out>/_state.json``; files that may still grow are read
+    on every run and never stored, so nothing is counted twice.
+    """
+    if not is_local(events_dir):
+        raise ValueError("--incremental needs a local events directory")
+    state = IncrementalState(out)
+    if state.events_dir not in (None, events_dir):
+        logger.info("events directory changed (%s -> %s): rebuilding the store",
+                    state.events_dir, events_dir)
+        state.reset()
+    every = list_event_files(events_dir)
+    sealed, still_open = split_sealed(every)
+    new: list[EventFile] = state.new(sealed)
+    if new:
+        parsed, malformed = read_events(session, [f.path for f in new], allow_empty=True)
+        try:
+            (parsed.withColumn("hour", (F.floor(F.col("ts") / 3600)).cast("long"))
+             .write.mode("append").partitionBy("hour").parquet(state.store.as_uri()))
+        finally:
+            parsed.unpersist()
+        state.add(new, malformed)
+        state.save(events_dir)
+    parts: list[DataFrame] = []
+    malformed = state.malformed
+    if state.store.exists():
+        parts.append(read_store(session, state.store, since=since, until=until))
+    open_files = [f.path for f in still_open
+                  if not ((since is not None and f.hour and f.hour[1] <= since)
+                          or (until is not None and f.hour and f.hour[0] >= until))]
+    live = None
+    if open_files:
+        live, live_malformed = read_events(session, open_files, allow_empty=True)
+        malformed += live_malformed
+        parts.append(live)
+    if not parts:
+        raise NoValidEventsError(f"no event files under {events_dir}")
+    events = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+    events = _window(events, since, until).persist()
+    n_events = events.count()
+    if live is not None:
+        # Released at once: a cached plan over the same (growing) files would
+        # be handed to the next run in this session instead of a fresh read.
+        live.unpersist()
+    if n_events == 0:
+        events.unpersist()
+        raise NoValidEventsError(f"no valid events under {events_dir}" + _window_text(since, until),
+                                 malformed=malformed)
+    info = {"files_new": len(new), "files_stored": len(state.files), "files_open": len(open_files)}
+    return events, malformed, info
 
 
 def run_report(
@@ -56,14 +148,24 @@ def run_report(
     spark: SparkSession | None = None,
     *,
     conf: Mapping[str, str] | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    incremental: bool = False,
 ) -> dict[str, Any]:
     """Analyse the telemetry under ``events_dir`` and write the report to ``out_dir``.
 
     Writes ``summary.json``, one Parquet directory per table (see
-    :func:`~celery_delayq.analytics.tables.build_tables`), the three chart
-    PNGs and a self-contained ``report.html``.  ``out_dir`` is a local
+    :func:`~celery_delayq.analytics.tables.build_tables`), the chart PNGs
+    and a self-contained ``report.html``.  ``out_dir`` is a local
     directory (created if needed); ``events_dir`` may be any path Spark can
-    read.
+    read.  ``since``/``until`` (epoch seconds) keep the events with
+    ``since <= ts < until``; whole ``date=/hour=`` partitions outside the
+    window are not even opened.
+
+    With ``incremental``, JSON files are parsed only once: files whose hour
+    is over are folded into a Parquet store in ``out_dir`` on the first run
+    that sees them, so a cron run costs the new files plus a columnar scan
+    (see :func:`_incremental_events`).
 
     Uses ``spark`` if given (left running, its settings untouched); otherwise
     creates a session on ``master`` with the tuned defaults of
@@ -72,25 +174,35 @@ def run_report(
 
     Returns the summary dict (also written as ``summary.json``).  Raises
     :class:`~celery_delayq.analytics.errors.EventsNotFoundError` or
-    :class:`~celery_delayq.analytics.errors.NoValidEventsError`.
+    :class:`~celery_delayq.analytics.errors.NoValidEventsError`, for a local
+    directory before any JVM starts.
     """
     events_dir = check_events_path(events_dir)
     out = Path(out_dir).resolve()
+    files = None if incremental else _files_to_read(events_dir, since, until)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
+    info: dict[str, Any] = {}
     with session_scope(master, spark, conf) as session:
-        valid, malformed = read_events(session, events_dir)
+        if incremental:
+            events, malformed, info = _incremental_events(session, events_dir, out, since, until)
+        else:
+            events, malformed = read_events(session, files or events_dir, since=since, until=until)
         parsed_at = time.perf_counter()
         try:
-            _write_tables(build_tables(session, valid), out)
+            _write_tables(build_tables(session, events), out)
         finally:
-            valid.unpersist()
+            events.unpersist()
         aggregated_at = time.perf_counter()
         tables = _read_back(session, out)
 
-    summary = build_summary(tables["task_summary"], malformed)
+    storms = [s.to_dict() for s in find_storms(tables["retries_per_minute"])]
+    window = {"since": since, "until": until, "files": len(files) if files is not None else None,
+              "incremental": incremental, **info}
+    summary = build_summary(tables["task_summary"], malformed, queues=tables["queue_summary"],
+                            storms=storms, window=window)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    images = render_all(tables)
+    images = render_all(tables, storms)
     for name, png in images.items():
         (out / name).write_bytes(png)
     (out / "report.html").write_text(

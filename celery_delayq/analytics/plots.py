@@ -20,7 +20,11 @@ from matplotlib import ticker
 from matplotlib.figure import Figure
 
 __all__ = [
+    "CHARTS",
     "attempts_to_success_png",
+    "backlog",
+    "backlog_throughput_png",
+    "lateness_over_time_png",
     "format_duration",
     "lateness_by_delay_png",
     "render_all",
@@ -153,13 +157,27 @@ _BIN_MINUTES = (1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440)
 _MAX_BINS = 150
 
 
-def retries_over_time_png(rows: Iterable[Mapping[str, Any]]) -> bytes:
+def _time_axis(ax: Any) -> None:
+    locator = mdates.AutoDateLocator(tz=timezone.utc)
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=timezone.utc))
+
+
+def _utc(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc)
+
+
+def retries_over_time_png(
+    rows: Iterable[Mapping[str, Any]], storms: Iterable[Mapping[str, Any]] = ()
+) -> bytes:
     """Retries per minute over time, stacked by task (top tasks + "other").
 
     ``rows`` have ``task_name``, ``minute_s`` (epoch seconds of the minute
     start) and ``retries``.  Long ranges are averaged into wider bins (at
     most ~150 per chart) so the chart shows the trend rather than noise; the
-    y axis stays "retries per minute".
+    y axis stays "retries per minute".  Every bin is drawn over its whole
+    width, the last one included.  ``storms`` (see
+    :func:`~celery_delayq.analytics.storms.find_storms`) are shaded and labelled.
     """
     with matplotlib.rc_context(_STYLE):
         fig = _figure()
@@ -183,40 +201,141 @@ def retries_over_time_png(rows: Iterable[Mapping[str, Any]]) -> bytes:
         last = max(m for _, points in stacks for m in points)
         width = next((b for b in _BIN_MINUTES if (last - first) / b <= _MAX_BINS), _BIN_MINUTES[-1])
         start = first - first % width
-        bins = range(start, last + 1, width)  # silent bins stay 0 instead of being interpolated
-        xs = [datetime.fromtimestamp(b * 60, tz=timezone.utc) for b in bins]
+        bins = list(range(start, last + 1, width))  # silent bins stay 0 instead of being interpolated
+        # One more edge: with step="post" a bin's value is drawn from its start
+        # to the next x, so the last bin needs its end as well (else it has no width).
+        edges = [_utc(b * 60) for b in [*bins, bins[-1] + width]]
         ys = []
         for _, points in stacks:
-            binned = defaultdict(int)
+            binned: dict[int, int] = defaultdict(int)
             for minute, n in points.items():
                 binned[minute - (minute - start) % width] += n
-            ys.append([binned.get(b, 0) / width for b in bins])
+            values = [binned.get(b, 0) / width for b in bins]
+            ys.append([*values, values[-1]])
 
         ax = fig.add_subplot()
         colors = [_PALETTE[i % len(_PALETTE)] for i in range(len(stacks))]
-        if len(xs) > 1:
-            ax.stackplot(
-                xs,
-                ys,
-                labels=[name for name, _ in stacks],
-                colors=colors,
-                alpha=0.85,
-                step="post" if width == 1 else None,
+        ax.stackplot(
+            edges, ys, labels=[name for name, _ in stacks], colors=colors, alpha=0.85, step="post"
+        )
+        top = max(sum(col) for col in zip(*ys, strict=False))
+        for i, storm in enumerate(storms):
+            ax.axvspan(_utc(storm["start_s"]), _utc(storm["end_s"]), color="#d1242f", alpha=0.12,
+                       linewidth=0, label="retry storm" if i == 0 else None)
+            ax.annotate(
+                f"storm: {storm['task_name']}",
+                (_utc(storm["start_s"]), top * 1.02),
+                fontsize=8,
+                color="#d1242f",
+                ha="left",
+                va="bottom",
             )
-        else:
-            bottom = 0.0
-            for (name, _), y, color in zip(stacks, ys, colors, strict=False):
-                ax.bar(xs, y, bottom=bottom, label=name, color=color, width=0.0005)
-                bottom += y[0]
-        locator = mdates.AutoDateLocator(tz=timezone.utc)
-        ax.xaxis.set_major_locator(locator)
-        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=timezone.utc))
-        ax.set_ylim(bottom=0)
+        _time_axis(ax)
+        ax.set_xlim(edges[0], edges[-1])
+        ax.set_ylim(0, top * 1.15 if top else 1)
         ax.set_xlabel("time (UTC)")
         ax.set_ylabel("retries / minute")
         suffix = "" if width == 1 else f" ({width}-min average)"
         ax.set_title("Retries per minute" + suffix)
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        return _png(fig)
+
+
+def lateness_over_time_png(timeline: Iterable[Mapping[str, Any]]) -> bytes:
+    """p50 and p99 delivery lateness per minute over time.
+
+    ``timeline`` rows have ``minute_s``, ``lateness_p50_ms`` and
+    ``lateness_p99_ms`` (null in minutes without deliveries, left as gaps).
+    """
+    with matplotlib.rc_context(_STYLE):
+        fig = _figure()
+        title = "Delivery lateness over time (per minute)"
+        data = sorted(timeline, key=lambda r: r["minute_s"])
+        data = [r for r in data if r.get("lateness_p50_ms") is not None]
+        if not data:
+            return _no_data(fig, title)
+        xs = [_utc(r["minute_s"]) for r in data]
+        p50 = [r["lateness_p50_ms"] for r in data]
+        p99 = [r["lateness_p99_ms"] for r in data]
+        ax = fig.add_subplot()
+        marker = "o" if len(xs) <= 30 else None
+        ax.plot(xs, p99, color=_PALETTE[3], label="p99", marker=marker, linewidth=1.2)
+        ax.plot(xs, p50, color=_PALETTE[0], label="p50", marker=marker, linewidth=1.2)
+        if min(p50) > 0:
+            ax.set_yscale("log")
+            scale = "log"
+        else:
+            ax.set_yscale("symlog", linthresh=1.0)
+            ax.axhline(0, color="0.3", linewidth=0.8)
+            scale = "symlog"
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        _time_axis(ax)
+        ax.set_xlabel("time (UTC)")
+        ax.set_ylabel(f"lateness: delivered − due (ms, {scale})")
+        ax.set_title(title)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        return _png(fig)
+
+
+def backlog(timeline: Iterable[Mapping[str, Any]]) -> list[tuple[int, int]]:
+    """``(minute_s, backlog)`` at the end of each minute: scheduled minus delivered so far.
+
+    Counts from the start of the report's window, so a window that starts
+    while messages already wait shows them as negative backlog.
+    """
+    level = 0
+    out = []
+    for r in sorted(timeline, key=lambda r: r["minute_s"]):
+        level += int(r.get("scheduled") or 0) - int(r.get("delivered") or 0)
+        out.append((int(r["minute_s"]), level))
+    return out
+
+
+#: Throughput lines: (timeline column, label, palette index).
+_THROUGHPUT = (
+    ("scheduled", "scheduled", 7),
+    ("delivered", "delivered", 0),
+    ("succeeded", "succeeded", 2),
+    ("retried", "retried", 1),
+    ("failed", "failed", 3),
+    ("parked", "parked", 4),
+)
+
+
+def backlog_throughput_png(timeline: Iterable[Mapping[str, Any]]) -> bytes:
+    """Two panels over time: the backlog (scheduled − delivered) and events per minute."""
+    with matplotlib.rc_context(_STYLE):
+        rows = sorted(timeline, key=lambda r: r["minute_s"])
+        title = "Backlog and throughput"
+        if not rows:
+            return _no_data(_figure(), title)
+        fig = Figure(figsize=(_SIZE[0], _SIZE[1] * 1.45), dpi=_DPI, layout="constrained")
+        top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(1, 1.3))
+        levels = backlog(rows)
+        # Step "post" over [minute start, next minute start): one more edge at the end.
+        edges = [_utc(m) for m, _ in levels] + [_utc(levels[-1][0] + 60)]
+        values = [v for _, v in levels]
+        top.fill_between(edges, [*values, values[-1]], step="post", color=_PALETTE[0], alpha=0.25,
+                         linewidth=0)
+        top.step(edges, [*values, values[-1]], where="post", color=_PALETTE[0], linewidth=1.2)
+        top.axhline(0, color="0.3", linewidth=0.8)
+        top.set_ylabel("waiting messages")
+        top.set_title("Backlog: scheduled − delivered (end of each minute)")
+        top.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        for name, label, color in _THROUGHPUT:
+            ys = [int(r.get(name) or 0) for r in rows]
+            if not any(ys):
+                continue
+            bottom.step(edges, [*ys, ys[-1]], where="post", label=label,
+                        color=_PALETTE[color], linewidth=1.1)
+        bottom.set_yscale("symlog", linthresh=10)
+        bottom.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        bottom.set_ylabel("events / minute (symlog)")
+        bottom.set_title("Throughput")
+        bottom.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        _time_axis(bottom)
+        bottom.set_xlim(edges[0], edges[-1])
+        bottom.set_xlabel("time (UTC)")
         return _png(fig)
 
 
@@ -270,6 +389,8 @@ def attempts_to_success_png(rows: Iterable[Mapping[str, Any]]) -> bytes:
                     ha="center",
                     fontsize=9,
                 )
+        # Headroom above the tallest bar, so its share label sits under the title.
+        ax.set_ylim(0, max(bottom) * 1.15)
         ax.set_xticks(attempts)
         ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
         ax.grid(axis="x", visible=False)
@@ -280,10 +401,24 @@ def attempts_to_success_png(rows: Iterable[Mapping[str, Any]]) -> bytes:
         return _png(fig)
 
 
-def render_all(tables: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, bytes]:
-    """Render every chart from collected table rows; keys are the PNG file names."""
+#: The charts, in report order.
+CHARTS: tuple[str, ...] = (
+    "lateness_over_time.png",
+    "backlog_throughput.png",
+    "retries_over_time.png",
+    "lateness_by_delay.png",
+    "attempts_to_success.png",
+)
+
+
+def render_all(
+    tables: Mapping[str, Sequence[Mapping[str, Any]]], storms: Iterable[Mapping[str, Any]] = ()
+) -> dict[str, bytes]:
+    """Render every chart from collected table rows; keys are the PNG file names (:data:`CHARTS`)."""
     return {
+        "lateness_over_time.png": lateness_over_time_png(tables["timeline"]),
+        "backlog_throughput.png": backlog_throughput_png(tables["timeline"]),
+        "retries_over_time.png": retries_over_time_png(tables["retries_per_minute"], storms),
         "lateness_by_delay.png": lateness_by_delay_png(tables["lateness_by_delay"]),
-        "retries_over_time.png": retries_over_time_png(tables["retries_per_minute"]),
         "attempts_to_success.png": attempts_to_success_png(tables["attempts_to_success"]),
     }

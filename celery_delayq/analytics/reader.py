@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from urllib.parse import urlparse
+from collections.abc import Sequence
+from pathlib import Path
 
 from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
@@ -11,19 +12,12 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from celery_delayq.analytics.errors import EventsNotFoundError, NoValidEventsError
-from celery_delayq.analytics.schema import PARSE_SCHEMA, is_valid_event, typed_columns
+from celery_delayq.analytics.files import local_path
+from celery_delayq.analytics.schema import EVENT_COLUMNS, PARSE_SCHEMA, is_valid_event, typed_columns
 
-__all__ = ["check_events_path", "read_events"]
+__all__ = ["check_events_path", "read_events", "read_store"]
 
 _VALID = "_valid"
-
-
-def _local_path(path: str) -> str | None:
-    """The local filesystem path behind ``path``, or None for remote URIs."""
-    parsed = urlparse(path)
-    if parsed.scheme in ("", "file") or len(parsed.scheme) == 1:  # "C:\..." on Windows
-        return parsed.path if parsed.scheme == "file" else path
-    return None
 
 
 def check_events_path(path: str | os.PathLike[str]) -> str:
@@ -32,19 +26,38 @@ def check_events_path(path: str | os.PathLike[str]) -> str:
     Returns the path as a string.  Remote URIs are left for Spark to check.
     """
     path = os.fspath(path)
-    local = _local_path(path)
+    local = local_path(path)
     if local is not None and not os.path.exists(local):
         raise EventsNotFoundError(f"events directory not found: {path}")
     return path
 
 
-def read_events(spark: SparkSession, path: str | os.PathLike[str]) -> tuple[DataFrame, int]:
+def _in_window(since: float | None, until: float | None):  # -> Column | None
+    cond = None
+    if since is not None:
+        cond = F.col("ts") >= F.lit(float(since))
+    if until is not None:
+        upper = F.col("ts") < F.lit(float(until))
+        cond = upper if cond is None else cond & upper
+    return cond
+
+
+def read_events(
+    spark: SparkSession,
+    path: str | os.PathLike[str] | Sequence[str],
+    *,
+    since: float | None = None,
+    until: float | None = None,
+    allow_empty: bool = False,
+) -> tuple[DataFrame, int]:
     """Parse every event file under ``path`` and split valid from malformed lines.
 
-    Files are found recursively (any layout, e.g. the recorder's
-    ``date=/hour=`` partitions; names starting with ``.`` or ``_`` are
-    skipped, ``.gz`` files are decompressed).  Each line is parsed with an
-    explicit schema and checked by :func:`~celery_delayq.analytics.schema.is_valid_event`.
+    ``path`` is a directory (read recursively, any layout, e.g. the
+    recorder's ``date=/hour=`` partitions; names starting with ``.`` or
+    ``_`` are skipped, ``.gz`` files are decompressed) or a list of files.
+    Each line is parsed with an explicit schema and checked by
+    :func:`~celery_delayq.analytics.schema.is_valid_event`; valid events
+    outside ``[since, until)`` are dropped (they are not malformed).
 
     Returns ``(valid, malformed)``: the valid events (columns
     :data:`~celery_delayq.analytics.schema.EVENT_COLUMNS`, see
@@ -53,15 +66,18 @@ def read_events(spark: SparkSession, path: str | os.PathLike[str]) -> tuple[Data
     exact number of malformed lines.  Counting rides along with building the
     cache (``observe``), so the raw text is read only once.
 
-    Raises :class:`EventsNotFoundError` if ``path`` doesn't exist and
-    :class:`NoValidEventsError` if it holds no valid event.
+    Raises :class:`EventsNotFoundError` if ``path`` doesn't exist and, unless
+    ``allow_empty``, :class:`NoValidEventsError` if it holds no valid event.
     """
-    path = check_events_path(path)
+    if isinstance(path, (str, os.PathLike)):
+        where: str | list[str] = check_events_path(path)
+    else:
+        where = [os.fspath(p) for p in path]
     try:
-        lines = spark.read.option("recursiveFileLookup", "true").text(path)
+        lines = spark.read.option("recursiveFileLookup", "true").text(where)
     except AnalysisException as exc:
         if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
-            raise EventsNotFoundError(f"events directory not found: {path}") from exc
+            raise EventsNotFoundError(f"events directory not found: {where}") from exc
         raise
 
     parsed = (
@@ -78,11 +94,30 @@ def read_events(spark: SparkSession, path: str | os.PathLike[str]) -> tuple[Data
         F.count_if(F.col(_VALID)).alias("valid"),
         F.count_if(~F.col(_VALID)).alias("malformed"),
     )
-    valid = observed.where(F.col(_VALID)).drop(_VALID).persist(StorageLevel.MEMORY_AND_DISK)
+    valid = observed.where(F.col(_VALID)).drop(_VALID)
+    window = _in_window(since, until)
+    if window is not None:
+        valid = valid.where(window)
+    valid = valid.persist(StorageLevel.MEMORY_AND_DISK)
     n_valid = valid.count()  # materialises the cache; the observation fires with it
     malformed = int(observation.get.get("malformed") or 0)
-    if n_valid == 0:
+    if n_valid == 0 and not allow_empty:
         valid.unpersist()
         detail = f"{malformed} malformed line(s)" if malformed else "no event lines"
-        raise NoValidEventsError(f"no valid events under {path} ({detail})", malformed=malformed)
+        raise NoValidEventsError(f"no valid events under {where} ({detail})", malformed=malformed)
     return valid, malformed
+
+
+def read_store(
+    spark: SparkSession, store: Path, *, since: float | None = None, until: float | None = None
+) -> DataFrame:
+    """The events an incremental run stored as Parquet (partitioned by ``hour``), in the window."""
+    frame = spark.read.parquet(store.as_uri())
+    if since is not None:
+        frame = frame.where(F.col("hour") >= int(since // 3600))
+    if until is not None:
+        frame = frame.where(F.col("hour") <= int(until // 3600))
+    window = _in_window(since, until)
+    if window is not None:
+        frame = frame.where(window)
+    return frame.select(*EVENT_COLUMNS)

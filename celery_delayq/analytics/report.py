@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from celery_delayq.analytics.plots import format_duration
+from celery_delayq.analytics.plots import backlog, format_duration
 
 __all__ = ["render_html"]
 
@@ -39,6 +39,13 @@ td{font-variant-numeric:tabular-nums}
 tr:hover td{background:#f6f8fa}
 .scroll{overflow-x:auto}
 .note{color:#57606a;font-size:.85rem}
+h3{font-size:1.05rem;margin:1.2rem 0 .5rem}
+td.bad{color:#cf222e;font-weight:600}
+.card.alarm{border-color:#cf222e;background:#fff5f5}
+.card.alarm .v{color:#cf222e}
+.ok{color:#1a7f37}
+@media (max-width:900px){body{padding:1rem}.card{min-width:6.5rem;padding:.5rem .7rem}
+.card .v{font-size:1.1rem}th,td{padding:.3rem .4rem}}
 """
 
 _SUMMARY_COLUMNS = (
@@ -46,13 +53,19 @@ _SUMMARY_COLUMNS = (
     ("delivered", "delivered"),
     ("succeeded", "succeeded"),
     ("retried", "retried"),
+    ("failed", "failed"),
+    ("parked", "parked"),
     ("exhausted", "exhausted"),
+    ("replayed", "replayed"),
+    ("cancelled", "cancelled"),
     ("lateness_p50_ms", "p50 late (ms)"),
     ("lateness_p99_ms", "p99 late (ms)"),
     ("early", "early"),
     ("success_after_retry_rate", "success after retry"),
 )
-
+_QUEUE_COLUMNS = tuple(c for c in _SUMMARY_COLUMNS if c[0] != "success_after_retry_rate")
+#: Columns drawn in red when not zero: what an on-call engineer looks at first.
+_ALARMING = frozenset({"failed", "parked", "exhausted"})
 
 def _fmt(value: Any, kind: str = "") -> str:
     if value is None:
@@ -70,22 +83,30 @@ def _fmt(value: Any, kind: str = "") -> str:
     return str(value)
 
 
-def _table(headers: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]], left: int = 0) -> str:
-    """HTML table; ``left`` leading columns are text (left-aligned)."""
+def _table(
+    headers: Sequence[tuple[str, str]],
+    rows: Sequence[Sequence[str]],
+    left: int = 0,
+    alarm: Sequence[int] = (),
+) -> str:
+    """HTML table; ``left`` leading columns are text (left-aligned), ``alarm``
+    column indexes are highlighted when their cell is not zero."""
     head = "".join(
         f'<th class="l">{html.escape(label)}</th>' if i < left else f"<th>{html.escape(label)}</th>"
         for i, (_, label) in enumerate(headers)
     )
+
+    def cell(i: int, text: str) -> str:
+        cls = []
+        if i < left:
+            cls.append("l")
+        if i in alarm and text not in ("0", "—"):
+            cls.append("bad")
+        attr = f' class="{" ".join(cls)}"' if cls else ""
+        return f"<td{attr}>{html.escape(text)}</td>"
+
     body = "".join(
-        "<tr>"
-        + "".join(
-            f'<td class="l">{html.escape(cell)}</td>'
-            if i < left
-            else f"<td>{html.escape(cell)}</td>"
-            for i, cell in enumerate(row)
-        )
-        + "</tr>"
-        for row in rows
+        "<tr>" + "".join(cell(i, c) for i, c in enumerate(row)) + "</tr>" for row in rows
     )
     return (
         f'<div class="scroll"><table><thead><tr>{head}</tr></thead>'
@@ -93,31 +114,38 @@ def _table(headers: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]], le
     )
 
 
-def _summary_row(stats: Mapping[str, Any]) -> list[str]:
+def _row(stats: Mapping[str, Any], columns: Sequence[tuple[str, str]]) -> list[str]:
     return [
         _fmt(stats.get(key), "rate" if key == "success_after_retry_rate" else "")
-        for key, _ in _SUMMARY_COLUMNS
+        for key, _ in columns
     ]
 
 
-def _cards(overall: Mapping[str, Any], malformed: int) -> str:
+def _alarm_indexes(columns: Sequence[tuple[str, str]], offset: int = 1) -> list[int]:
+    return [i + offset for i, (key, _) in enumerate(columns) if key in _ALARMING]
+
+
+def _cards(overall: Mapping[str, Any], malformed: int, storms: int, backlog_now: int | None) -> str:
     items = [
-        ("scheduled", _fmt(overall.get("scheduled"))),
-        ("delivered", _fmt(overall.get("delivered"))),
-        ("succeeded", _fmt(overall.get("succeeded"))),
-        ("retried", _fmt(overall.get("retried"))),
-        ("exhausted", _fmt(overall.get("exhausted"))),
-        ("p50 lateness", f"{_fmt(overall.get('lateness_p50_ms'))} ms"),
-        ("p99 lateness", f"{_fmt(overall.get('lateness_p99_ms'))} ms"),
-        ("success after retry", _fmt(overall.get("success_after_retry_rate"), "rate")),
-        ("malformed lines", _fmt(malformed)),
+        ("scheduled", _fmt(overall.get("scheduled")), False),
+        ("delivered", _fmt(overall.get("delivered")), False),
+        ("succeeded", _fmt(overall.get("succeeded")), False),
+        ("retried", _fmt(overall.get("retried")), False),
+        ("failed", _fmt(overall.get("failed")), bool(overall.get("failed"))),
+        ("parked", _fmt(overall.get("parked")), bool(overall.get("parked"))),
+        ("retry storms", _fmt(storms), bool(storms)),
+        ("backlog at end", _fmt(backlog_now), False),
+        ("p50 lateness", f"{_fmt(overall.get('lateness_p50_ms'))} ms", False),
+        ("p99 lateness", f"{_fmt(overall.get('lateness_p99_ms'))} ms", False),
+        ("success after retry", _fmt(overall.get("success_after_retry_rate"), "rate"), False),
+        ("malformed lines", _fmt(malformed), bool(malformed)),
     ]
     return (
         '<div class="cards">'
         + "".join(
-            f'<div class="card"><div class="v">{html.escape(v)}</div>'
+            f'<div class="card{" alarm" if bad else ""}"><div class="v">{html.escape(v)}</div>'
             f'<div class="k">{html.escape(k)}</div></div>'
-            for k, v in items
+            for k, v, bad in items
         )
         + "</div>"
     )
@@ -129,6 +157,55 @@ def _img(name: str, png: bytes, alt: str) -> str:
         f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(alt)}" '
         f'title="{html.escape(name)}"></figure>'
     )
+
+
+def _utc(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def _attention(summary: Mapping[str, Any]) -> list[str]:
+    """The first section: what failed, what got parked, which retries storm."""
+    tasks = summary["tasks"]
+    hurt = sorted(
+        ((name, s) for name, s in tasks.items() if s.get("failed") or s.get("parked")),
+        key=lambda item: (-(item[1].get("failed") or 0) - (item[1].get("parked") or 0), item[0]),
+    )
+    storms = summary.get("retry_storms", [])
+    parts = ["<h2>Needs attention</h2>"]
+    if not hurt and not storms:
+        parts.append('<p class="ok">No failed or parked tasks and no retry storms in this window.</p>')
+        return parts
+    if hurt:
+        parts.append(
+            _table(
+                [("t", "task"), ("f", "failed"), ("p", "parked"), ("x", "exhausted"),
+                 ("r", "retried"), ("s", "succeeded")],
+                [
+                    [name, _fmt(s.get("failed")), _fmt(s.get("parked")), _fmt(s.get("exhausted")),
+                     _fmt(s.get("retried")), _fmt(s.get("succeeded"))]
+                    for name, s in hurt
+                ],
+                left=1,
+                alarm=(1, 2),
+            )
+        )
+    if storms:
+        parts += [
+            "<h3>Retry storms</h3>",
+            _table(
+                [("t", "task"), ("s", "from (UTC)"), ("e", "to (UTC)"), ("p", "peak / min"),
+                 ("b", "normal / min"), ("r", "retries")],
+                [
+                    [s["task_name"], _utc(s["start_s"]), _utc(s["end_s"]), _fmt(s["peak_per_minute"]),
+                     _fmt(s["baseline_per_minute"]), _fmt(s["retries"])]
+                    for s in storms
+                ],
+                left=3,
+            ),
+            '<p class="note">A storm: a task\'s retries per minute reach 4× its normal (the median of '
+            "its last 15 calm minutes) and at least 10.</p>",
+        ]
+    return parts
 
 
 def render_html(
@@ -149,6 +226,12 @@ def render_html(
     """
     generated = (generated_at or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M:%S UTC")
     overall = summary["overall"]
+    timeline = sorted(tables.get("timeline", ()), key=lambda r: r["minute_s"])
+    backlog_now = backlog(timeline)[-1][1] if timeline else None
+    span = (
+        f" · events from {_utc(timeline[0]['minute_s'])} to {_utc(timeline[-1]['minute_s'] + 60)} UTC"
+        if timeline else ""
+    )
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -156,92 +239,95 @@ def render_html(
         "<title>celery-delayq telemetry report</title>",
         f"<style>{_CSS}</style></head><body><main>",
         "<h1>celery-delayq telemetry report</h1>",
-        f'<div class="meta">events: <code>{html.escape(events_dir)}</code>'
+        f'<div class="meta">events: <code>{html.escape(events_dir)}</code>{span}'
         f" · generated {generated}</div>",
-        _cards(overall, int(summary.get("malformed", 0))),
-        "<h2>Charts</h2>",
+        _cards(overall, int(summary.get("malformed", 0)), len(summary.get("retry_storms", [])),
+               backlog_now),
+        *_attention(summary),
+        "<h2>Over time</h2>",
     ]
     alts = {
+        "lateness_over_time.png": "p50 and p99 delivery lateness per minute",
+        "backlog_throughput.png": "backlog (scheduled minus delivered) and events per minute",
+        "retries_over_time.png": "retries per minute over time, per task, retry storms shaded",
         "lateness_by_delay.png": "p50 and p99 delivery lateness by requested delay bucket",
-        "retries_over_time.png": "retries per minute over time, per task",
         "attempts_to_success.png": "histogram of the attempt on which tasks succeeded",
     }
-    parts += [_img(name, png, alts.get(name, name)) for name, png in images.items()]
+    for name in ("lateness_over_time.png", "backlog_throughput.png", "retries_over_time.png"):
+        if name in images:
+            parts.append(_img(name, images[name], alts[name]))
 
     headers = [("task", "task"), *_SUMMARY_COLUMNS]
-    rows = [["all tasks", *_summary_row(overall)]]
-    rows += [[name, *_summary_row(stats)] for name, stats in sorted(summary["tasks"].items())]
+    rows = [["all tasks", *_row(overall, _SUMMARY_COLUMNS)]]
+    rows += [[name, *_row(stats, _SUMMARY_COLUMNS)] for name, stats in sorted(summary["tasks"].items())]
     parts += [
-        "<h2>Per-task summary</h2>",
-        _table(headers, rows, left=1),
+        "<h2>Per task</h2>",
+        _table(headers, rows, left=1, alarm=_alarm_indexes(_SUMMARY_COLUMNS)),
         '<p class="note">Lateness = delivery time − due time over <em>delivered</em> '
-        "events; early = delivered before due; success after retry = share of task "
-        "ids that retried at least once and later succeeded.</p>",
+        "events; early = delivered before due; failed = failed with no retry left and not "
+        "parked; success after retry = share of task ids that retried at least once and "
+        "later succeeded.</p>",
+    ]
+    queues = summary.get("queues", {})
+    parts += [
+        "<h2>Per queue</h2>",
+        _table(
+            [("queue", "queue"), *_QUEUE_COLUMNS],
+            [[name, *_row(stats, _QUEUE_COLUMNS)] for name, stats in sorted(queues.items())],
+            left=1,
+            alarm=_alarm_indexes(_QUEUE_COLUMNS),
+        ),
     ]
 
+    parts.append("<h2>Lateness by requested delay</h2>")
+    if "lateness_by_delay.png" in images:
+        parts.append(_img("lateness_by_delay.png", images["lateness_by_delay.png"],
+                          alts["lateness_by_delay.png"]))
     lateness = sorted(tables.get("lateness_by_delay", ()), key=lambda r: r["delay_bucket_s"])
-    parts += [
-        "<h2>Lateness by requested delay</h2>",
+    parts.append(
         _table(
+            [("b", "delay bucket"), ("d", "delivered"), ("p50", "p50 late (ms)"),
+             ("p99", "p99 late (ms)"), ("e", "early")],
             [
-                ("b", "delay bucket"),
-                ("d", "delivered"),
-                ("p50", "p50 late (ms)"),
-                ("p99", "p99 late (ms)"),
-                ("e", "early"),
-            ],
-            [
-                [
-                    _fmt(r["delay_bucket_s"], "duration"),
-                    _fmt(r["delivered"]),
-                    _fmt(r["lateness_p50_ms"]),
-                    _fmt(r["lateness_p99_ms"]),
-                    _fmt(r["early"]),
-                ]
+                [_fmt(r["delay_bucket_s"], "duration"), _fmt(r["delivered"]),
+                 _fmt(r["lateness_p50_ms"]), _fmt(r["lateness_p99_ms"]), _fmt(r["early"])]
                 for r in lateness
             ],
             left=1,
-        ),
-    ]
+        )
+    )
 
     exceptions = sorted(tables.get("top_exceptions", ()), key=lambda r: (r["task_name"], r["rank"]))
     parts += [
         "<h2>Top exceptions</h2>",
         _table(
+            [("t", "task"), ("x", "exception"), ("r", "rank"), ("c", "count"), ("rt", "retried"),
+             ("ex", "exhausted"), ("pk", "parked"), ("f", "failed")],
             [
-                ("t", "task"),
-                ("x", "exception"),
-                ("r", "rank"),
-                ("c", "count"),
-                ("rt", "retried"),
-                ("ex", "exhausted"),
-            ],
-            [
-                [
-                    r["task_name"],
-                    r["exception"],
-                    _fmt(r["rank"]),
-                    _fmt(r["count"]),
-                    _fmt(r["retried"]),
-                    _fmt(r["exhausted"]),
-                ]
+                [r["task_name"], r["exception"], _fmt(r["rank"]), _fmt(r["count"]),
+                 _fmt(r["retried"]), _fmt(r.get("exhausted")), _fmt(r.get("parked")),
+                 _fmt(r.get("failed"))]
                 for r in exceptions
             ],
             left=2,
+            alarm=(6, 7),
         ),
     ]
 
+    parts.append("<h2>Attempts to success</h2>")
+    if "attempts_to_success.png" in images:
+        parts.append(_img("attempts_to_success.png", images["attempts_to_success.png"],
+                          alts["attempts_to_success.png"]))
     attempts = sorted(
         tables.get("attempts_to_success", ()), key=lambda r: (r["task_name"], r["attempt"])
     )
-    parts += [
-        "<h2>Attempts to success</h2>",
+    parts.append(
         _table(
             [("t", "task"), ("a", "attempt"), ("c", "successes")],
             [[r["task_name"], _fmt(r["attempt"]), _fmt(r["count"])] for r in attempts],
             left=1,
-        ),
-    ]
+        )
+    )
 
     busiest = sorted(
         tables.get("retries_per_minute", ()),
@@ -251,16 +337,7 @@ def render_html(
         f"<h2>Busiest retry minutes (top {max_minutes})</h2>",
         _table(
             [("m", "minute (UTC)"), ("t", "task"), ("r", "retries")],
-            [
-                [
-                    datetime.fromtimestamp(r["minute_s"], tz=timezone.utc).strftime(
-                        "%Y-%m-%d %H:%M"
-                    ),
-                    r["task_name"],
-                    _fmt(r["retries"]),
-                ]
-                for r in busiest
-            ],
+            [[_utc(r["minute_s"]), r["task_name"], _fmt(r["retries"])] for r in busiest],
             left=2,
         ),
         "</main></body></html>",

@@ -1,21 +1,25 @@
-"""Shape the collected ``task_summary`` rows into the ``summary.json`` document."""
+"""Shape the collected summary rows into the ``summary.json`` document."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from celery_delayq.analytics.schema import EVENT_TYPES
 from celery_delayq.analytics.tables import SUMMARY_FIELDS
 
-__all__ = ["build_summary", "empty_stats"]
+__all__ = ["QUEUE_FIELDS", "build_summary", "empty_stats"]
+
+#: The per-queue statistics, in ``summary.json`` order.
+QUEUE_FIELDS: tuple[str, ...] = (*EVENT_TYPES, "lateness_p50_ms", "lateness_p99_ms", "early")
 
 
-def empty_stats() -> dict[str, Any]:
+def empty_stats(fields: Sequence[str] = SUMMARY_FIELDS) -> dict[str, Any]:
     """Statistics of a scope with no events (counts 0, ratios/percentiles null)."""
     return {
         field: (None if field.startswith("lateness_") or field.endswith("_rate") else 0)
-        for field in SUMMARY_FIELDS
+        for field in fields
     }
 
 
@@ -26,25 +30,39 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _stats(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {field: _clean(row.get(field)) for field in SUMMARY_FIELDS}
+def _stats(row: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
+    return {field: _clean(row.get(field)) for field in fields}
 
 
-def build_summary(rows: Iterable[Mapping[str, Any]], malformed: int) -> dict[str, Any]:
-    """``{"overall": S, "tasks": {task_name: S}, "malformed": N}``.
+def build_summary(
+    rows: Iterable[Mapping[str, Any]],
+    malformed: int,
+    *,
+    queues: Iterable[Mapping[str, Any]] = (),
+    storms: Iterable[Mapping[str, Any]] = (),
+    window: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``{"overall": S, "tasks": {task_name: S}, "queues": {queue: Q}, "malformed": N, ...}``.
 
     ``rows`` are ``task_summary`` rows as dicts (``scope`` ``"overall"`` or
-    ``"task"``); tasks are sorted by name so the file diffs cleanly.
+    ``"task"``), ``queues`` ``queue_summary`` rows; every event type is
+    counted (``tasks.<name>.parked``, ``.failed``, ...).  ``storms`` are
+    retry storms (dicts), ``window`` the ``since``/``until``/``files`` the
+    report covers.  Names are sorted so the file diffs cleanly.
     """
     overall = empty_stats()
     tasks: dict[str, dict[str, Any]] = {}
     for row in rows:
         if row["scope"] == "overall":
-            overall = _stats(row)
+            overall = _stats(row, SUMMARY_FIELDS)
         else:
-            tasks[row["task_name"]] = _stats(row)
+            tasks[row["task_name"]] = _stats(row, SUMMARY_FIELDS)
+    by_queue = {row["queue"]: _stats(row, QUEUE_FIELDS) for row in queues}
     return {
         "overall": overall,
         "tasks": dict(sorted(tasks.items())),
+        "queues": dict(sorted(by_queue.items())),
+        "retry_storms": [dict(s) for s in storms],
         "malformed": int(malformed),
+        "window": dict(window or {}),
     }

@@ -11,7 +11,10 @@ Model (per *chain* = one task id):
   probability, retry limit, typical countdown and exception mix;
 * attempt ``a`` is ``scheduled`` with ``delay_s = delay0 * 2**a``
   (exponential back-off), ``delivered`` at ``due_at + lateness`` and then
-  ``retried``/``succeeded``/``exhausted`` after a short run time;
+  ``retried``/``succeeded``/``exhausted`` after a short run time; an
+  exhausted chain is then ``parked`` (some ``replayed`` ten minutes later)
+  or ``failed``; about 1% of single runs fail outright and 0.5% are revoked
+  (``cancelled``) when they arrive;
 * lateness is a few ms plus an exponential tail that grows with the delay
   (long countdowns wait on coarser timers), capped at 1.5 s; ~1% of
   deliveries are slightly early;
@@ -39,7 +42,6 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    BooleanType,
     DoubleType,
     IntegerType,
     LongType,
@@ -72,6 +74,11 @@ INCIDENT_MIN_BLOCKS = 20
 #: Gap budget per attempt between due time and the next attempt's scheduling
 #: (covers the capped lateness and the run time, so a chain's events are in order).
 _SLACK_S = 3.0
+#: What follows an exhausted chain's last attempt, and how many events that is.
+TAIL_NONE, TAIL_PARKED, TAIL_PARKED_REPLAYED, TAIL_FAILED = 0, 1, 2, 3
+_TAIL_EVENTS = {TAIL_NONE: 0, TAIL_PARKED: 1, TAIL_PARKED_REPLAYED: 2, TAIL_FAILED: 1}
+#: An operator replays parked messages this long after they were parked.
+_REPLAY_AFTER_S = 600.0
 _MAX_LATENESS_S = 1.5
 
 _TASKS = [
@@ -172,15 +179,29 @@ def _chain_table(tasks: int, seed: int, *, incident: bool = False) -> list[tuple
         delay0 = 2.0 ** rng.gauss(p.delay_exp, 1.5)
         exception = rng.choices(p.exceptions, (0.6, 0.3, 0.1))[0]
         attempts = failures + 1
+        # How the chain ends: exhausted chains are parked (sometimes replayed
+        # later by an operator) or fail for good; a few first runs fail with no
+        # retry at all, a few are revoked when they arrive.
+        outcome, tail = "succeeded", 0
+        if exhausted:
+            outcome = "exhausted"
+            tail = rng.choices((TAIL_PARKED, TAIL_PARKED_REPLAYED, TAIL_FAILED), (0.6, 0.15, 0.25))[0]
+        elif attempts == 1:
+            u = rng.random()
+            if u < 0.01:
+                outcome = "failed"
+            elif u < 0.015:
+                outcome = "cancelled"
         rows.append(
-            (j, int(incident), p.name, p.queue, attempts, exhausted, delay0, exception, offset)
+            (j, int(incident), p.name, p.queue, attempts, outcome, tail, delay0, exception, offset)
         )
-        offset += 3 * attempts
+        offset += 3 * attempts + _TAIL_EVENTS[tail]
     return rows
 
 
 def _block_events(rows: list[tuple[Any, ...]]) -> int:
-    return rows[-1][-1] + 3 * rows[-1][4]
+    last = rows[-1]
+    return last[-1] + 3 * last[4] + _TAIL_EVENTS[last[6]]
 
 
 _TABLE_SCHEMA = StructType(
@@ -190,7 +211,8 @@ _TABLE_SCHEMA = StructType(
         StructField("task_name", StringType(), False),
         StructField("queue", StringType(), False),
         StructField("attempts", IntegerType(), False),
-        StructField("exhausted", BooleanType(), False),
+        StructField("outcome", StringType(), False),
+        StructField("tail", IntegerType(), False),
         StructField("delay0", DoubleType(), False),
         StructField("exception", StringType(), False),
         StructField("offset", LongType(), False),
@@ -290,7 +312,8 @@ def _events(
             "task_name",
             "queue",
             "attempts",
-            "exhausted",
+            "outcome",
+            "tail",
             "delay0",
             "exception",
         )
@@ -325,9 +348,10 @@ def _events(
         (start + delay + lateness).alias("delivered_ts"),
         (F.lit(0.02) + F.lit(0.5) * u_run).alias("run_s"),
         F.when(a < F.col("attempts") - 1, F.lit("retried"))
-        .when(F.col("exhausted"), F.lit("exhausted"))
-        .otherwise(F.lit("succeeded"))
+        .otherwise(F.col("outcome"))
         .alias("outcome"),
+        F.when(a == F.col("attempts") - 1, F.col("tail")).otherwise(F.lit(TAIL_NONE)).alias("tail"),
+        F.col("attempts"),
         "exception",
     )
 
@@ -357,12 +381,39 @@ def _events(
                 F.col("delivered_ts") + F.col("run_s"),
                 null_d,
                 null_d,
-                F.when(F.col("outcome") != "succeeded", F.col("exception")),
+                F.when(F.col("outcome").isin("retried", "exhausted", "failed"), F.col("exception")),
+            ),
+            # The chain's tail (last attempt only): parked or failed for good ...
+            F.when(
+                F.col("tail") != TAIL_NONE,
+                _phase(
+                    3,
+                    F.when(F.col("tail") == TAIL_FAILED, F.lit("failed")).otherwise(F.lit("parked")),
+                    F.col("delivered_ts") + F.col("run_s") + F.lit(0.005),
+                    null_d,
+                    null_d,
+                    F.col("exception"),
+                ),
+            ),
+            # ... and, for some parked ones, an operator's replay ten minutes later.
+            F.when(
+                F.col("tail") == TAIL_PARKED_REPLAYED,
+                _phase(
+                    4,
+                    F.lit("replayed"),
+                    F.col("delivered_ts") + F.col("run_s") + F.lit(_REPLAY_AFTER_S)
+                    + F.lit(60.0) * u_run,
+                    F.lit(0.0),
+                    null_d,
+                    null_s,
+                ),
             ),
         )
     ).alias("p")
     return (
-        timed.select("chain_offset", "task_id", "task_name", "queue", "attempt", phase)
+        timed.select("chain_offset", "task_id", "task_name", "queue", "attempt", "tail", phase)
+        .where(F.col("p").isNotNull())
+        # A chain's events are numbered attempt * 3 + phase (the tail follows the last attempt).
         .where(F.col("chain_offset") + F.col("attempt") * 3 + F.col("p.phase") < n_events)
         .select(
             F.to_json(
@@ -376,6 +427,7 @@ def _events(
                     F.round("p.delay_s", 6).alias("delay_s"),
                     F.round("p.due_at", 6).alias("due_at"),
                     F.col("p.exception").alias("exception"),
+                    F.when(F.col("p.event") == "cancelled", F.lit("revoked")).alias("reason"),
                 )
             ).alias("value")
         )

@@ -2,7 +2,9 @@
 
 Everything here is built from DataFrame operations and built-in aggregates
 (``count_if``, ``percentile_approx``, window ``row_number``): no Python UDF
-ever runs per event, so the JVM does all the heavy lifting.
+ever runs per event, so the JVM does all the heavy lifting.  Each table reads
+the persisted events once; the per-task, per-queue and overall statistics
+share one scan (``GROUPING SETS``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ __all__ = [
     "MIN_DELAY_BUCKET_EXP",
     "SUMMARY_FIELDS",
     "TABLE_NAMES",
+    "TIMELINE_EVENTS",
     "TOP_EXCEPTIONS",
     "build_tables",
     "delay_bucket",
@@ -27,6 +30,8 @@ __all__ = [
 MIN_DELAY_BUCKET_EXP = -10
 #: percentile_approx accuracy: relative rank error 1/accuracy, plenty for p99.
 LATENESS_ACCURACY = 10_000
+#: Per-minute percentiles need less: 1/1000 of a minute's deliveries.
+MINUTE_ACCURACY = 1_000
 #: How many exceptions to keep per task in ``top_exceptions``.
 TOP_EXCEPTIONS = 10
 
@@ -39,10 +44,17 @@ SUMMARY_FIELDS: tuple[str, ...] = (
     "success_after_retry_rate",
 )
 
+#: Events counted per minute in ``timeline``.
+TIMELINE_EVENTS: tuple[str, ...] = (
+    "scheduled", "delivered", "succeeded", "retried", "failed", "parked", "cancelled",
+)
+
 #: Names of the tables :func:`build_tables` returns (also their output dirs).
 TABLE_NAMES: tuple[str, ...] = (
     "task_summary",
+    "queue_summary",
     "lateness_by_delay",
+    "timeline",
     "retries_per_minute",
     "top_exceptions",
     "attempts_to_success",
@@ -63,8 +75,13 @@ def _lateness_ms() -> Column:
     return (F.col("ts") - F.col("due_at")) * F.lit(1000.0)
 
 
-def _lateness_percentiles() -> Column:
-    return F.percentile_approx(F.when(_delivered(), _lateness_ms()), [0.5, 0.99], LATENESS_ACCURACY)
+def _lateness_percentiles(accuracy: int = LATENESS_ACCURACY) -> Column:
+    return F.percentile_approx(F.when(_delivered(), _lateness_ms()), [0.5, 0.99], accuracy)
+
+
+def _minute() -> Column:
+    """Epoch seconds of the event's minute (UTC)."""
+    return (F.floor(F.col("ts") / 60) * 60).cast("long")
 
 
 def delay_bucket(delay_s: Column) -> Column:
@@ -85,18 +102,41 @@ def delay_bucket(delay_s: Column) -> Column:
     return F.when(delay_s <= 0, F.lit(0.0)).otherwise(F.pow(F.lit(2.0), exp))
 
 
-def _task_summary(events: DataFrame) -> DataFrame:
-    """Counts, lateness percentiles and retry recovery, per task and overall.
+def _scope_summary(events: DataFrame) -> DataFrame:
+    """Counts and lateness per task, per queue and overall, from one scan.
 
-    ``rollup`` yields the per-task rows and the overall row from one scan.
+    Rows: ``scope`` (``task``, ``queue`` or ``overall``), ``name`` (the task
+    or queue name; null overall), then the event counts, ``_p50``, ``_p99``
+    and ``early``.
     """
-    counts = events.rollup("task_name").agg(
-        F.grouping_id().alias("_gid"),
-        *(F.count_if(_event() == name).alias(name) for name in EVENT_TYPES),
-        _lateness_percentiles().alias("_pct"),
-        F.count_if(_delivered() & (F.col("ts") < F.col("due_at"))).alias("early"),
+    gid = F.grouping_id("task_name", "queue")
+    return (
+        events.groupingSets([["task_name"], ["queue"], []], "task_name", "queue")
+        .agg(
+            gid.alias("_gid"),
+            *(F.count_if(_event() == name).alias(name) for name in EVENT_TYPES),
+            _lateness_percentiles().alias("_pct"),
+            F.count_if(_delivered() & (F.col("ts") < F.col("due_at"))).alias("early"),
+        )
+        .select(
+            # grouping_id bits: task_name (2), queue (1); a set bit = not grouped by it.
+            F.when(F.col("_gid") == 1, F.lit("task"))
+            .when(F.col("_gid") == 2, F.lit("queue"))
+            .otherwise(F.lit("overall"))
+            .alias("scope"),
+            F.when(F.col("_gid") == 1, F.col("task_name"))
+            .when(F.col("_gid") == 2, F.col("queue"))
+            .alias("name"),
+            *EVENT_TYPES,
+            F.col("_pct").getItem(0).alias("lateness_p50_ms"),
+            F.col("_pct").getItem(1).alias("lateness_p99_ms"),
+            "early",
+        )
     )
 
+
+def _recovery(events: DataFrame) -> DataFrame:
+    """Per task and overall: task ids that retried, and those that succeeded after it."""
     # Retry recovery is a per-task-id question; shuffle only the two event
     # kinds that matter, with the columns that matter.
     per_task_id = (
@@ -108,7 +148,7 @@ def _task_summary(events: DataFrame) -> DataFrame:
         )
         .where(F.col("first_retry").isNotNull())
     )
-    recovery = per_task_id.rollup("task_name").agg(
+    return per_task_id.rollup("task_name").agg(
         F.grouping_id().alias("_gid"),
         F.count(F.lit(1)).alias("_retried_ids"),
         # ">=": a success stamped in the same clock tick as the retry still
@@ -116,25 +156,41 @@ def _task_summary(events: DataFrame) -> DataFrame:
         F.count_if(F.col("last_success") >= F.col("first_retry")).alias("_recovered_ids"),
     )
 
-    joined = counts.join(
+
+def _summaries(events: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """``(task_summary, queue_summary)`` (see :func:`build_tables`)."""
+    # Both tables come from this one aggregate: cached (it is a few hundred
+    # rows) so that writing the second one doesn't scan the events again.
+    scopes = _scope_summary(events).cache()
+    recovery = _recovery(events)
+    tasks = scopes.where(F.col("scope") != "queue")
+    joined = tasks.join(
         recovery,
-        on=(counts["_gid"] == recovery["_gid"])
-        & counts["task_name"].eqNullSafe(recovery["task_name"]),
+        on=(F.when(tasks["scope"] == "overall", 1).otherwise(0) == recovery["_gid"])
+        & tasks["name"].eqNullSafe(recovery["task_name"]),
         how="left",
     )
     rate = F.when(
         recovery["_retried_ids"] > 0,
         recovery["_recovered_ids"].cast("double") / recovery["_retried_ids"],
     )
-    return joined.select(
-        F.when(counts["_gid"] == 1, F.lit("overall")).otherwise(F.lit("task")).alias("scope"),
-        counts["task_name"],
-        *(counts[name].alias(name) for name in EVENT_TYPES),
-        F.col("_pct").getItem(0).alias("lateness_p50_ms"),
-        F.col("_pct").getItem(1).alias("lateness_p99_ms"),
-        counts["early"],
+    task_summary = joined.select(
+        tasks["scope"],
+        tasks["name"].alias("task_name"),
+        *(tasks[name] for name in EVENT_TYPES),
+        tasks["lateness_p50_ms"],
+        tasks["lateness_p99_ms"],
+        tasks["early"],
         rate.alias("success_after_retry_rate"),
     )
+    queue_summary = scopes.where(F.col("scope") == "queue").select(
+        F.col("name").alias("queue"),
+        *EVENT_TYPES,
+        "lateness_p50_ms",
+        "lateness_p99_ms",
+        "early",
+    )
+    return task_summary, queue_summary
 
 
 def _lateness_by_delay(events: DataFrame) -> DataFrame:
@@ -156,24 +212,39 @@ def _lateness_by_delay(events: DataFrame) -> DataFrame:
     )
 
 
+def _timeline(events: DataFrame) -> DataFrame:
+    """Per minute: events of each kind and the lateness of that minute's deliveries."""
+    return (
+        events.groupBy(_minute().alias("minute_s"))
+        .agg(
+            *(F.count_if(_event() == name).alias(name) for name in TIMELINE_EVENTS),
+            _lateness_percentiles(MINUTE_ACCURACY).alias("_pct"),
+        )
+        .select(
+            "minute_s",
+            *TIMELINE_EVENTS,
+            F.col("_pct").getItem(0).alias("lateness_p50_ms"),
+            F.col("_pct").getItem(1).alias("lateness_p99_ms"),
+        )
+    )
+
+
 def _retries_per_minute(events: DataFrame) -> DataFrame:
-    minute = (F.floor(F.col("ts") / 60) * 60).alias("_minute_s")
     return (
         events.where(_event() == "retried")
-        .groupBy("task_name", minute)
+        .groupBy("task_name", _minute().alias("minute_s"))
         .agg(F.count(F.lit(1)).alias("retries"))
-        .select("task_name", F.timestamp_seconds("_minute_s").alias("minute"), "retries")
     )
 
 
 def _top_exceptions(events: DataFrame, top_n: int) -> DataFrame:
     per_exception = (
-        events.where(_event().isin("retried", "exhausted"))
+        events.where(_event().isin("retried", "exhausted", "parked", "failed"))
         .groupBy("task_name", "exception")
         .agg(
             F.count(F.lit(1)).alias("count"),
-            F.count_if(_event() == "retried").alias("retried"),
-            F.count_if(_event() == "exhausted").alias("exhausted"),
+            *(F.count_if(_event() == name).alias(name)
+              for name in ("retried", "exhausted", "parked", "failed")),
         )
     )
     # Ties broken by name so the ranking is deterministic.
@@ -181,7 +252,8 @@ def _top_exceptions(events: DataFrame, top_n: int) -> DataFrame:
     return (
         per_exception.withColumn("rank", F.row_number().over(ranking))
         .where(F.col("rank") <= top_n)
-        .select("task_name", "rank", "exception", "count", "retried", "exhausted")
+        .select("task_name", "rank", "exception", "count", "retried", "exhausted", "parked",
+                "failed")
     )
 
 
@@ -204,22 +276,29 @@ def build_tables(
 
     * ``task_summary``: ``scope`` (``"task"`` or ``"overall"``), ``task_name``
       (null on the overall row), then :data:`SUMMARY_FIELDS`.
+    * ``queue_summary``: ``queue``, the event counts, ``lateness_p50_ms``,
+      ``lateness_p99_ms``, ``early``.
     * ``lateness_by_delay``: ``delay_bucket_s`` (see :func:`delay_bucket`),
       ``delivered``, ``lateness_p50_ms``, ``lateness_p99_ms``, ``early``.
-    * ``retries_per_minute``: ``task_name``, ``minute`` (timestamp, UTC
-      minute start), ``retries``.
+    * ``timeline``: ``minute_s`` (epoch seconds, UTC minute start), the
+      counts of :data:`TIMELINE_EVENTS` in that minute, and the
+      ``lateness_p50_ms``/``lateness_p99_ms`` of its deliveries.
+    * ``retries_per_minute``: ``task_name``, ``minute_s``, ``retries``.
     * ``top_exceptions``: ``task_name``, ``rank`` (1 = most frequent),
-      ``exception``, ``count``, ``retried``, ``exhausted``; top
-      ``top_exceptions`` per task.
+      ``exception``, ``count``, then ``retried``, ``exhausted``, ``parked``,
+      ``failed``; top ``top_exceptions`` per task.
     * ``attempts_to_success``: ``task_name``, ``attempt`` (of the
       ``succeeded`` event, 0 = first run), ``count``.
 
     ``spark`` is accepted for API symmetry with :func:`read_events` (and
     future session-dependent tables); the tables only depend on ``df``.
     """
+    task_summary, queue_summary = _summaries(df)
     return {
-        "task_summary": _task_summary(df),
+        "task_summary": task_summary,
+        "queue_summary": queue_summary,
         "lateness_by_delay": _lateness_by_delay(df),
+        "timeline": _timeline(df),
         "retries_per_minute": _retries_per_minute(df),
         "top_exceptions": _top_exceptions(df, top_exceptions),
         "attempts_to_success": _attempts_to_success(df),

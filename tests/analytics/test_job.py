@@ -67,7 +67,17 @@ def events(ev):
         "b3_r0": ev("retried", "b3", 2200.0, task=B, exception="KeyError"),
         "b3_s1": scheduled(ev, "b3", 2200.0, 0.0001, task=B, attempt=1),
         "b3_d1": delivered(ev, "b3", 2200.0011, 0.0001, 2200.0001, task=B, attempt=1),
+        # a3 is parked after it was exhausted, and replayed by an operator later.
+        "a3_p": ev("parked", "a3", 1200.001, attempt=2, exception="ConnectionError"),
+        "a3_rp": ev("replayed", "a3", 1800.0, attempt=2, delay_s=0.0),
+        # b4 fails for good (no retry, not parked); b5 is revoked when it arrives.
+        "b4_f": ev("failed", "b4", 2300.0, task=B, exception="ValueError"),
+        "b5_c": ev("cancelled", "b5", 2400.0, task=B, reason="revoked"),
     }
+    # Task B's messages go through queue "qb", task A's through "q".
+    for name, event in e.items():
+        if event["task_name"] == B:
+            event["queue"] = "qb"
     return e
 
 
@@ -98,6 +108,10 @@ def expected_stats(events):
             "succeeded": 3,
             "retried": 4,
             "exhausted": 1,
+            "parked": 1,
+            "failed": 0,
+            "replayed": 1,
+            "cancelled": 0,
             # lateness A: a2_d1(-5) < a3_d0(2) < a1_d(10) < a2_d0(30) < a3_d1(100)
             "lateness_p50_ms": late(e["a1_d"]),
             "lateness_p99_ms": late(e["a3_d1"]),
@@ -110,6 +124,10 @@ def expected_stats(events):
             "succeeded": 3,
             "retried": 2,
             "exhausted": 0,
+            "parked": 0,
+            "failed": 1,
+            "replayed": 0,
+            "cancelled": 1,
             # lateness B: b3_d1(1) < b1_d(100)
             "lateness_p50_ms": late(e["b3_d1"]),
             "lateness_p99_ms": late(e["b1_d"]),
@@ -122,6 +140,10 @@ def expected_stats(events):
             "succeeded": 6,
             "retried": 6,
             "exhausted": 1,
+            "parked": 1,
+            "failed": 1,
+            "replayed": 1,
+            "cancelled": 1,
             # -5, 1, 2, 10, 30, 100, 100: 4th smallest, largest
             "lateness_p50_ms": late(e["a1_d"]),
             "lateness_p99_ms": late(e["a3_d1"]),
@@ -131,10 +153,13 @@ def expected_stats(events):
     }
 
 
+COUNTS_DDL = (
+    "scheduled bigint, delivered bigint, succeeded bigint, retried bigint, exhausted bigint, "
+    "parked bigint, failed bigint, replayed bigint, cancelled bigint"
+)
 SUMMARY_DDL = (
-    "scope string, task_name string, scheduled bigint, delivered bigint, succeeded bigint, "
-    "retried bigint, exhausted bigint, lateness_p50_ms double, lateness_p99_ms double, "
-    "early bigint, success_after_retry_rate double"
+    f"scope string, task_name string, {COUNTS_DDL}, lateness_p50_ms double, "
+    "lateness_p99_ms double, early bigint, success_after_retry_rate double"
 )
 
 
@@ -146,6 +171,44 @@ def test_task_summary(spark, tables, events):
         ("overall", None, *stats["overall"].values()),
     ]
     assertDataFrameEqual(tables["task_summary"], spark.createDataFrame(rows, SUMMARY_DDL))
+
+
+def test_queue_summary(spark, tables, events):
+    stats = expected_stats(events)
+    rows = [
+        (queue, *[v for k, v in stats[task].items() if k != "success_after_retry_rate"])
+        for queue, task in (("q", A), ("qb", B))
+    ]
+    ddl = f"queue string, {COUNTS_DDL}, lateness_p50_ms double, lateness_p99_ms double, early bigint"
+    assertDataFrameEqual(tables["queue_summary"], spark.createDataFrame(rows, ddl))
+
+
+def _approx_rank(values: list[float], q: float) -> float:
+    """What percentile_approx returns for a handful of values: the ceil(q*n)-th smallest."""
+    ordered = sorted(values)
+    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
+
+
+def test_timeline(spark, tables, events):
+    from celery_delayq.analytics.tables import TIMELINE_EVENTS
+
+    minutes: dict[int, dict] = defaultdict(lambda: {"lat": [], **{k: 0 for k in TIMELINE_EVENTS}})
+    for e in events.values():
+        m = minutes[int(e["ts"] // 60 * 60)]
+        if e["event"] in TIMELINE_EVENTS:
+            m[e["event"]] += 1
+        if e["event"] == "delivered":
+            m["lat"].append(late(e))
+    expected = [
+        (minute, *(m[k] for k in TIMELINE_EVENTS),
+         _approx_rank(m["lat"], 0.5) if m["lat"] else None,
+         _approx_rank(m["lat"], 0.99) if m["lat"] else None)
+        for minute, m in minutes.items()
+    ]
+    ddl = ("minute_s bigint, " + ", ".join(f"{k} bigint" for k in TIMELINE_EVENTS)
+           + ", lateness_p50_ms double, lateness_p99_ms double")
+    assertDataFrameEqual(tables["timeline"], spark.createDataFrame(expected, ddl))
+    assert {r.minute_s for r in tables["timeline"].collect()} >= {960, 1020, 2400}
 
 
 def test_lateness_by_delay(spark, tables, events):
@@ -172,9 +235,7 @@ def test_lateness_by_delay(spark, tables, events):
 
 
 def test_retries_per_minute(spark, tables):
-    actual = tables["retries_per_minute"].select(
-        "task_name", F.unix_seconds("minute").alias("minute_s"), "retries"
-    )
+    actual = tables["retries_per_minute"]
     expected = [
         (A, 960, 1),  # a2 @1019
         (A, 1020, 2),  # a3 @1061, a4 @1070
@@ -185,20 +246,20 @@ def test_retries_per_minute(spark, tables):
     assertDataFrameEqual(
         actual, spark.createDataFrame(expected, "task_name string, minute_s bigint, retries bigint")
     )
-    assert dict(tables["retries_per_minute"].dtypes)["minute"] == "timestamp"
 
 
 EXC_DDL = (
-    "task_name string, rank int, exception string, count bigint, retried bigint, exhausted bigint"
+    "task_name string, rank int, exception string, count bigint, retried bigint, exhausted bigint, "
+    "parked bigint, failed bigint"
 )
 
 
 def test_top_exceptions_ranked_with_ties_by_name(spark, tables):
     expected = [
-        (A, 1, "ConnectionError", 3, 2, 1),
-        (A, 2, "TimeoutError", 2, 2, 0),
-        (B, 1, "KeyError", 1, 1, 0),  # tie with ValueError: alphabetical
-        (B, 2, "ValueError", 1, 1, 0),
+        (A, 1, "ConnectionError", 4, 2, 1, 1, 0),
+        (A, 2, "TimeoutError", 2, 2, 0, 0, 0),
+        (B, 1, "ValueError", 2, 1, 0, 0, 1),
+        (B, 2, "KeyError", 1, 1, 0, 0, 0),
     ]
     assertDataFrameEqual(tables["top_exceptions"], spark.createDataFrame(expected, EXC_DDL))
 
@@ -210,7 +271,8 @@ def test_top_exceptions_limit(spark, events_dir):
         assertDataFrameEqual(
             top1,
             spark.createDataFrame(
-                [(A, 1, "ConnectionError", 3, 2, 1), (B, 1, "KeyError", 1, 1, 0)], EXC_DDL
+                [(A, 1, "ConnectionError", 4, 2, 1, 1, 0), (B, 1, "ValueError", 2, 1, 0, 0, 1)],
+                EXC_DDL,
             ),
         )
     finally:
@@ -252,7 +314,11 @@ def test_run_report_outputs(spark, events_dir, events, tmp_path):
 
     stats = expected_stats(events)
     expected = {"overall": stats["overall"], "tasks": {A: stats[A], B: stats[B]}, "malformed": 0}
-    assert summary.keys() == expected.keys()
+    assert set(summary) == {"overall", "tasks", "queues", "retry_storms", "malformed", "window"}
+    assert summary["tasks"][A]["parked"] == 1 and summary["tasks"][B]["failed"] == 1
+    assert summary["overall"]["parked"] == 1 and summary["overall"]["failed"] == 1
+    assert summary["queues"]["qb"]["failed"] == 1 and summary["queues"]["q"]["parked"] == 1
+    assert summary["retry_storms"] == []
     assert summary["tasks"].keys() == expected["tasks"].keys()
     for got, want in [
         (summary["overall"], expected["overall"]),
@@ -265,6 +331,7 @@ def test_run_report_outputs(spark, events_dir, events, tmp_path):
 
     for name, n_rows in [
         ("task_summary", 3),
+        ("queue_summary", 2),
         ("lateness_by_delay", 6),
         ("retries_per_minute", 5),
         ("top_exceptions", 4),
@@ -272,10 +339,13 @@ def test_run_report_outputs(spark, events_dir, events, tmp_path):
     ]:
         assert spark.read.parquet(str(out / name)).count() == n_rows, name
 
-    for png in ("lateness_by_delay.png", "retries_over_time.png", "attempts_to_success.png"):
+    from celery_delayq.analytics.plots import CHARTS
+
+    for png in CHARTS:
         assert (out / png).read_bytes().startswith(b"\x89PNG\r\n\x1a\n"), png
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 3
+    assert html.count("data:image/png;base64,") == len(CHARTS) == 5
+    assert "Needs attention" in html and "Per queue" in html
     for external in ("http://", "https://", "<script", "<link"):
         assert external not in html
     assert A in html and "ConnectionError" in html
@@ -395,7 +465,10 @@ def test_synthetic_chains_follow_the_lifecycle(spark, tmp_path):
     for line in _lines(tmp_path / "s"):
         e = json.loads(line)
         chains[e["task_id"]].append(e)
-    phase = {"scheduled": 0, "delivered": 1, "retried": 2, "succeeded": 2, "exhausted": 2}
+    # "failed" either ends a single run (2) or follows an exhausted last attempt (2.5).
+    phase = {"scheduled": 0, "delivered": 1, "retried": 2, "succeeded": 2, "exhausted": 2,
+             "cancelled": 2, "failed": 2.5, "parked": 3, "replayed": 4}
+    cut_short = 0  # the generator stops at exactly n events: one chain may end early
     for task_id, evs in chains.items():
         by_time = sorted(evs, key=lambda e: e["ts"])
         by_step = sorted(evs, key=lambda e: (e["attempt"], phase[e["event"]]))
@@ -403,5 +476,14 @@ def test_synthetic_chains_follow_the_lifecycle(spark, tmp_path):
         assert all(
             e["event"] != "delivered" or e["ts"] >= e["due_at"] - 0.5 * e["delay_s"] for e in evs
         )
-        terminal = [e["event"] for e in by_step if phase[e["event"]] == 2]
-        assert all(t == "retried" for t in terminal[:-1]), task_id
+        last = max(e["attempt"] for e in evs)
+        kinds = [e["event"] for e in evs]
+        retried_late = any(e["event"] == "retried" and e["attempt"] == last for e in evs)
+        cut_short += retried_late
+        if "parked" in kinds or ("failed" in kinds and last > 0):
+            assert "exhausted" in kinds, task_id
+        if "replayed" in kinds:
+            assert "parked" in kinds, task_id
+    assert cut_short <= 1
+    kinds = {e["event"] for evs in chains.values() for e in evs}
+    assert kinds >= {"parked", "failed", "exhausted", "retried", "succeeded"}, kinds

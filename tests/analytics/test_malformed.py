@@ -60,6 +60,8 @@ BAD_LINES = {
     "delivered without delay_s": without(GOOD_DELIVERED, "delay_s"),
     "delivered due_at string": with_(GOOD_DELIVERED, due_at="later"),
     "retried without exception": without(GOOD_RETRIED, "exception"),
+    "parked without exception": without({**GOOD_RETRIED, "event": "parked"}, "exception"),
+    "failed with a null exception": with_(GOOD_RETRIED, event="failed", exception=None),
 }
 
 # String fields of the wrong JSON type need VARIANT (pyspark >= 4) to detect.
@@ -77,6 +79,10 @@ GOOD_LINES = [
     json.dumps(GOOD_RETRIED),
     with_(GOOD, task_id="t4", extra_field={"any": "thing"}, host="w1"),  # extras are fine
     with_(GOOD, task_id="t5", ts=101),  # integral ts is still a number
+    with_(GOOD_RETRIED, task_id="t7", event="parked"),
+    with_(GOOD_RETRIED, task_id="t8", event="failed"),
+    with_(GOOD, task_id="t9", event="cancelled", reason="revoked"),
+    with_(GOOD, task_id="t10", event="replayed", delay_s=0.0),
     # odd spacing and an exponent are still valid JSON
     '{ "event" : "succeeded" , "task_id":"t6","task_name":"app.a",'
     '"queue":"q","attempt":0,"ts":1e2 }',
@@ -96,14 +102,9 @@ def test_good_lines_are_all_valid(spark, write_events):
     valid, malformed = read_events(spark, write_events(GOOD_LINES))
     try:
         assert (valid.count(), malformed) == (len(GOOD_LINES), 0)
-        assert sorted(r.task_id for r in valid.select("task_id").collect()) == [
-            "t1",
-            "t2",
-            "t3",
-            "t4",
-            "t5",
-            "t6",
-        ]
+        assert sorted(r.task_id for r in valid.select("task_id").collect()) == sorted(
+            f"t{i}" for i in range(1, 11)
+        )
     finally:
         valid.unpersist()
 
@@ -114,6 +115,7 @@ def test_mixed_input_summary_counts_only_valid(spark, write_events, tmp_path):
     assert summary["malformed"] == len(BAD_LINES)
     overall = summary["overall"]
     assert (overall["succeeded"], overall["delivered"], overall["retried"]) == (4, 1, 1)
+    assert (overall["parked"], overall["failed"], overall["cancelled"], overall["replayed"]) == (1, 1, 1, 1)
     assert list(summary["tasks"]) == ["app.a"]
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["malformed"] == len(
         BAD_LINES
