@@ -5,6 +5,19 @@ Examples::
     python benchmarks/analytics_bench.py --events 1000000 10000000 --master local[2] \\
         --out benchmarks/results/analytics.json
     python benchmarks/analytics_bench.py --recorder-overhead --out benchmarks/results/recorder.json
+    python benchmarks/analytics_bench.py --events 100M --standalone --out benchmarks/results/analytics-cluster.json
+
+``--standalone`` runs the job on a Spark standalone cluster started on this
+machine with pyspark's own ``bin/spark-class`` (pyspark has no
+``start-master.sh``), exactly as one would by hand::
+
+    SPARK_HOME=$(python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')
+    $SPARK_HOME/bin/spark-class org.apache.spark.deploy.master.Master \\
+        --host 127.0.0.1 --port 7077 --webui-port 8080 &
+    $SPARK_HOME/bin/spark-class org.apache.spark.deploy.worker.Worker spark://127.0.0.1:7077 \\
+        --host 127.0.0.1 --cores 2 --memory 10g --webui-port 8081 &
+    python -m celery_delayq.analytics --events EVENTS --out REPORT \\
+        --master spark://127.0.0.1:7077 --conf spark.executor.memory=9g
 
 For every size, synthetic events are generated first (timed separately, in
 this process), then the report job runs exactly as users run it — a fresh
@@ -34,6 +47,7 @@ sys.path.insert(0, str(REPO_ROOT))  # run from a checkout without installing
 from celery_delayq.telemetry import TelemetryRecorder, make_event  # noqa: E402
 
 _TIMINGS = re.compile(r"parse\+cache ([\d.]+)s, aggregates ([\d.]+)s, total ([\d.]+)s")
+_JVM_CPU = re.compile(r"driver jvm cpu ([\d.]+)s")
 
 
 class EventCount(click.ParamType):
@@ -84,7 +98,7 @@ def _generate_all(sizes: list[int], work: Path, master: str) -> dict[int, float]
     return seconds
 
 
-def _run_job(n: int, work: Path, master: str) -> dict[str, Any]:
+def _run_job(n: int, work: Path, master: str, conf: tuple[str, ...] = ()) -> dict[str, Any]:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(
@@ -105,6 +119,7 @@ def _run_job(n: int, work: Path, master: str) -> dict[str, Any]:
             str(out),
             "--master",
             master,
+            *(arg for item in conf for arg in ("--conf", item)),
         ],
         env=env,
         capture_output=True,
@@ -117,27 +132,85 @@ def _run_job(n: int, work: Path, master: str) -> dict[str, Any]:
     summary = json.loads((out / "summary.json").read_text())
     found = _TIMINGS.search(proc.stderr)
     parse_s, agg_s, in_job_s = (float(g) for g in found.groups()) if found else (None, None, None)
-    counted = sum(
-        summary["overall"][k]
-        for k in ("scheduled", "delivered", "succeeded", "retried", "exhausted")
-    )
+    from celery_delayq.telemetry import EVENT_TYPES
+
+    counted = sum(summary["overall"][k] for k in EVENT_TYPES)
+    cpu = _JVM_CPU.search(proc.stderr)
     click.echo(f"report for {n:,} events in {wall:.1f}s", err=True)
     return {
         "job_wall_s": round(wall, 2),
         "job_parse_cache_s": parse_s,
         "job_aggregates_s": agg_s,
         "job_in_session_s": in_job_s,
+        # CPU of the driver JVM (all of the work on local[N]): other load on the
+        # machine stretches the wall time, much less this.
+        "job_driver_jvm_cpu_s": float(cpu.group(1)) if cpu else None,
         "events_counted": counted,
         "malformed_counted": summary["malformed"],
         "report_dir": str(out),
     }
 
 
-def bench_analytics(sizes: list[int], master: str, work: Path) -> list[dict[str, Any]]:
-    gen_seconds = _generate_all(sizes, work, master)
+SPARK_CLASS = "bin/spark-class"
+
+
+class Standalone:
+    """A Spark standalone master and one worker on this machine, via pyspark's ``bin/spark-class``."""
+
+    def __init__(self, cores: int, memory: str, port: int = 7077) -> None:
+        import pyspark
+
+        self.home = Path(pyspark.__file__).parent
+        self.url = f"spark://127.0.0.1:{port}"
+        self.port, self.cores, self.memory = port, cores, memory
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def commands(self) -> list[list[str]]:
+        spark_class = str(self.home / SPARK_CLASS)
+        return [
+            [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+             "--port", str(self.port), "--webui-port", "18080"],
+            [spark_class, "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
+             "--cores", str(self.cores), "--memory", self.memory, "--webui-port", "18081"],
+        ]
+
+    def __enter__(self) -> Standalone:
+        import socket
+
+        env = {**os.environ, "SPARK_HOME": str(self.home)}
+        master, worker = self.commands()
+        self.procs.append(subprocess.Popen(master, env=env, stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL))
+        deadline = time.time() + 60
+        while True:  # the master listens before the worker may register
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise click.ClickException("the Spark master did not start within 60 s")
+                time.sleep(0.5)
+        self.procs.append(subprocess.Popen(worker, env=env, stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL))
+        time.sleep(8)  # the worker registers with the master
+        click.echo("standalone cluster: " + " && ".join(" ".join(c) for c in self.commands()), err=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in reversed(self.procs):
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def bench_analytics(sizes: list[int], master: str, work: Path, job_conf: tuple[str, ...] = (),
+                    generate_master: str | None = None) -> list[dict[str, Any]]:
+    gen_seconds = _generate_all(sizes, work, generate_master or master)
     results = []
     for n in sizes:
-        job = _run_job(n, work, master)
+        job = _run_job(n, work, master, job_conf)
         events_bytes = sum(
             f.stat().st_size for f in (work / f"events-{n}").iterdir() if f.is_file()
         )
@@ -292,13 +365,9 @@ def _save_report(analytics: list[dict[str, Any]], target: Path) -> None:
     """Copy the largest run's charts, HTML and summary (e.g. for the README)."""
     source = Path(max(analytics, key=lambda r: r["events"])["report_dir"])
     target.mkdir(parents=True, exist_ok=True)
-    for name in (
-        "report.html",
-        "summary.json",
-        "lateness_by_delay.png",
-        "retries_over_time.png",
-        "attempts_to_success.png",
-    ):
+    from celery_delayq.analytics.plots import CHARTS
+
+    for name in ("report.html", "summary.json", *CHARTS):
         shutil.copy2(source / name, target / name)
 
 
@@ -333,6 +402,10 @@ def _save_report(analytics: list[dict[str, Any]], target: Path) -> None:
     default=None,
     help="Copy the largest run's report.html, summary.json and PNGs here.",
 )
+@click.option("--standalone", is_flag=True,
+              help="Run the job on a Spark standalone cluster (master + worker) started here "
+              "with pyspark's bin/spark-class.")
+@click.option("--worker-memory", default="10g", show_default=True, help="--standalone worker memory.")
 @click.option("--recorder-overhead", is_flag=True, help="Also measure the recorder's hot path.")
 @click.option(
     "--recorder-events",
@@ -349,6 +422,8 @@ def main(
     work_dir: Path | None,
     keep: bool,
     save_report: Path | None,
+    standalone: bool,
+    worker_memory: str,
     recorder_overhead: bool,
     recorder_events: list[int],
 ) -> None:
@@ -360,7 +435,17 @@ def main(
     work = Path(work_dir or tempfile.mkdtemp(prefix="delayq-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        analytics = bench_analytics(sizes, master, work) if sizes else []
+        if standalone and sizes:
+            cores = os.cpu_count() or 2
+            executor_memory = f"{max(1, int(worker_memory.rstrip('gG')) - 1)}g"
+            with Standalone(cores, worker_memory) as cluster:
+                master = cluster.url
+                analytics = bench_analytics(
+                    sizes, master, work, (f"spark.executor.memory={executor_memory}",),
+                    generate_master=f"local[{cores}]",
+                )
+        else:
+            analytics = bench_analytics(sizes, master, work) if sizes else []
         recorder = bench_recorder(recorder_events[0], work) if recorder_overhead else None
         if save_report and analytics:
             _save_report(analytics, save_report)

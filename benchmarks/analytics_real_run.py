@@ -1,14 +1,14 @@
 """A real run for the report: a worker with succeeding, retried, failing, parked and revoked tasks.
 
-    python benchmarks/analytics_real_run.py --minutes 9 --out /tmp/delayq-real
+    python benchmarks/analytics_real_run.py --minutes 20 --out /tmp/delayq-real
 
 Creates a vhost of its own on the local RabbitMQ (deleted at the end), turns
 telemetry on (``delayq_telemetry_dir``), starts a real prefork worker, and
 for ``--minutes`` publishes delayed work every second:
 
 * ``orders.confirm``: succeeds, countdowns of 0.2–5 s;
-* ``crm.sync_contact``: flaky (retries with back-off); from minute 6 on, for
-  two minutes, its dependency is "down" and most runs retry: a retry storm;
+* ``crm.sync_contact``: flaky (retries with back-off); three-quarters into the
+  run, for three minutes, its dependency is "down" and most runs retry: a retry storm;
 * ``webhooks.deliver``: gives up after 2 retries and is parked;
 * ``imports.parse_row``: bad rows are parked at once (``delayq_park_on``);
 * ``reports.render``: a plain task that sometimes fails (``failed``);
@@ -96,16 +96,27 @@ def render(n):
 '''
 
 
+RABBITMQCTL = ["rabbitmqctl"]
+
+
 def _ctl(*args: str) -> None:
-    subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True)
+    subprocess.run([*RABBITMQCTL, "-q", *args], check=True, capture_output=True, timeout=120)
 
 
 @click.command()
-@click.option("--minutes", default=9.0, show_default=True)
+@click.option("--minutes", default=20.0, show_default=True)
 @click.option("--rate", default=6, show_default=True, help="Tasks published per second.")
 @click.option("--out", "out_dir", default="/tmp/delayq-real", show_default=True, type=click.Path(path_type=Path))
 @click.option("--report/--no-report", default=True, show_default=True)
-def main(minutes: float, rate: int, out_dir: Path, report: bool) -> None:
+@click.option("--broker-host", default="127.0.0.1:5672", show_default=True)
+@click.option("--rabbitmqctl", "ctl", default="rabbitmqctl", show_default=True,
+              help="rabbitmqctl of that broker (e.g. /tmp/rmq4shim/rabbitmqctl for the 4.3 node).")
+@click.option("--outage-at", default=0.75, show_default=True,
+              help="When crm.sync_contact's dependency goes down, as a fraction of --minutes "
+              "(after the report's 15-minute warm-up for storms).")
+def main(minutes: float, rate: int, out_dir: Path, report: bool, broker_host: str, ctl: str,
+         outage_at: float) -> None:
+    RABBITMQCTL[:] = [ctl]
     shutil.rmtree(out_dir, ignore_errors=True)
     events = out_dir / "events"
     events.mkdir(parents=True)
@@ -119,10 +130,10 @@ def main(minutes: float, rate: int, out_dir: Path, report: bool) -> None:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(p for p in (str(module_dir), str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p),
-        "REALRUN_BROKER": f"amqp://guest:guest@127.0.0.1:5672/{vhost}",
+        "REALRUN_BROKER": f"amqp://guest:guest@{broker_host}/{vhost}",
         "REALRUN_EVENTS": str(events),
-        "REALRUN_OUTAGE_START": str(start + 0.6 * minutes * 60),
-        "REALRUN_OUTAGE_END": str(start + 0.6 * minutes * 60 + 120),
+        "REALRUN_OUTAGE_START": str(start + outage_at * minutes * 60),
+        "REALRUN_OUTAGE_END": str(start + outage_at * minutes * 60 + 180),
     }
     os.environ.update({k: v for k, v in env.items() if k.startswith("REALRUN_")})
     sys.path.insert(0, str(module_dir))

@@ -54,6 +54,18 @@ def _read_back(spark: SparkSession, out: Path) -> dict[str, list[dict[str, Any]]
     }
 
 
+def _jvm_cpu_s(session: SparkSession) -> float | None:
+    """CPU seconds the driver JVM used so far (Linux; None elsewhere): in local
+    mode that is the whole job's CPU, a figure other load on the machine barely moves."""
+    try:
+        pid = session._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[union-attr]
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except Exception:
+        return None
+
+
 def _window(events: DataFrame, since: float | None, until: float | None) -> DataFrame:
     if since is not None:
         events = events.where(F.col("ts") >= F.lit(float(since)))
@@ -184,6 +196,7 @@ def run_report(
     started = time.perf_counter()
     info: dict[str, Any] = {}
     with session_scope(master, spark, conf) as session:
+        cpu_start = _jvm_cpu_s(session)
         if incremental:
             events, malformed, info = _incremental_events(session, events_dir, out, since, until)
         else:
@@ -195,6 +208,7 @@ def run_report(
             events.unpersist()
         aggregated_at = time.perf_counter()
         tables = _read_back(session, out)
+        cpu_end = _jvm_cpu_s(session)
 
     storms = [s.to_dict() for s in find_storms(tables["retries_per_minute"])]
     window = {"since": since, "until": until, "files": len(files) if files is not None else None,
@@ -209,10 +223,11 @@ def run_report(
         render_html(summary, tables, images, events_dir=events_dir), encoding="utf-8"
     )
     logger.info(
-        "report written to %s: parse+cache %.1fs, aggregates %.1fs, total %.1fs",
+        "report written to %s: parse+cache %.1fs, aggregates %.1fs, total %.1fs, driver jvm cpu %s",
         out,
         parsed_at - started,
         aggregated_at - parsed_at,
         time.perf_counter() - started,
+        f"{cpu_end - cpu_start:.1f}s" if cpu_start is not None and cpu_end is not None else "n/a",
     )
     return summary

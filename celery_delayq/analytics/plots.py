@@ -168,7 +168,9 @@ def _utc(seconds: float) -> datetime:
 
 
 def retries_over_time_png(
-    rows: Iterable[Mapping[str, Any]], storms: Iterable[Mapping[str, Any]] = ()
+    rows: Iterable[Mapping[str, Any]],
+    storms: Iterable[Mapping[str, Any]] = (),
+    span: tuple[int, int] | None = None,
 ) -> bytes:
     """Retries per minute over time, stacked by task (top tasks + "other").
 
@@ -178,6 +180,8 @@ def retries_over_time_png(
     y axis stays "retries per minute".  Every bin is drawn over its whole
     width, the last one included.  ``storms`` (see
     :func:`~celery_delayq.analytics.storms.find_storms`) are shaded and labelled.
+    ``span`` (first and last minute, epoch s) lines the x axis up with the
+    other time charts.
     """
     with matplotlib.rc_context(_STYLE):
         fig = _figure()
@@ -199,6 +203,8 @@ def retries_over_time_png(
 
         first = min(m for _, points in stacks for m in points)
         last = max(m for _, points in stacks for m in points)
+        if span is not None:
+            first, last = min(first, span[0] // 60), max(last, span[1] // 60)
         width = next((b for b in _BIN_MINUTES if (last - first) / b <= _MAX_BINS), _BIN_MINUTES[-1])
         start = first - first % width
         bins = list(range(start, last + 1, width))  # silent bins stay 0 instead of being interpolated
@@ -222,17 +228,18 @@ def retries_over_time_png(
         for i, storm in enumerate(storms):
             ax.axvspan(_utc(storm["start_s"]), _utc(storm["end_s"]), color="#d1242f", alpha=0.12,
                        linewidth=0, label="retry storm" if i == 0 else None)
+            # Staggered, so storms close together don't print over each other.
             ax.annotate(
-                f"storm: {storm['task_name']}",
-                (_utc(storm["start_s"]), top * 1.02),
+                storm["task_name"],
+                (_utc(storm["start_s"]), top * (1.12 - 0.07 * (i % 3))),
                 fontsize=8,
                 color="#d1242f",
                 ha="left",
-                va="bottom",
+                va="top",
             )
         _time_axis(ax)
         ax.set_xlim(edges[0], edges[-1])
-        ax.set_ylim(0, top * 1.15 if top else 1)
+        ax.set_ylim(0, top * 1.2 if top else 1)
         ax.set_xlabel("time (UTC)")
         ax.set_ylabel("retries / minute")
         suffix = "" if width == 1 else f" ({width}-min average)"
@@ -250,18 +257,22 @@ def lateness_over_time_png(timeline: Iterable[Mapping[str, Any]]) -> bytes:
     with matplotlib.rc_context(_STYLE):
         fig = _figure()
         title = "Delivery lateness over time (per minute)"
-        data = sorted(timeline, key=lambda r: r["minute_s"])
-        data = [r for r in data if r.get("lateness_p50_ms") is not None]
-        if not data:
+        by_minute = {int(r["minute_s"]) // 60: r for r in timeline
+                     if r.get("lateness_p50_ms") is not None}
+        if not by_minute:
             return _no_data(fig, title)
-        xs = [_utc(r["minute_s"]) for r in data]
-        p50 = [r["lateness_p50_ms"] for r in data]
-        p99 = [r["lateness_p99_ms"] for r in data]
+        # Every minute of the range, NaN where nothing was delivered: a gap in
+        # the line, not a straight segment over hours without data.
+        minutes = range(min(by_minute), max(by_minute) + 1)
+        nan = float("nan")
+        xs = [_utc(m * 60) for m in minutes]
+        p50 = [by_minute[m]["lateness_p50_ms"] if m in by_minute else nan for m in minutes]
+        p99 = [by_minute[m]["lateness_p99_ms"] if m in by_minute else nan for m in minutes]
         ax = fig.add_subplot()
         marker = "o" if len(xs) <= 30 else None
         ax.plot(xs, p99, color=_PALETTE[3], label="p99", marker=marker, linewidth=1.2)
         ax.plot(xs, p50, color=_PALETTE[0], label="p50", marker=marker, linewidth=1.2)
-        if min(p50) > 0:
+        if min(v for v in p50 if v == v) > 0:
             ax.set_yscale("log")
             scale = "log"
         else:
@@ -401,6 +412,11 @@ def attempts_to_success_png(rows: Iterable[Mapping[str, Any]]) -> bytes:
         return _png(fig)
 
 
+def _span(timeline: Sequence[Mapping[str, Any]]) -> tuple[int, int] | None:
+    minutes = [int(r["minute_s"]) for r in timeline]
+    return (min(minutes), max(minutes)) if minutes else None
+
+
 #: The charts, in report order.
 CHARTS: tuple[str, ...] = (
     "lateness_over_time.png",
@@ -418,7 +434,9 @@ def render_all(
     return {
         "lateness_over_time.png": lateness_over_time_png(tables["timeline"]),
         "backlog_throughput.png": backlog_throughput_png(tables["timeline"]),
-        "retries_over_time.png": retries_over_time_png(tables["retries_per_minute"], storms),
+        "retries_over_time.png": retries_over_time_png(
+            tables["retries_per_minute"], storms, _span(tables["timeline"])
+        ),
         "lateness_by_delay.png": lateness_by_delay_png(tables["lateness_by_delay"]),
         "attempts_to_success.png": attempts_to_success_png(tables["attempts_to_success"]),
     }

@@ -45,7 +45,8 @@ td.bad{color:#cf222e;font-weight:600}
 .card.alarm .v{color:#cf222e}
 .ok{color:#1a7f37}
 @media (max-width:900px){body{padding:1rem}.card{min-width:6.5rem;padding:.5rem .7rem}
-.card .v{font-size:1.1rem}th,td{padding:.3rem .4rem}}
+.card .v{font-size:1.1rem}table{font-size:.78rem}th,td{padding:.3rem .35rem}
+th{white-space:normal;vertical-align:bottom}}
 """
 
 _SUMMARY_COLUMNS = (
@@ -202,8 +203,9 @@ def _attention(summary: Mapping[str, Any]) -> list[str]:
                 ],
                 left=3,
             ),
-            '<p class="note">A storm: a task\'s retries per minute reach 4× its normal (the median of '
-            "its last 15 calm minutes) and at least 10.</p>",
+            '<p class="note">A storm: a task\'s retries per minute reach 4× its normal (the median '
+            "of its last 15 calm minutes) and at least 10; the first 15 minutes only learn the "
+            "normal.</p>",
         ]
     return parts
 

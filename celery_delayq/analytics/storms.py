@@ -5,9 +5,9 @@ rule is easy to read, test and tune.  For every task the minutes are walked
 in order; a minute is *stormy* when its retries are at least
 ``max(min_retries, factor * baseline)``, where the baseline is the median of
 the task's last ``window`` calm minutes (silent minutes count as 0).  The
-first ``warmup`` minutes of the data only learn each task's normal: without a history
-there is no jump to see (a task busy from the first minute on is busy, not
-storming).  The baseline is frozen while a storm lasts, so a long storm does
+first ``warmup`` minutes of the data only learn each task's normal: without a
+history there is no jump to see, and a system starting up ramps its retries
+from zero (first delays elapse) without storming.  The baseline is frozen while a storm lasts, so a long storm does
 not become the new normal.  Stormy minutes no more than ``gap`` minutes apart
 form one storm.
 """
@@ -33,7 +33,7 @@ class RetryStorm:
     end_s: int
     #: Highest retries in one minute during the storm.
     peak_per_minute: int
-    #: The task's normal retries per minute before the storm (median of calm minutes).
+    #: The task's normal retries per minute before the storm (median of its last calm minutes).
     baseline_per_minute: float
     #: Retries during the storm, all minutes from start to end.
     retries: int
@@ -50,7 +50,7 @@ def find_storms(
     min_retries: int = 10,
     window: int = 15,
     gap: int = 2,
-    warmup: int = 5,
+    warmup: int = 15,
 ) -> list[RetryStorm]:
     """The retry storms in ``retries_per_minute`` rows (``task_name``, ``minute_s``, ``retries``).
 

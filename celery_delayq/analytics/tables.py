@@ -28,8 +28,9 @@ __all__ = [
 #: Smallest power-of-two delay bucket (2**-10 s, about 1 ms); smaller positive
 #: delays are clamped into it, delays <= 0 get bucket 0.0 ("immediate").
 MIN_DELAY_BUCKET_EXP = -10
-#: percentile_approx accuracy: relative rank error 1/accuracy, plenty for p99.
-LATENESS_ACCURACY = 10_000
+#: percentile_approx accuracy: rank error 1/accuracy, so "p99" is somewhere
+#: between p98.9 and p99.1.  10,000 cost 20% more of the whole aggregate.
+LATENESS_ACCURACY = 1_000
 #: Per-minute percentiles need less: 1/1000 of a minute's deliveries.
 MINUTE_ACCURACY = 1_000
 #: How many exceptions to keep per task in ``top_exceptions``.
@@ -141,7 +142,9 @@ def _recovery(events: DataFrame) -> DataFrame:
     # kinds that matter, with the columns that matter.
     per_task_id = (
         events.where(_event().isin("retried", "succeeded"))
-        .groupBy("task_name", "task_id")
+        # A 64-bit hash shuffles a quarter of the bytes of a UUID string; two of
+        # ten million ids share one with odds of about 1 in 400,000.
+        .groupBy("task_name", F.xxhash64("task_id").alias("_id"))
         .agg(
             F.min(F.when(_event() == "retried", F.col("ts"))).alias("first_retry"),
             F.max(F.when(_event() == "succeeded", F.col("ts"))).alias("last_success"),
