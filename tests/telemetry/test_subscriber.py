@@ -155,6 +155,24 @@ def test_a_parked_task_is_parked_not_failed(new_app, tmp_path):
     assert got[0]["exception"] == "ValueError" and got[0]["queue"] == "jobs"
 
 
+def test_a_cancelled_task_is_recorded_once_when_a_worker_drops_it(new_app, tmp_path):
+    app, task = new_app()
+    root = tmp_path / "t"
+    attach(app, config(root))
+    signals.message_cancelled.send(sender=app, task_id="c-1", task_name=task.name, queue="",
+                                   attempt=0, reason="requested")  # the cancel command
+    with running(task, worker_request(app, task, task_id="c-1")) as ctx:
+        signals.message_cancelled.send(sender=app, task_id="c-1", task_name=task.name, queue="jobs",
+                                       attempt=0, reason="cancelled")  # the worker drops it ...
+        celery_signals.task_revoked.send(sender=task, request=ctx, terminated=False, signum=None,
+                                         expired=False)  # ... through Celery's revoked set
+    with running(task, worker_request(app, task, task_id="r-1")) as ctx:
+        celery_signals.task_revoked.send(sender=task, request=ctx, terminated=False, signum=None,
+                                         expired=False)  # a plain Celery revoke
+    got = [(e["task_id"], e["reason"]) for e in read(root)]
+    assert got == [("c-1", "cancelled"), ("r-1", "revoked")]
+
+
 def test_only_the_attached_app_is_recorded_and_detach_stops_it(new_app, tmp_path):
     app_a, task_a = new_app()
     app_b, task_b = new_app()
