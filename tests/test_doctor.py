@@ -405,7 +405,8 @@ def test_leaders_all_on_one_node_of_a_cluster_is_a_warning() -> None:
     together = D.leaders_finding([_q(n, "rabbit@n0") for n in names], nodes, names, API, vhost="/",
                                  namespace=spec.namespace)
     assert together.status == "warn" and "all 9 ladder queue leaders sit on rabbit@n0" in together.summary
-    assert "rabbitmq-queues rebalance quorum --vhost-pattern '^/$' --queue-pattern '^shop\\.3x4\\.'" in together.next_step
+    rebalance = "rabbitmq-queues rebalance quorum --vhost-pattern '^/$' --queue-pattern '^shop\\.3x4\\.'"
+    assert rebalance in together.next_step
     spread = D.leaders_finding([_q(n, nodes[i % 3]) for i, n in enumerate(names)], nodes, names, API)
     assert spread.status == "ok" and spread.details["leaders"] == {"rabbit@n0": 3, "rabbit@n1": 3, "rabbit@n2": 3}
     short = D.leaders_finding([_q(n, nodes[i % 3], members=1) for i, n in enumerate(names)], nodes, names, API)

@@ -71,7 +71,8 @@ def feature_flags_finding(flags: list[dict[str, Any]] | None, api: ApiReach) -> 
     disabled_required = [name for name in REQUIRED_FLAGS if state.get(name) != "enabled"]
     disabled_stable = sorted(str(f.get("name")) for f in flags
                              if f.get("state") != "enabled" and f.get("stability") in ("stable", "required"))
-    details = {"management_url": api.url, "api": api.state, "enabled": sorted(n for n, s in state.items() if s == "enabled"),
+    details = {"management_url": api.url, "api": api.state,
+               "enabled": sorted(n for n, s in state.items() if s == "enabled"),
                "disabled": sorted(n for n, s in state.items() if s != "enabled")}
     if disabled_required:
         names = ", ".join(disabled_required)
@@ -114,8 +115,25 @@ def ladder_finding(state: LadderState, spec: LadderSpec, queue_type: str, *, dec
     if mismatch:
         return Finding("ladder", ERROR, f"{described} exists with other arguments than the app's settings.",
                        mismatch, details)
-    return Finding("ladder", OK, f"{described} is complete and matches the settings; {waiting:,} message(s) waiting.",
-                   "Nothing to do.", details)
+    laps = _laps_of(state, spec)
+    details["laps"] = laps
+    if laps["messages"] and not laps["consumers"]:
+        return Finding("ladder", WARN, f"{described} is complete, but {laps['messages']:,} message(s) with delays "
+                       f"longer than the ladder wait between laps in {laps['queue']!r} and no worker relays them.",
+                       "Run at least one worker with the ladder installed (delayq_enabled, or "
+                       "celery_delayq.install(app) in the worker): it puts them back into the ladder. They are "
+                       "late until then, never lost.", details)
+    between = f", {laps['messages']:,} between laps" if laps["messages"] else ""
+    return Finding("ladder", OK, f"{described} is complete and matches the settings; {waiting:,} message(s) "
+                   f"waiting{between}.", "Nothing to do.", details)
+
+
+def _laps_of(state: LadderState, spec: LadderSpec) -> dict[str, Any]:
+    """The laps queue (delays longer than the ladder): messages and relays consuming it."""
+    name = getattr(spec, "laps_queue", None)
+    found = next((e for e in state.entities if e.kind == "queue" and e.name == name), None)
+    return {"queue": name, "exists": bool(found and found.exists), "messages": (found.messages or 0) if found else 0,
+            "consumers": (found.consumers or 0) if found else 0}
 
 
 def leaders_finding(queues: list[dict[str, Any]] | None, nodes: list[str] | None, ladder_queues: Iterable[str],
@@ -274,7 +292,10 @@ def worker_eta_finding(replies: dict[str, list[dict[str, Any]]] | None, *, enabl
     summary = f"{held:,} task(s) held in memory by {sum(1 for n in per_worker.values() if n)} worker(s) as ETAs{span}."
     what = ("They still run, exactly once, at their eta: a worker acknowledges an ETA message only when it runs it, "
             "and a warm shutdown (SIGTERM) hands held messages back to the queue, where the next worker holds them "
-            "again. Restart workers with SIGTERM, not SIGKILL in the middle of a task. ")
+            "again. Restart workers with SIGTERM, not SIGKILL in the middle of a task. Give the restarted workers "
+            f"a prefetch of at least {max(per_worker.values())} (worker_prefetch_multiplier x concurrency): with "
+            "fewer slots than held ETAs a worker fetches nothing else from that queue until one comes due "
+            "(celery#2731). ")
     if enabled:
         next_step = what + ("New ETAs should not appear once every publisher has the ladder: if the count grows, "
                             "some process publishes without celery_delayq (see the activation finding).")

@@ -162,7 +162,8 @@ def probe_plain_process(app_spec: str, *, timeout: float = 60.0) -> dict[str, An
         done = subprocess.run([sys.executable, "-c", _PROBE, app_spec], capture_output=True, text=True,
                               timeout=timeout, cwd=os.getcwd(), env=dict(os.environ))
     except subprocess.TimeoutExpired:
-        return {"imports_celery_delayq": False, "installed": False, "error": f"importing {app_spec!r} took over {timeout:g} s"}
+        return {"imports_celery_delayq": False, "installed": False,
+                "error": f"importing {app_spec!r} took over {timeout:g} s"}
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if not lines:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -243,7 +244,8 @@ def observe(app: Any, connection: Any, raw: amqp.Connection, config: Any, *, par
         exchanges=exchanges, plugin_enabled=plugin_enabled, park=config.park, parking_queue=parking_queue,
         parking_exists=parking_messages is not None, parking_messages=parking_messages, parking_risk=risk,
         enabled=enabled, installed=installed, ladder_tasks=ladder_tasks, plain_process=plain, scheduled=scheduled,
-        inspect_timeout=inspect_timeout, native=native, native_delivery=_passive_exchange(raw, NATIVE_DELIVERY_EXCHANGE),
+        inspect_timeout=inspect_timeout, native=native,
+        native_delivery=_passive_exchange(raw, NATIVE_DELIVERY_EXCHANGE),
         quorum_app=_has_quorum_queue(app))
 
 
