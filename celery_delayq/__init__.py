@@ -13,6 +13,7 @@ celery_delayq; :func:`install` does the same explicitly.
 
 from __future__ import annotations
 
+from . import signals
 from .config import DelayqConfig
 from .errors import (
     BrokerTooOld, BrokerUnavailable, DelayqError, DelayTooLong, InvalidDelay, InvalidName, PublishError,
@@ -26,21 +27,33 @@ from .producer import DelayqProducer, LadderProducer
 from .publisher import LadderPublisher, Scheduled, publisher_for
 from .task import DelayedRetryTask
 from .batching import batch
-from .parking import ParkingFailed, ParkingQueue
+from .parking import ParkedMessage, ParkedMessageNotFound, ParkingError, ParkingFailed, ParkingQueue, UnsafeToBrowse
 from .policies import RetryAfter, RetryPolicy
 from .queue_delays import DelayedQueue
-from .pending import PendingTask, pending
+from .pending import IndexUnavailable, PendingTask, pending
 from .cancels import CancelResult, cancel
 
+# Grouped as docs/api.md is; tests/test_api.py checks that every name is documented there.
 __all__ = [
-    "DelayedRetryTask", "install", "uninstall", "ladder_for", "is_installed", "router_for", "batch",
+    # tasks and settings
+    "DelayedRetryTask", "DelayqConfig", "DelayedQueue", "batch",
+    # activation
+    "install", "uninstall", "ladder_for", "is_installed", "router_for", "AppLadder",
+    # kombu-level publishing
+    "LadderProducer", "DelayqProducer", "LadderPublisher", "Scheduled", "publisher_for", "LadderSpec",
+    # policies
+    "RetryPolicy", "RetryAfter",
+    # parking
+    "ParkingQueue", "ParkedMessage",
+    # pending and cancel
     "pending", "PendingTask", "cancel", "CancelResult",
-    "AppLadder", "LadderProducer",
-    "RetryAfter", "RetryPolicy", "ParkingQueue", "ParkingFailed", "DelayedQueue",
-    "DelayqConfig", "LadderSpec", "LadderPublisher", "Scheduled", "publisher_for", "DelayqProducer",
+    # signals
+    "signals",
+    # errors
     "DelayqError", "InvalidDelay", "DelayTooLong", "InvalidName", "TopologyError", "TopologyMissing",
     "TopologyMismatch", "BrokerTooOld", "BrokerUnavailable", "UnsupportedTransport", "UnroutableDestination",
     "PublishError", "PublishNacked", "PublishReturned", "PublishTimeout",
+    "ParkingError", "ParkingFailed", "ParkedMessageNotFound", "UnsafeToBrowse", "IndexUnavailable",
 ]
 
 __version__ = "0.1.0"

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
 from kombu import Exchange
+from kombu.connection import Connection
 
 from . import headers as H
 from .config import DelayqConfig
@@ -29,7 +30,7 @@ from .management import key_matches
 from .plugin_compat import DELAY_HEADER, delay_of, plain_entities
 from .publisher import LadderPublisher, publisher_for
 from .queue_delays import default_delay, queue_delays_of
-from .typing import Diversion
+from .typing import CeleryApp, Diversion
 
 __all__ = ["AppLadder", "native_unwrap", "exchange_name"]
 
@@ -63,7 +64,7 @@ class AppLadder:
     :func:`celery_delayq.install` (which also makes the app's producers ask it).
     """
 
-    def __init__(self, app: Any, config: DelayqConfig | None = None, *,
+    def __init__(self, app: CeleryApp, config: DelayqConfig | None = None, *,
                  clock: Callable[[], float] = time.time) -> None:
         self.app = app
         self._config = config
@@ -84,7 +85,7 @@ class AppLadder:
             self._config = DelayqConfig.from_app(self.app)
         return self._config
 
-    def connection(self) -> Any:
+    def connection(self) -> Connection:
         """A (not yet connected) kombu connection to the ladder's broker."""
         if self.config.broker_url:
             return self.app.connection_for_write(self.config.broker_url)

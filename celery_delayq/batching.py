@@ -10,15 +10,16 @@ Confirms are never switched off, only awaited together.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from typing import Iterator
 
 from .integration import ladder_for
+from .typing import CeleryApp
 
 __all__ = ["batch"]
 
 
 @contextlib.contextmanager
-def batch(app: Any) -> Iterator[None]:
+def batch(app: CeleryApp) -> Iterator[None]:
     """Pipeline ladder confirms for the delayed publishes of ``app`` in this block."""
     with ladder_for(app).publisher.batch():
         yield

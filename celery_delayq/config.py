@@ -16,6 +16,7 @@ from typing import Any, Iterable
 from .errors import DelayTooLong
 from .ladder import LadderSpec
 from .queue_delays import normalize_queue_delays
+from .typing import CeleryApp
 
 __all__ = ["DelayqConfig", "SETTINGS", "unknown_settings", "warn_unknown_settings"]
 
@@ -74,8 +75,8 @@ class DelayqConfig:
         dedup_url: Redis URL of the duplicate guard.
         dedup_ttl: Seconds a delivery is remembered by the duplicate guard.
         index: Keep an index of waiting tasks (RabbitMQ streams written by the broker
-            itself, see :mod:`celery_delayq.pending`) for ``delayq pending``;
-            measured to cost scheduling a few percent (benchmarks, ``index_cost``).
+            itself, see :mod:`celery_delayq.pending`) for ``delayq pending`` and
+            ``delayq cancel``; the broker writes one extra copy per ladder pass.
     """
 
     enabled: bool = False
@@ -132,7 +133,7 @@ class DelayqConfig:
         return LadderSpec(prefix=self.prefix, unit_ms=self.unit_ms, levels=self.levels, radix=self.radix)
 
     @classmethod
-    def from_app(cls, app: Any) -> "DelayqConfig":
+    def from_app(cls, app: CeleryApp) -> "DelayqConfig":
         """Read ``delayq_*`` settings from a Celery app (Django's ``CELERY_DELAYQ_*`` too)."""
         conf = app.conf
         warn_unknown_settings(app)
@@ -157,11 +158,11 @@ def _lookup(conf: Any, key: str) -> Any:
     return None
 
 
-#: Setting name -> default, for documentation and the CLI's ``config`` command.
+#: Setting name -> default; ``docs/api.md``'s settings table is generated from it (``docs/gen_settings.py``).
 SETTINGS: dict[str, Any] = {f"delayq_{f.name}": f.default for f in fields(DelayqConfig)}
 
 
-def _namespace(app: Any) -> str:
+def _namespace(app: CeleryApp) -> str:
     """The prefix of Django-style settings (``config_from_object(..., namespace='CELERY')``)."""
     return (getattr(app, "namespace", None) or "CELERY").upper()
 
@@ -197,10 +198,10 @@ def unknown_settings(keys: Iterable[str], namespace: str = "CELERY") -> list[tup
     return found
 
 
-_WARNED: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_WARNED: "weakref.WeakSet[CeleryApp]" = weakref.WeakSet()
 
 
-def warn_unknown_settings(app: Any) -> list[tuple[str, str | None]]:
+def warn_unknown_settings(app: CeleryApp) -> list[tuple[str, str | None]]:
     """Log one warning per unknown ``delayq_*`` setting of ``app``, once per app.
 
     A misspelt setting (``delayq_enable`` for ``delayq_enabled``) is otherwise

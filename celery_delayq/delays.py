@@ -14,7 +14,7 @@ from typing import Any
 
 from .errors import InvalidDelay
 
-__all__ = ["due_from", "parse_eta", "remaining"]
+__all__ = ["due_from", "parse_eta"]
 
 
 def parse_eta(eta: Any) -> float:
@@ -23,9 +23,8 @@ def parse_eta(eta: Any) -> float:
     A naive datetime is taken as UTC, as Celery does with ``enable_utc``.
     """
     if isinstance(eta, datetime):
-        if eta.tzinfo is None:
-            eta = eta.replace(tzinfo=timezone.utc)
-        return eta.timestamp()
+        when = eta if eta.tzinfo is not None else eta.replace(tzinfo=timezone.utc)
+        return when.timestamp()
     if isinstance(eta, str):
         try:
             return parse_eta(datetime.fromisoformat(eta))
@@ -58,8 +57,3 @@ def due_from(countdown: Any = None, eta: Any = None, *, now: float) -> float | N
     else:
         return None
     return due if due > now else None
-
-
-def remaining(due: float, *, now: float) -> float:
-    """Seconds from ``now`` until ``due`` (never negative)."""
-    return max(0.0, due - now)

@@ -123,6 +123,7 @@ def plan(topo: Topology, *, exits: Iterable[Destination] = (),
         ("exchange", s.unroutable_exchange): "unroutable",
         ("queue", s.unroutable_queue): "unroutable",
         ("exchange", s.delivery_exchange): "deliver",
+        ("queue", s.laps_queue): "laps",
     }
     for k in range(s.levels):
         keys[("exchange", s.level_exchange(k))] = f"level{k:02d}"
@@ -147,10 +148,10 @@ def plan(topo: Topology, *, exits: Iterable[Destination] = (),
         # exchange-to-exchange binding per level is digit 0's pass-through.
         bindings.append(Link(dest if b.destination_kind == "queue" else f"{source}_d0",
                              source, dest, b.destination_kind, b.routing_key))
-    for dest in dict.fromkeys(exits):
-        key = _identifier(dest.exit_queue[len(s.prefix):])
-        queues.append(Entity("queue", dest.exit_queue, key, "", topo.exit_queue_args(dest.exchange, dest.routing_key)))
-        bindings.append(Link(key, "deliver", key, "queue", s.exit_binding_key(dest.token)))
+    for exit_ in dict.fromkeys(exits):
+        key = _identifier(exit_.exit_queue[len(s.prefix):])
+        queues.append(Entity("queue", exit_.exit_queue, key, "", topo.exit_queue_args(exit_.exchange, exit_.routing_key)))
+        bindings.append(Link(key, "deliver", key, "queue", s.exit_binding_key(exit_.token)))
 
     for what, items in (("exchange", exchanges), ("queue", queues), ("binding", bindings)):
         seen = [i.key for i in items]

@@ -40,6 +40,7 @@ from .app_ladder import AppLadder
 from .config import _lookup, warn_unknown_settings
 from .laps import LapRelay
 from .producer import LadderProducerPool, producer_factory
+from .typing import CeleryApp
 from . import telemetry
 
 __all__ = ["install", "uninstall", "ladder_for", "router_for", "is_installed", "watch_app",
@@ -47,14 +48,14 @@ __all__ = ["install", "uninstall", "ladder_for", "router_for", "is_installed", "
 
 log = logging.getLogger(__name__)
 
-_LADDERS: "weakref.WeakKeyDictionary[Any, AppLadder]" = weakref.WeakKeyDictionary()
-_INSTALLED: "weakref.WeakKeyDictionary[Any, AppLadder]" = weakref.WeakKeyDictionary()
-_WATCHED: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_LADDERS: "weakref.WeakKeyDictionary[CeleryApp, AppLadder]" = weakref.WeakKeyDictionary()
+_INSTALLED: "weakref.WeakKeyDictionary[CeleryApp, AppLadder]" = weakref.WeakKeyDictionary()
+_WATCHED: "weakref.WeakSet[CeleryApp]" = weakref.WeakSet()
 _LOCK = threading.RLock()
 _FIXUP = "celery_delayq.integration:watch_app"
 
 
-def ladder_for(app: Any) -> AppLadder:
+def ladder_for(app: CeleryApp) -> AppLadder:
     """The app's :class:`~celery_delayq.app_ladder.AppLadder` (settings, publisher), without hooking anything.
 
     Use it to read the app's ladder settings or reach its publisher; use
@@ -69,17 +70,17 @@ def ladder_for(app: Any) -> AppLadder:
     return ladder
 
 
-def router_for(app: Any) -> AppLadder | None:
+def router_for(app: CeleryApp) -> AppLadder | None:
     """The ladder installed on ``app``, or ``None`` (kept from 0.1; see :func:`is_installed`)."""
     return _INSTALLED.get(app)
 
 
-def is_installed(app: Any) -> bool:
+def is_installed(app: CeleryApp) -> bool:
     """Do ``app``'s publishes go through the ladder in this process?"""
     return app in _INSTALLED
 
 
-def install(app: Any) -> AppLadder:
+def install(app: CeleryApp) -> AppLadder:
     """Make ``app``'s delayed publishes wait in the ladder (idempotent); returns its ladder.
 
     After this, every publish of the app that is delayed (``countdown``, ``eta``,
@@ -111,7 +112,7 @@ def install(app: Any) -> AppLadder:
     return ladder
 
 
-def uninstall(app: Any) -> None:
+def uninstall(app: CeleryApp) -> None:
     """Undo :func:`install` (tests, mostly): the app's publishes go the plain Celery way again."""
     with _LOCK:
         ladder = _INSTALLED.pop(app, None)
@@ -131,7 +132,7 @@ def uninstall(app: Any) -> None:
         telemetry.detach(app)
 
 
-def _attach_telemetry(app: Any) -> None:
+def _attach_telemetry(app: CeleryApp) -> None:
     """Record the app's events when ``delayq_telemetry_dir`` is set (a subscriber, removable).
 
     Only that one setting is read here: install() may run while Celery loads
@@ -142,7 +143,7 @@ def _attach_telemetry(app: Any) -> None:
         telemetry.attach(app)
 
 
-def _hook_producers(app: Any, ladder: AppLadder) -> None:
+def _hook_producers(app: CeleryApp, ladder: AppLadder) -> None:
     """Point the app's producer pool and ``app.amqp.Producer`` at the ladder's producer."""
     amqp = app.amqp
     amqp.Producer = producer_factory(ladder)
@@ -158,12 +159,12 @@ def _rehook_after_fork(sender: Any = None, **_: Any) -> None:
 
 
 # -- activation from the setting ---------------------------------------------------------
-def enabled_in(app: Any) -> bool:
+def enabled_in(app: CeleryApp) -> bool:
     """Is ``delayq_enabled`` (or Django's ``CELERY_DELAYQ_ENABLED``) set on the app?"""
     return bool(_lookup(app.conf, "delayq_enabled"))
 
 
-def watch_app(app: Any) -> None:
+def watch_app(app: CeleryApp) -> None:
     """Install the ladder on ``app`` once its configuration is loaded, if ``delayq_enabled`` is set.
 
     Registered as a Celery fixup for every app created after celery_delayq is
@@ -206,7 +207,7 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
         super().__init__(c, **kwargs)
         self.relay: LapRelay | None = None
 
-    def start(self, c: Any) -> None:
+    def start(self, c: Any) -> None:  # c: Celery's worker Consumer (untyped)
         ladder = router_for(c.app)
         if ladder is None:
             return

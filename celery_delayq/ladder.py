@@ -124,7 +124,7 @@ class LadderSpec:
     @property
     def max_units(self) -> int:
         """Largest delay the ladder holds, in units."""
-        return self.radix**self.levels - 1
+        return int(self.radix**self.levels) - 1  # int ** int is typed Any (a negative power is a float)
 
     @property
     def max_delay_s(self) -> float:
@@ -134,7 +134,7 @@ class LadderSpec:
     @property
     def max_ttl_ms(self) -> int:
         """TTL of the longest-waiting queue (top level, highest digit)."""
-        return (self.radix - 1) * self.radix ** (self.levels - 1) * self.unit_ms
+        return (self.radix - 1) * int(self.radix ** (self.levels - 1)) * self.unit_ms
 
     # -- delay -> units -> digits -----------------------------------------
     def units_for(self, delay_s: float) -> int:
@@ -252,7 +252,7 @@ class LadderSpec:
 
     def queue_ttl_ms(self, k: int, digit: int) -> int:
         """``x-message-ttl`` of queue ``(k, digit)``."""
-        return digit * self.radix**k * self.unit_ms
+        return digit * int(self.radix**k) * self.unit_ms
 
     def dead_letter_target(self, k: int) -> str:
         """Exchange that level ``k``'s queues dead-letter into."""

@@ -57,7 +57,7 @@ def delay_of(headers: dict[str, Any]) -> float | None:
 def _plain_exchange(exchange: Any) -> Any:
     if not isinstance(exchange, Exchange) or exchange.type != PLUGIN_TYPE:
         return exchange
-    arguments = dict(exchange.arguments or {})
+    arguments = dict(getattr(exchange, "arguments", None) or {})  # set by kombu's attrs, not declared
     real_type = arguments.pop("x-delayed-type", None) or "direct"
     return Exchange(exchange.name, type=real_type, durable=exchange.durable,
                     auto_delete=exchange.auto_delete, arguments=arguments or None)

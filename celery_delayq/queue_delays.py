@@ -20,6 +20,7 @@ from kombu import Queue
 
 from .errors import InvalidDelay
 from .ladder import LadderSpec
+from .typing import CeleryApp
 
 __all__ = ["DelayedQueue", "normalize_queue_delays", "queue_delays_of", "default_delay"]
 
@@ -54,7 +55,7 @@ def normalize_queue_delays(value: Any, spec: LadderSpec) -> tuple[tuple[str, flo
     return tuple(sorted(out.items()))
 
 
-def queue_delays_of(app: Any, configured: Iterable[tuple[str, float]]) -> dict[str, float]:
+def queue_delays_of(app: CeleryApp, configured: Iterable[tuple[str, float]]) -> dict[str, float]:
     """Queue name -> default delay, from the setting and from ``DelayedQueue`` entries.
 
     The setting wins over a ``DelayedQueue`` of the same name: settings are

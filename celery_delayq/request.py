@@ -27,7 +27,7 @@ class LadderRequest(Request):
     """Celery ``Request`` whose ``eta`` is ``None`` once it has passed."""
 
     @property
-    def eta(self) -> datetime | None:  # type: ignore[override]
+    def eta(self) -> datetime | None:
         eta: datetime | None = self._eta
         if eta is not None and eta.timestamp() <= time.time():
             return None

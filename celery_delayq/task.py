@@ -242,7 +242,8 @@ def _celery_max_retries_kept(task: Any, restore: bool) -> Iterator[None]:
 
 
 def _exhausted(task: Any, attempt_no: int) -> BaseException:
-    return task.MaxRetriesExceededError(f"{task.name} gave up after {attempt_no} attempt(s)")
+    exc: BaseException = task.MaxRetriesExceededError(f"{task.name} gave up after {attempt_no} attempt(s)")
+    return exc
 
 
 _NATIVE_ACTIVE: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()

@@ -238,7 +238,7 @@ class Topology:
         with _Channels(connection) as chans:
             for kind, name, _args in self.entities():
                 try:
-                    chans.call(lambda ch, kind=kind, name=name: _declare(ch, kind, name, {}, passive=True))
+                    chans.call(lambda ch: _declare(ch, kind, name, {}, passive=True))  # called at once
                 except amqp.NotFound:
                     missing.append(f"{kind.split(':')[0]} {name!r}")
             if missing:
@@ -252,7 +252,7 @@ class Topology:
             for kind, name, args in self.entities():
                 try:
                     chans.run(f"{kind.split(':')[0]} {name!r}",
-                              lambda ch, kind=kind, name=name, args=args: _declare(ch, kind, name, args))
+                              lambda ch: _declare(ch, kind, name, args))
                 except amqp.AccessRefused:
                     log.info("delayq: no configure permission; ladder arguments not verified")
                     return
@@ -311,12 +311,12 @@ class Topology:
                 if q.exists:
                     # Quorum queues refuse queue.delete(if_empty=True) with a *connection*
                     # error, so the depth was looked at above instead.
-                    chans.call(lambda ch, name=q.name: ch.queue_delete(name))
+                    chans.call(lambda ch: ch.queue_delete(q.name))
                     deleted.append(f"queue {q.name}")
             for name in exchanges:
                 # exchange.delete succeeds for an absent exchange, so look first.
                 if _probe(chans, "exchange", name).exists:
-                    chans.call(lambda ch, name=name: ch.exchange_delete(name))
+                    chans.call(lambda ch: ch.exchange_delete(name))
                     deleted.append(f"exchange {name}")
         self._exits.clear()
         return deleted

@@ -13,6 +13,9 @@ One delayed publish crosses two seams, each one way:
 
 Nothing calls back down: the routing never touches the producer, and the
 backend never touches either.
+
+:class:`CeleryApp` names the part of a Celery app the package uses, so that a
+signature says "a Celery app" rather than ``Any``.
 """
 
 from __future__ import annotations
@@ -21,9 +24,58 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # pragma: no cover
+    from kombu.connection import Connection
+
     from .publisher import Scheduled
 
-__all__ = ["Diversion", "DelayRouting", "DelayBackend"]
+__all__ = ["Diversion", "DelayRouting", "DelayBackend", "CeleryApp"]
+
+
+class CeleryApp(Protocol):
+    """What celery_delayq uses of a ``celery.Celery`` app; any Celery app satisfies it.
+
+    Celery ships no type information, so each member is ``Any`` at that edge:
+    the Protocol documents (and lets mypy check) which parts of the app this
+    package touches, nothing more.
+    """
+
+    @property
+    def conf(self) -> Any:
+        """``celery.app.utils.Settings``: where the ``delayq_*`` settings are read."""
+        ...
+
+    @property
+    def amqp(self) -> Any:
+        """``celery.app.amqp.AMQP``: the task queues, and the two producer seams the hook sets."""
+        ...
+
+    @property
+    def pool(self) -> Any:
+        """The app's kombu connection pool, which the ladder's producer pool draws from."""
+        ...
+
+    @property
+    def steps(self) -> Any:
+        """Worker bootsteps per blueprint (``steps["consumer"]``), where the ladder's step goes."""
+        ...
+
+    @property
+    def Task(self) -> Any:  # noqa: N802 - Celery's name
+        """The app's base task class; its ``Request`` is set app-wide on install."""
+        ...
+
+    @property
+    def on_after_fork(self) -> Any:
+        """Celery's signal in a forked child (the producer hook is set again there)."""
+        ...
+
+    def connection_for_write(self, url: Any = None, **kwargs: Any) -> "Connection":
+        """A new, unconnected kombu connection to the app's (or ``url``'s) broker."""
+        ...
+
+    def add_defaults(self, fun: Any) -> None:
+        """Register a callback run once the app's configuration is loaded."""
+        ...
 
 
 @dataclass(frozen=True)

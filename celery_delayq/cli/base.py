@@ -27,6 +27,7 @@ from ..config import DelayqConfig
 from ..errors import DelayqError, UnsupportedTransport
 from ..ladder import LadderSpec
 from ..topology import Topology, broker_version, resolve_queue_type
+from ..typing import CeleryApp
 
 __all__ = ["DelayqGroup", "AppContext", "app_context", "confirm", "console", "yes_option"]
 
@@ -37,7 +38,7 @@ _CONNECTION_ERRORS = (OSError, kombu.exceptions.OperationalError, amqp.exception
 class AppContext:
     """The Celery app of a CLI run, its ``delayq_*`` settings and its ladder broker."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: CeleryApp) -> None:
         self.app = app
 
     @functools.cached_property

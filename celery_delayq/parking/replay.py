@@ -113,9 +113,9 @@ def replay(connection: amqp.Connection, queue: str, *, match: ParkedFilter | Non
             for parked in (p for i, p in batch.items() if i not in returned):  # telemetry: replayed
                 signals.message_replayed.send(sender=queue, parked=parked, delay=delay)
             for parked_id in returned:  # destination vanished mid-replay: park again
-                parked = batch.get(parked_id)
-                if parked is not None:
-                    ch.basic_publish(_copy(parked, dict(parked.headers)), "", queue)
+                back = batch.get(parked_id)
+                if back is not None:
+                    ch.basic_publish(_copy(back, dict(back.headers)), "", queue)
                     report.reparked += 1
             if returned:
                 scan.commit()
