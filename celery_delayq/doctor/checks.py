@@ -250,7 +250,7 @@ def activation_finding(*, enabled: bool, installed: bool, ladder_tasks: int = 0,
                            "Add `import celery_delayq` next to the app's definition (Django: 'celery_delayq.django' "
                            "in INSTALLED_APPS). " + ACTIVATION_RULE, details)
         return Finding("activation", OK, "delayq_enabled is on, and the ladder is active in this process and in a "
-                       "fresh process that only imports the app.", "Nothing to do. " + ACTIVATION_RULE, details)
+                       "fresh process that only imports the app.", "Nothing to do.", details)
     return Finding("activation", OK, "delayq_enabled is on and the ladder is active in this process.",
                    "Nothing to do; make sure every process that publishes imports celery_delayq. " + ACTIVATION_RULE,
                    details)
