@@ -57,7 +57,8 @@ class CancelFollower:
 
     def start(self) -> None:
         """Load the whole log (blocking), then follow it in a daemon thread."""
-        with reader_connection(self.ladder) as raw:
+        # A worker must not start without its cancels: a slow broker gets about a minute.
+        with reader_connection(self.ladder, retries=15) as raw:
             end = load(raw, self.layout, self.book)
         self._next = end + 1 if end is not None else "next"
         log.info("delayq: %d cancelled task id(s) loaded from %s", len(self.book), self.layout.cancel_queue)

@@ -239,11 +239,14 @@ def _entry_of(message: amqp.Message, wanted: Collection[str]) -> StreamEntry:
 
 
 @contextlib.contextmanager
-def reader_connection(ladder: Any) -> Iterator[amqp.Connection]:
-    """A py-amqp connection to ``ladder``'s broker without heartbeats (a long read cannot serve them)."""
+def reader_connection(ladder: Any, *, retries: int = 1) -> Iterator[amqp.Connection]:
+    """A py-amqp connection to ``ladder``'s broker without heartbeats (a long read cannot serve them).
+
+    ``retries``: further attempts (0.5 s apart, growing to 5 s) after a failed connect.
+    """
     conn = ladder.connection().clone(heartbeat=0)
     try:
-        conn.ensure_connection(max_retries=1)
+        conn.ensure_connection(max_retries=retries, interval_start=0.5, interval_step=1.0, interval_max=5.0)
         yield conn.connection
     finally:
         with contextlib.suppress(Exception):  # closing after a failed read must not hide its error
