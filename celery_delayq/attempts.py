@@ -1,10 +1,10 @@
-"""What one attempt of a DelayedRetryTask knows, and what happens when it gives up: parking.
+"""What one attempt of a DelayedRetryTask knows, beyond Celery's request.
 
 Celery's request tells the attempt number (``retries``) and carries our
 headers; this module adds what Celery does not keep: when the attempt
 started, the raw message (for an exact parked copy), and the duplicate
-guard's key. It also builds the tenacity state of an attempt and parks the
-message of a task that gives up.
+guard's key, and builds the tenacity state of an attempt. Parking a task
+that gives up is :func:`celery_delayq.parking.park.park_attempt`.
 """
 
 from __future__ import annotations
@@ -18,15 +18,10 @@ from typing import Any
 from tenacity import RetryCallState
 
 from . import headers as H
-from . import signals
-from .integration import ladder_for
-from .parking.capture import RawMessage, take_raw
-from .parking.errors import ParkingFailed
-from .parking.park import failure_headers, parker_for, parking_message
-from .policies.resolve import RetryOptions
+from .request import RawMessage, take_raw
 from .policies.state import call_state
 
-__all__ = ["Attempt", "begin_attempt", "end_attempt", "current_attempt", "first_attempt_time", "state_for", "park"]
+__all__ = ["Attempt", "begin_attempt", "end_attempt", "current_attempt", "first_attempt_time", "state_for"]
 
 log = logging.getLogger(__name__)
 
@@ -98,31 +93,3 @@ def state_for(request: Any, exc: BaseException | None, *, now: float | None = No
     """The tenacity state of the attempt that just ended with ``exc``."""
     return call_state(attempt_number=int(request.retries or 0) + 1,
                       first_attempt=first_attempt_time(request), exception=exc, now=now)
-
-
-def park(task: Any, request: Any, exc: BaseException, *, reason: str, options: RetryOptions) -> None:
-    """Move the attempt's message to ``options.parking_queue``, confirmed, before the task returns.
-
-    Raises:
-        ParkingFailed: the message could not be parked (the task then fails with it).
-    """
-    attempt = current_attempt(request)
-    if attempt.raw is None:
-        log.error("delayq: cannot park %s[%s]: the worker did not capture its message; give the task "
-                  "delayq_park=True (or keep delayq_park on for the app) and a Request class derived "
-                  "from celery_delayq.parking.capture.CapturingRequest", task.name, request.id)
-        return
-    router = ladder_for(task._get_app())
-    config = router.config
-    failure = failure_headers(
-        task=task.name, task_id=request.id, attempts=int(request.retries or 0) + 1,
-        first_attempt=first_attempt_time(request), last_attempt=attempt.started, exc=exc, reason=reason,
-        exchange=attempt.raw.exchange, routing_key=attempt.raw.routing_key)
-    queue_type = config.queue_type if config.parking_queue_type == "auto" else config.parking_queue_type
-    parker = parker_for(router.connection(), queue_type=queue_type, confirm_timeout=config.confirm_timeout)
-    try:
-        parker.park(options.parking_queue, parking_message(attempt.raw, failure))
-    except ParkingFailed as err:
-        raise ParkingFailed(f"{task.name}[{request.id}] failed with {exc!r}, and {err}") from exc
-    log.warning("delayq: parked %s[%s] in %r (%s: %r)", task.name, request.id, options.parking_queue, reason, exc)
-    signals.message_parked.send(sender=task, request=request, exc=exc, queue=options.parking_queue)

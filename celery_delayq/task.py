@@ -28,10 +28,11 @@ from celery.exceptions import Ignore, Retry, Reject, TaskPredicate
 
 from . import headers as H
 from . import signals
-from .attempts import begin_attempt, current_attempt, end_attempt, first_attempt_time, park, state_for
+from .attempts import begin_attempt, current_attempt, end_attempt, first_attempt_time, state_for
 from .dedup import DuplicateGuard, delivery_key, guard_for
 from .delays import due_from, parse_eta
 from .integration import install, ladder_for
+from .parking.park import park_attempt as park
 from .policies.decision import RetryDecision, decide_retry
 from .policies.explicit import RetryAfter
 from .policies.resolve import RetryOptions, resolve_options, split_call_options
@@ -57,7 +58,7 @@ class DelayedRetryTask(Task):
     """
 
     #: Runs a due ladder delivery at once, and hands the raw message to the task for parking.
-    Request = "celery_delayq.parking.capture:CapturingRequest"
+    Request = "celery_delayq.request:CapturingRequest"
 
     delayq_policy: Any = None
     delayq_wait: Any = None

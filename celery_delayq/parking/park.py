@@ -14,12 +14,14 @@ import threading
 import time
 import traceback as tb
 import uuid
-from typing import Any
+import logging
+from typing import TYPE_CHECKING, Any
 
 import amqp
 import kombu
 
 from .. import headers as H
+from .. import signals
 from ..confirms import ConfirmChannel
 from ..owned import OwnedConnection
 from ..registry import ProcessRegistry
@@ -27,10 +29,15 @@ from ..errors import BrokerUnavailable, PublishError
 from .errors import ParkingFailed
 from ..topology import broker_version, resolve_queue_type
 from . import record as R
-from .capture import RawMessage
+from ..request import RawMessage
 from .limits import declare_arguments
 
-__all__ = ["Parker", "parker_for", "failure_headers", "parking_message"]
+if TYPE_CHECKING:  # pragma: no cover
+    from ..policies.resolve import RetryOptions
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Parker", "parker_for", "failure_headers", "parking_message", "park_attempt"]
 
 #: Longest traceback kept in a header; AMQP headers share one frame with the properties.
 MAX_TRACEBACK = 8000
@@ -152,3 +159,34 @@ def parker_for(connection: kombu.Connection, *, queue_type: str, confirm_timeout
     """The process-wide parker for a broker (created on first use)."""
     key = (connection.as_uri(include_password=True), queue_type, confirm_timeout)
     return _PARKERS.get(key, lambda: Parker(connection, queue_type=queue_type, confirm_timeout=confirm_timeout))
+
+
+def park_attempt(task: Any, request: Any, exc: BaseException, *, reason: str, options: "RetryOptions") -> None:
+    """Move the attempt's message to ``options.parking_queue``, confirmed, before the task returns.
+
+    Raises:
+        ParkingFailed: the message could not be parked (the task then fails with it).
+    """
+    from ..attempts import current_attempt, first_attempt_time  # the worker side, imported when used
+    from ..integration import ladder_for
+
+    attempt = current_attempt(request)
+    if attempt.raw is None:
+        log.error("delayq: cannot park %s[%s]: the worker did not capture its message; give the task "
+                  "delayq_park=True (or keep delayq_park on for the app) and a Request class derived "
+                  "from celery_delayq.request.CapturingRequest", task.name, request.id)
+        return
+    router = ladder_for(task._get_app())
+    config = router.config
+    failure = failure_headers(
+        task=task.name, task_id=request.id, attempts=int(request.retries or 0) + 1,
+        first_attempt=first_attempt_time(request), last_attempt=attempt.started, exc=exc, reason=reason,
+        exchange=attempt.raw.exchange, routing_key=attempt.raw.routing_key)
+    queue_type = config.queue_type if config.parking_queue_type == "auto" else config.parking_queue_type
+    parker = parker_for(router.connection(), queue_type=queue_type, confirm_timeout=config.confirm_timeout)
+    try:
+        parker.park(options.parking_queue, parking_message(attempt.raw, failure))
+    except ParkingFailed as err:
+        raise ParkingFailed(f"{task.name}[{request.id}] failed with {exc!r}, and {err}") from exc
+    log.warning("delayq: parked %s[%s] in %r (%s: %r)", task.name, request.id, options.parking_queue, reason, exc)
+    signals.message_parked.send(sender=task, request=request, exc=exc, queue=options.parking_queue)
