@@ -176,6 +176,9 @@ class AppLadder:
         name, key = exchange_name(exchange), routing_key or ""
         queue_hint = _check_names(name, key, plain_entities(declare))
         self.config.check_delay(delay)  # DelayTooLong (only with a cap), before anything is sent
+        # As the plugin does on delivery: a negative x-delay, so a consumer that republishes
+        # the message (into a plugin exchange, or through this hook) does not delay it twice.
+        headers[DELAY_HEADER] = -int(round(delay * 1000))
         return Diversion(name, key, due=now + delay, delay=delay, queue_hint=queue_hint)
 
     def _native_destination(self, delivery_exchange: str, original_key: str, *, native_key: str) -> tuple[str, str]:

@@ -65,7 +65,7 @@ def describe_ladder(spec: LadderSpec, queue_type: str | None = None) -> str:
         f"radix {spec.radix}",
         f"{spec.levels} level{'' if spec.levels == 1 else 's'}",
         f"unit {human_duration(spec.unit_ms / 1000)}",
-        f"max {human_duration(spec.max_delay_s)}",
+        f"one pass {human_duration(spec.max_delay_s)} (longer delays lap)",
     ]
     if queue_type:
         parts.append(queue_type)

@@ -293,7 +293,7 @@ class Topology:
         """
         s = self.spec
         deleted: list[str] = []
-        queues = [name for _k, _d, name in s.level_queues()] + ([] if keep_shared else [s.unroutable_queue])
+        queues = [name for _k, _d, name in s.level_queues()] + ([] if keep_shared else [s.unroutable_queue, s.laps_queue])
         queues += list(exit_queues) + [d.exit_queue for d in self._exits.values()]
         exchanges = [s.level_exchange(k) for k in range(s.levels)] + [s.delivery_exchange]
         exchanges += [] if keep_shared else [s.unroutable_exchange]

@@ -46,6 +46,6 @@ def test_never_shows_more_than_the_next_unit_up(seconds: float) -> None:
 
 def test_describes_the_default_ladder_in_one_line() -> None:
     assert describe_ladder(LadderSpec(), "quorum") == \
-        "ladder 'delayq': radix 4, 14 levels, unit 10 ms, max 31 days, quorum"
+        "ladder 'delayq': radix 4, 14 levels, unit 10 ms, one pass 31 days (longer delays lap), quorum"
     assert describe_ladder(LadderSpec(prefix="x", radix=2, levels=29, unit_ms=1)) == \
-        "ladder 'x': radix 2, 29 levels, unit 1 ms, max 6.2 days"
+        "ladder 'x': radix 2, 29 levels, unit 1 ms, one pass 6.2 days (longer delays lap)"

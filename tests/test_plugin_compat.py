@@ -67,3 +67,19 @@ def test_bad_x_delay_is_refused_and_plugin_types_are_made_plain() -> None:
         delay_of({"x-delay": "soon"})
     (q,) = plain_entities([Queue("q", plugin_exchange("d", "topic"), routing_key="a.*")])
     assert q.exchange.type == "topic" and "x-delayed-type" not in (q.exchange.arguments or {})
+
+
+def test_delivered_x_delay_is_negative_as_the_plugin_leaves_it(make_app, amqp_conn: amqp.Connection, uid: str) -> None:
+    app = make_app(delayq_enabled=True)
+    queue = Queue(f"dq.{uid}", plugin_exchange(f"delayed.{uid}"), routing_key="k")
+    with app.producer_or_acquire() as producer:
+        producer.publish({"n": 1}, exchange=queue.exchange, routing_key="k", headers={"x-delay": 300},
+                         declare=[queue], serializer="json")
+    ch = amqp_conn.channel()
+    try:
+        (m,) = drain(amqp_conn, f"dq.{uid}", 1, timeout=10)
+        assert m.headers["x-delay"] == -300  # republished as is, it is not delayed a second time
+    finally:
+        ch.queue_delete(f"dq.{uid}")
+        ch.exchange_delete(f"delayed.{uid}")
+        ch.close()
