@@ -30,6 +30,7 @@ import logging
 import threading
 import time
 import uuid
+from datetime import datetime, timezone
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
@@ -303,6 +304,28 @@ class LadderPublisher:
         warnings.warn("LadderPublisher.publish() is deprecated; use schedule_body()",
                       DeprecationWarning, stacklevel=2)
         return self.schedule_body(body, **kwargs)
+
+    def plan_pass(self, exchange: str, routing_key: str, headers: dict[str, Any], *, delay: float) -> tuple[str, str]:
+        """Plan one ladder pass to ``exchange``/``routing_key``, ``delay`` seconds from now, for a
+        caller that publishes the message itself; stamps ``headers`` (in place).
+
+        Returns ``(entry exchange, ladder routing key)``. Replay uses it: it publishes
+        inside an AMQP transaction, so that the copy and the ack of the parked original
+        commit together, which a confirm-mode channel cannot do.
+        """
+        self.declare()
+        topology = self.topology
+        assert topology is not None
+        dest = topology.destination(exchange, routing_key)
+        topology.ensure_exit(self.raw_connection(), dest, declare=self.config.declare)
+        now = self.clock()
+        due = now + delay
+        _units, entry_exchange, ladder_key, hops = plan(self.spec, dest, due=due, now=now)
+        H.stamp_pass(headers, due=due, delay=delay, entry=uuid.uuid4().hex, hops=hops,
+                     exchange=exchange, routing_key=routing_key, now=now)
+        if "eta" in headers:  # a Celery message: request.eta tells the task when it is due
+            headers["eta"] = datetime.fromtimestamp(due, tz=timezone.utc).isoformat()
+        return entry_exchange, ladder_key
 
     def schedule(self, body: bytes | str, *, due: float, delay: float, exchange: str, routing_key: str,
                  headers: dict[str, Any], content_type: str | None = None,

@@ -19,17 +19,13 @@ the copy (mandatory); it is then parked again.
 
 from __future__ import annotations
 
-import time
-import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any, Callable
 
 import amqp
 
-from .. import headers as H
 from .. import signals
-from ..publisher import LadderPublisher, plan
+from ..publisher import LadderPublisher
 from . import record as R
 from .record import ParkedFilter, ParkedMessage
 from .scan import Scan
@@ -151,16 +147,4 @@ def replay(connection: amqp.Connection, queue: str, *, match: ParkedFilter | Non
 def _through_ladder(ladder: LadderPublisher, parked: ParkedMessage, headers: dict[str, Any],
                     delay: float) -> tuple[str, str]:
     """Turn ``headers`` into a ladder pass to the parked message's destination; returns where to publish."""
-    ladder.declare()
-    topology = ladder.topology
-    assert topology is not None
-    dest = topology.destination(parked.exchange, parked.routing_key)
-    topology.ensure_exit(ladder.raw_connection(), dest, declare=ladder.config.declare)
-    now = time.time()
-    due = now + delay
-    _units, entry_exchange, ladder_key, hops = plan(ladder.spec, dest, due=due, now=now)
-    headers.update({H.DUE: due, H.DELAY: delay, H.ENTRY: uuid.uuid4().hex, H.HOPS: hops,
-                    H.EXCHANGE: parked.exchange, H.ROUTING_KEY: parked.routing_key})
-    if "eta" in headers:  # a Celery message: request.eta tells the task when it was due
-        headers["eta"] = datetime.fromtimestamp(due, tz=timezone.utc).isoformat()
-    return entry_exchange, ladder_key
+    return ladder.plan_pass(parked.exchange, parked.routing_key, headers, delay=delay)
