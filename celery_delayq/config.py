@@ -77,6 +77,9 @@ class DelayqConfig:
         index: Keep an index of waiting tasks (RabbitMQ streams written by the broker
             itself, see :mod:`celery_delayq.pending`) for ``delayq pending`` and
             ``delayq cancel``; the broker writes one extra copy per ladder pass.
+        metrics_port: Serve Prometheus metrics (:mod:`celery_delayq.metrics`) on this port
+            from each worker's main process (``None`` = off). With the prefork pool,
+            retries and parks happen in the children and are not counted there.
     """
 
     enabled: bool = False
@@ -102,6 +105,7 @@ class DelayqConfig:
     dedup_url: str = "redis://localhost:6379/0"
     dedup_ttl: float = 86400.0
     index: bool = True
+    metrics_port: int | None = None
 
     def __post_init__(self) -> None:
         # Settings arrive as dicts and lists; the config is a dict key of the

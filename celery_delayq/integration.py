@@ -206,6 +206,7 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
     def __init__(self, c: Any, **kwargs: Any) -> None:
         super().__init__(c, **kwargs)
         self.relay: LapRelay | None = None
+        self.metrics: Any = None  # celery_delayq.metrics.MetricsServer, in the worker's main process only
 
     def start(self, c: Any) -> None:  # c: Celery's worker Consumer (untyped)
         ladder = router_for(c.app)
@@ -216,10 +217,18 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
         if self.relay is None:
             self.relay = LapRelay(ladder.publisher, ladder.connection(), ladder.config.spec.laps_queue)
         self.relay.start()
+        if self.metrics is None and ladder.config.metrics_port is not None:
+            from .metrics import serve
+
+            self.metrics = serve(c.app, int(ladder.config.metrics_port))
+            log.info("delayq: metrics on port %s", self.metrics.port)
 
     def stop(self, c: Any) -> None:
         if self.relay is not None:
             self.relay.stop()
+        if self.metrics is not None:
+            self.metrics.close()
+            self.metrics = None
 
     shutdown = stop
 

@@ -14,6 +14,7 @@ from .base import DelayqGroup
 from .cancel import cancel
 from .doctor import doctor
 from .export import export
+from .metrics import metrics
 from .parking import parking
 from .pending import pending
 from .status import status
@@ -34,6 +35,7 @@ delayq.add_command(parking)
 delayq.add_command(doctor)
 delayq.add_command(pending)
 delayq.add_command(cancel)
+delayq.add_command(metrics)
 
 
 @delayq.command(name="report", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})

@@ -1,0 +1,39 @@
+"""``delayq metrics --port N [--addr A]``: serve Prometheus metrics until interrupted.
+
+The broker gauges (waiting per level, parked, unroutable) are read at each
+scrape; see :mod:`celery_delayq.metrics` for every name. Event counters of a
+standalone exporter stay at 0 (it publishes and consumes nothing): set
+``delayq_metrics_port`` to run the exporter inside each worker for those.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import click
+
+from ..metrics import serve
+from .base import app_context, console
+
+__all__ = ["metrics"]
+
+
+@click.command()
+@click.option("--port", type=click.IntRange(0, 65535), required=True, help="TCP port to serve /metrics on.")
+@click.option("--addr", default="0.0.0.0", show_default=True, help="Address to bind.")
+@click.pass_context
+def metrics(ctx: click.Context, port: int, addr: str) -> None:
+    """Serve the ladder's Prometheus metrics (waiting per level, parked, unroutable) until Ctrl-C."""
+    app = app_context(ctx)
+    try:
+        server = serve(app.app, port, addr)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {addr}:{port}: {exc.strerror or exc}; "
+                                   "pick a free port with --port") from None
+    console(ctx).print(f"delayq metrics for {app.uri} on http://{addr}:{server.port}/metrics (Ctrl-C stops)")
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
