@@ -14,6 +14,7 @@ chooses a task's queue; this only decides *when* the message gets there.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from datetime import datetime, timezone
@@ -109,6 +110,23 @@ class AppLadder:
         if self._queue_delays is None:
             self._queue_delays = queue_delays_of(self.app, self.config.queue_delays)
         return self._queue_delays
+
+    @functools.cached_property
+    def native_delayed_delivery(self) -> bool:
+        """Would Celery (5.5+) rewrite this app's delayed publishes to its own native ladder?
+
+        Asked once per app: finding the transport builds a Connection, which cost
+        ~0.45 ms per ``apply_async`` (a third of the hook's time) when asked each time.
+        """
+        try:
+            from celery.utils.quorum_queues import detect_quorum_queues
+        except ImportError:  # Celery < 5.5 has no native delayed delivery
+            return False
+        try:
+            driver = self.app.connection_for_write().transport.driver_type
+        except Exception:  # pragma: no cover - no transport, no native delivery
+            return False
+        return bool(detect_quorum_queues(self.app, driver)[0])
 
     def wants(self, headers: dict[str, Any]) -> bool:
         """Does this task's delay belong in the ladder (``delayq_enabled``, or a ladder task)?"""

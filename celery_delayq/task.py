@@ -19,7 +19,6 @@ import contextlib
 import logging
 import sys
 import time
-import weakref
 from functools import cached_property
 from typing import Any, Iterator
 
@@ -213,7 +212,7 @@ class DelayedRetryTask(Task):
             router = ladder_for(self._get_app())
             if due is not None:
                 router.config.check_delay(due - now)  # DelayTooLong (only with a cap), before publishing
-                if _native_delayed_delivery_active(self._get_app()):
+                if router.native_delayed_delivery:
                     # Celery's native path would truncate the delay with int() and raise
                     # on sub-second countdowns; hand the due time to our hook instead.
                     options.pop("countdown", None)
@@ -245,29 +244,3 @@ def _celery_max_retries_kept(task: Any, restore: bool) -> Iterator[None]:
 def _exhausted(task: Any, attempt_no: int) -> BaseException:
     exc: BaseException = task.MaxRetriesExceededError(f"{task.name} gave up after {attempt_no} attempt(s)")
     return exc
-
-
-_NATIVE_ACTIVE: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
-
-
-def _native_delayed_delivery_active(app: Any) -> bool:
-    """True when Celery (5.5+) would rewrite this app's delayed publishes to its own ladder.
-
-    Cached per app: finding the transport builds a Connection, which cost ~0.45 ms
-    per ``apply_async`` (a third of the hook's time) before the cache.
-    """
-    cached = _NATIVE_ACTIVE.get(app)
-    if cached is not None:
-        return cached
-    try:
-        from celery.utils.quorum_queues import detect_quorum_queues
-    except ImportError:  # Celery < 5.5 has no native delayed delivery
-        active = False
-    else:
-        try:
-            driver = app.connection_for_write().transport.driver_type
-        except Exception:  # pragma: no cover
-            return False
-        active = bool(detect_quorum_queues(app, driver)[0])
-    _NATIVE_ACTIVE[app] = active
-    return active
