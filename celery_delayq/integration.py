@@ -38,6 +38,7 @@ from . import headers as H
 from . import signals
 from .app_ladder import AppLadder
 from .config import _lookup, warn_unknown_settings
+from .humanize import describe_ladder
 from .laps import LapRelay
 from .producer import LadderProducerPool, producer_factory
 from .typing import CeleryApp
@@ -224,21 +225,19 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
             log.info("delayq: metrics on port %s", self.metrics.port)
 
     def stop(self, c: Any) -> None:
+        """Celery stops consumer steps on a lost broker connection too: relaying pauses,
+        the metrics exporter keeps its counters (it closes at :meth:`shutdown`)."""
         if self.relay is not None:
             self.relay.stop()
+
+    def shutdown(self, c: Any) -> None:
+        self.stop(c)
         if self.metrics is not None:
             self.metrics.close()
             self.metrics = None
 
-    shutdown = stop
-
 
 def _describe(ladder: AppLadder, queue_type: str) -> str:
-    try:
-        from .humanize import describe_ladder
-    except ImportError:  # pragma: no cover - until humanize lands
-        spec = ladder.config.spec
-        return f"ladder {spec.prefix!r} ({queue_type} queues, max {spec.max_delay_s:.0f} s)"
     return describe_ladder(ladder.config.spec, queue_type=queue_type)
 
 
