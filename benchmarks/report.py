@@ -87,6 +87,14 @@ def targets(res: dict[str, Any]) -> list[Target]:
                           _div(r, native), 50.0, "x",
                           detail=f"{_f(r)}/s vs native {_f(native)}/s; {_pct(_div(r, raw))} of the raw pipelined-confirm "
                                  f"limit {_f(raw)}/s" + _ceiling(native, 50.0, raw, "the raw pipelined-confirm limit")))
+    index_cost = ((res.get("index_cost") or {}).get("cost") or {})
+    for mode, label in (("schedule", "LadderPublisher.schedule (confirm each)"),
+                        ("schedule_batch", "LadderPublisher.schedule in batch()")):
+        r = index_cost.get(mode) or {}
+        out.append(Target(f"index_cost_{mode}", f"Index of waiting tasks, {label}: costs scheduling at most 10%",
+                          r.get("ratio"), 0.90, "",
+                          detail=f"{_f(r.get('with_index'))}/s with the index vs {_f(r.get('without_index'))}/s "
+                                 "without, same run"))
     cs = res.get("confirm_safety") or {}
     rows = cs.get("rows") or []
     out.append(Target("nack_reaches_caller", "Confirms on in every path; a nack reaches the caller as an error",
@@ -354,6 +362,12 @@ def _capacity_md(data: dict[str, Any]) -> str:
     return _table(["", "Value"], rows)
 
 
+def _index_md(d: dict[str, Any]) -> str:
+    from benchmarks.scenarios.index_cost import markdown as index_markdown
+
+    return index_markdown(d)
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The whole report."""
     res = doc["results"]
@@ -393,6 +407,7 @@ def markdown(doc: dict[str, Any]) -> str:
         _section("5. Broker cost", res, "broker_cost", lambda d: _broker_md(d, res)),
         _section("Design trade-offs (radix, unit, queue type)", res, "tradeoffs", lambda d: _tradeoffs_md(d, res)),
         _section("Where apply_async spends its time", res, "profile", _profile_md),
+        _section("Index of waiting tasks (issue 11)", res, "index_cost", _index_md),
         _section("6. Capacity", res, "capacity", _capacity_md),
     ]
     foreign = doc.get("scenario_foreign_cpu", {})

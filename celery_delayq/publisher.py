@@ -51,6 +51,7 @@ from .registry import ProcessRegistry
 from .management import ManagementAPI
 from .topology import Destination, Topology, broker_version, resolve_queue_type
 from .pending.layout import index_layout
+from .pending.writer import index_batch
 
 __all__ = ["LadderPublisher", "Scheduled", "publisher_for", "plan"]
 
@@ -370,9 +371,9 @@ class LadderPublisher:
             if queue_hint:
                 hdrs[H.QUEUE] = queue_hint
             index = self.topology.index if self.topology is not None else None
-            bcc = index.bcc(entry_x, this[0][0]) if index is not None else None
+            bcc = index.bcc(entry_x, this[0][0]) if index is not None and batch is None else None
             if bcc:  # the broker copies the message into the index, then drops this header
-                hdrs["BCC"] = bcc
+                hdrs["BCC"] = bcc  # (inside batch() the entries are written at its end: pending.writer)
             signals.before_schedule.send(sender=self, plan=sched, headers=hdrs)
             properties.setdefault("delivery_mode", 2)
             message = amqp.Message(body, content_type=content_type, content_encoding=content_encoding,
@@ -424,9 +425,10 @@ class LadderPublisher:
                     self._raise_failures(b.tracker)
             finally:
                 self._local.batch = None
-                for sched, hdrs in b.scheduled:
-                    if sched.entry not in b.reported:
-                        signals.message_scheduled.send(sender=self, plan=sched, headers=hdrs)
+                done = [(sched, hdrs) for sched, hdrs in b.scheduled if sched.entry not in b.reported]
+                for sched, hdrs in done:
+                    signals.message_scheduled.send(sender=self, plan=sched, headers=hdrs)
+                index_batch(self, done)
 
 
 _PUBLISHERS: ProcessRegistry[LadderPublisher] = ProcessRegistry()

@@ -198,6 +198,7 @@ def test_cancel_survives_kill_9_of_every_worker(tmp_path: Path, broker_url: str,
         time.sleep(1.0)  # every worker is gone
         worker = _start_worker(env, tmp_path, name)
         _wait_ran(log, "kept", timeout=40)
+        assert _wait_state(kept, "SUCCESS", timeout=20) == "SUCCESS"
         assert _wait_state(doomed, "REVOKED", timeout=20) == "REVOKED"
         time.sleep(1.0)
         tags = [r["tag"] for r in _runs(log)]

@@ -285,3 +285,33 @@ def test_cli_pending_json_table_and_filters(make_app, broker_url: str, prefix: s
     assert table.returncode == 0 and r1.id in table.stdout and "2 waiting" in table.stdout
     bad = _cli(module, "pending", "--due-after", "tomorrow")
     assert bad.returncode == 2 and "ISO 8601" in bad.stderr
+
+
+def test_tasks_scheduled_in_batch_are_listed(make_app) -> None:
+    """Inside batch() the publisher writes compact entries once the block's confirms are in."""
+    from celery_delayq import signals
+
+    app = make_app(delayq_enabled=True)
+    uid = app.main
+
+    @app.task(name=f"{uid}.bulk")
+    def bulk(i: int) -> None: ...
+
+    bcc: list[Any] = []
+
+    def on(sender: Any = None, headers: Any = None, **_: Any) -> None:
+        bcc.append(headers.get("BCC"))
+
+    signals.before_schedule.connect(on, weak=False)
+    try:
+        with celery_delayq.batch(app):
+            ids = [bulk.apply_async((i,), countdown=900 + i).id for i in range(1200)]  # > one chunk per shard
+        single = bulk.apply_async((-1,), countdown=950).id
+    finally:
+        signals.before_schedule.disconnect(on)
+    assert bcc[:-1] == [None] * 1200 and bcc[-1]  # the broker copies only the single publish
+    found = pending(app, task=f"{uid}.bulk")
+    assert sorted(t.task_id for t in found) == sorted(ids + [single])
+    assert all(t.queue == app.conf.task_default_queue and t.attempt == 0 for t in found)
+    assert [t.task_id for t in pending(app, task_id=ids[700])] == [ids[700]]
+    assert abs(pending(app, task_id=ids[5])[0].due - found[0].due - 5) < 1.0

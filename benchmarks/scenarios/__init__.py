@@ -139,4 +139,4 @@ class Ctx:
 
 #: Run order. Throughput first (its "pure" reference children start clean), capacity last.
 ORDER = ("throughput", "limits", "confirm_safety", "lateness", "hol", "worker_rss", "broker_cost",
-         "profile", "tradeoffs", "capacity")
+         "profile", "tradeoffs", "index_cost", "capacity")

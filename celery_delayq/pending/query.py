@@ -25,12 +25,13 @@ from typing import Any, Iterable
 from .. import headers as H
 from ..errors import TopologyMissing
 from .layout import IndexLayout, index_layout
-from .stream import StreamReader, reader_connection as _connection
+from .stream import BODY, StreamReader, reader_connection as _connection
+from .writer import ENTRIES, decode_entries
 
 __all__ = ["PendingTask", "pending", "IndexUnavailable", "read_index", "open_layout", "iso"]
 
 #: Header fields read from each index entry.
-FIELDS = ("id", "task", H.DUE, H.ATTEMPT, H.EXCHANGE, H.ROUTING_KEY, H.ENTRY, "x-delayq-queue")
+FIELDS = ("id", "task", H.DUE, H.ATTEMPT, H.EXCHANGE, H.ROUTING_KEY, H.ENTRY, H.QUEUE)
 #: Connections read in parallel when all shards are read (2 cores here; the broker needs them too).
 _PARALLEL = 4
 #: Read from this long before ``now - max delay`` (clock skew between hosts).
@@ -98,11 +99,25 @@ def entry_to_task(headers: dict[str, Any], message_id: str | None) -> PendingTas
         return None
     exchange = str(headers.get(H.EXCHANGE) or "")
     routing_key = str(headers.get(H.ROUTING_KEY) or "")
-    queue = headers.get("x-delayq-queue") or (routing_key if not exchange else None)
+    queue = headers.get(H.QUEUE) or (routing_key if not exchange else None)
     entry = headers.get(H.ENTRY)
     task_id = headers.get("id") or message_id or entry or ""
     return PendingTask(str(task_id), headers.get("task"), exchange, routing_key, queue, float(due),
                        int(headers.get(H.ATTEMPT) or 0), entry)
+
+
+def tasks_of(headers: dict[str, Any], message_id: str | None) -> list[PendingTask]:
+    """The tasks one index message describes: a ``BCC`` copy (one), or a compact message (many)."""
+    if headers.get(ENTRIES) is None:
+        task = entry_to_task(headers, message_id)
+        return [task] if task is not None else []
+    out = []
+    for task_id, name, due, exchange, routing_key, queue, attempt, entry in decode_entries(headers[BODY]):
+        if due is not None:
+            queue = queue or (routing_key if not exchange else None)
+            out.append(PendingTask(str(task_id), name, exchange or "", routing_key or "", queue, float(due),
+                                   int(attempt or 0), entry))
+    return out
 
 
 def open_layout(ladder: Any, raw: Any) -> IndexLayout:
@@ -160,9 +175,9 @@ def read_index(ladder: Any, *, task_ids: Iterable[str] = (), now: float | None =
         with _connection(ladder) as raw:
             reader = StreamReader(raw, layout.shard_queue(shard))
             for _offset, headers, message_id in reader.read(start, FIELDS, prefilter=prefilter):
-                task = entry_to_task(headers, message_id)
-                if task is not None and (not wanted or task.task_id in wanted):
-                    found[task.task_id] = task  # offsets increase: a later pass replaces an earlier one
+                for task in tasks_of(headers, message_id):
+                    if not wanted or task.task_id in wanted:
+                        found[task.task_id] = task  # offsets increase: a later pass replaces an earlier one
         return found
 
     if len(shards) == 1:

@@ -38,11 +38,14 @@ from ..errors import DelayqError
 from ..headers import ENTRY
 from .frames import BASIC_DELIVER, HeaderReader, delivery_tag
 from .layout import MARKER
+from .writer import ENTRIES
 
-__all__ = ["StreamReader", "StreamEntry", "StreamReadError", "OFFSET", "reader_connection"]
+__all__ = ["StreamReader", "StreamEntry", "StreamReadError", "OFFSET", "BODY", "reader_connection"]
 
 #: Header RabbitMQ adds to every message read from a stream: its offset.
 OFFSET = "x-stream-offset"
+#: Key under which the body of a compact index message (:mod:`.writer`) is handed out with its headers.
+BODY = "body"
 
 _FRAME_END = 0xCE
 _RECV = 1 << 18
@@ -106,7 +109,7 @@ class StreamReader:
         with ``prefilter``, only messages whose header frame matches it are.
         """
         token = self.write_marker()
-        wanted = set(fields) | {MARKER, OFFSET}
+        wanted = set(fields) | {MARKER, OFFSET, ENTRIES}
         headers_of = HeaderReader(wanted)
         early: list[amqp.Message] = []
         ch = self.connection.channel()
@@ -136,6 +139,10 @@ class StreamReader:
             yield from self._slow(ch, token, headers_of)
             return
         token_b = token.encode()
+        batch_key = b"%c%s" % (len(ENTRIES), ENTRIES.encode())  # the key as encoded in a header table
+        body: bytearray | None = None  # the body of a compact index message being collected
+        body_headers: dict[str, Any] = {}
+        body_mid: str | None = None
         buf = bytearray(transport._read_buffer)
         transport._read_buffer = b""
         pos = 0
@@ -172,9 +179,17 @@ class StreamReader:
                         continue
                     if ftype == 3:
                         body_left -= size
+                        if body is not None:
+                            body += buf[frame:end]
+                            if body_left <= 0:
+                                complete, body = bytes(body), None
+                                if prefilter is None or prefilter.search(complete):
+                                    msg_start = pos
+                                    yield int(body_headers.get(OFFSET) or 0), {**body_headers, BODY: complete}, body_mid
                     elif ftype == 2:
                         (body_left,) = _unpack_from(">Q", buf, frame + 4)
-                        if prefilter is None or prefilter.search(buf, frame, end) or buf.find(token_b, frame, end) >= 0:
+                        if (prefilter is None or prefilter.search(buf, frame, end) or buf.find(token_b, frame, end) >= 0
+                                or buf.find(batch_key, frame, end) >= 0):
                             headers, message_id = headers_of.read(buf, frame)
                             if body_left <= 0:
                                 msg_start = pos
@@ -182,7 +197,9 @@ class StreamReader:
                             if marker == token:
                                 self.end_offset = headers.get(OFFSET)
                                 return
-                            if marker is None and (prefilter is None or prefilter.search(buf, frame, end)):
+                            if headers.get(ENTRIES) is not None and body_left > 0:
+                                body, body_headers, body_mid = bytearray(), headers, message_id
+                            elif marker is None and (prefilter is None or prefilter.search(buf, frame, end)):
                                 yield int(headers.get(OFFSET) or 0), headers, message_id
                     if body_left <= 0:
                         msg_start = pos
@@ -235,6 +252,9 @@ class StreamReader:
 def _entry_of(message: amqp.Message, wanted: Collection[str]) -> StreamEntry:
     headers = message.application_headers or {}
     picked = {k: v for k, v in headers.items() if k in wanted}
+    if ENTRIES in picked:
+        body = message.body
+        picked[BODY] = body.encode() if isinstance(body, str) else bytes(body)
     return int(headers.get(OFFSET) or 0), picked, message.properties.get("message_id")
 
 
