@@ -293,13 +293,17 @@ def lateness_over_time_png(timeline: Iterable[Mapping[str, Any]]) -> bytes:
 def backlog(timeline: Iterable[Mapping[str, Any]]) -> list[tuple[int, int]]:
     """``(minute_s, backlog)`` at the end of each minute: scheduled minus delivered so far.
 
+    A task revoked or cancelled is dropped by the worker before Celery's
+    ``task_received``, so it has a ``cancelled`` event instead of a
+    ``delivered`` one: it left the ladder too, and is subtracted as well.
     Counts from the start of the report's window, so a window that starts
     while messages already wait shows them as negative backlog.
     """
     level = 0
     out = []
     for r in sorted(timeline, key=lambda r: r["minute_s"]):
-        level += int(r.get("scheduled") or 0) - int(r.get("delivered") or 0)
+        level += (int(r.get("scheduled") or 0) - int(r.get("delivered") or 0)
+                  - int(r.get("cancelled") or 0))
         out.append((int(r["minute_s"]), level))
     return out
 
@@ -333,7 +337,7 @@ def backlog_throughput_png(timeline: Iterable[Mapping[str, Any]]) -> bytes:
         top.step(edges, [*values, values[-1]], where="post", color=_PALETTE[0], linewidth=1.2)
         top.axhline(0, color="0.3", linewidth=0.8)
         top.set_ylabel("waiting messages")
-        top.set_title("Backlog: scheduled − delivered (end of each minute)")
+        top.set_title("Backlog: scheduled − delivered − cancelled (end of each minute)")
         top.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
         for name, label, color in _THROUGHPUT:
             ys = [int(r.get(name) or 0) for r in rows]

@@ -13,8 +13,9 @@ Model (per *chain* = one task id):
   (exponential back-off), ``delivered`` at ``due_at + lateness`` and then
   ``retried``/``succeeded``/``exhausted`` after a short run time; an
   exhausted chain is then ``parked`` (some ``replayed`` ten minutes later)
-  or ``failed``; about 1% of single runs fail outright and 0.5% are revoked
-  (``cancelled``) when they arrive;
+  or ``failed``; about 1% of single runs fail outright and 0.5% are revoked:
+  ``cancelled`` when they arrive, instead of ``delivered`` (as a worker drops
+  a revoked task before Celery's ``task_received``);
 * lateness is a few ms plus an exponential tail that grows with the delay
   (long countdowns wait on coarser timers), capped at 1.5 s; ~1% of
   deliveries are slightly early;
@@ -195,13 +196,15 @@ def _chain_table(tasks: int, seed: int, *, incident: bool = False) -> list[tuple
         rows.append(
             (j, int(incident), p.name, p.queue, attempts, outcome, tail, delay0, exception, offset)
         )
-        offset += 3 * attempts + _TAIL_EVENTS[tail]
+        # A revoked task is dropped when it arrives: "cancelled" instead of
+        # "delivered", and no outcome.
+        offset += 3 * attempts + _TAIL_EVENTS[tail] - (outcome == "cancelled")
     return rows
 
 
 def _block_events(rows: list[tuple[Any, ...]]) -> int:
     last = rows[-1]
-    return last[-1] + 3 * last[4] + _TAIL_EVENTS[last[6]]
+    return last[-1] + 3 * last[4] + _TAIL_EVENTS[last[6]] - (last[5] == "cancelled")
 
 
 _TABLE_SCHEMA = StructType(
@@ -367,21 +370,30 @@ def _events(
                 F.col("due_at"),
                 null_s,
             ),
-            _phase(
-                1,
-                F.lit("delivered"),
-                F.col("delivered_ts"),
-                F.col("delay_s"),
-                F.col("due_at"),
-                null_s,
+            F.when(
+                F.col("outcome") == "cancelled",
+                _phase(1, F.lit("cancelled"), F.col("delivered_ts"), null_d, null_d, null_s),
+            ).otherwise(
+                _phase(
+                    1,
+                    F.lit("delivered"),
+                    F.col("delivered_ts"),
+                    F.col("delay_s"),
+                    F.col("due_at"),
+                    null_s,
+                )
             ),
-            _phase(
-                2,
-                F.col("outcome"),
-                F.col("delivered_ts") + F.col("run_s"),
-                null_d,
-                null_d,
-                F.when(F.col("outcome").isin("retried", "exhausted", "failed"), F.col("exception")),
+            F.when(
+                F.col("outcome") != "cancelled",
+                _phase(
+                    2,
+                    F.col("outcome"),
+                    F.col("delivered_ts") + F.col("run_s"),
+                    null_d,
+                    null_d,
+                    F.when(F.col("outcome").isin("retried", "exhausted", "failed"),
+                           F.col("exception")),
+                ),
             ),
             # The chain's tail (last attempt only): parked or failed for good ...
             F.when(

@@ -467,7 +467,7 @@ def test_synthetic_chains_follow_the_lifecycle(spark, tmp_path):
         chains[e["task_id"]].append(e)
     # "failed" either ends a single run (2) or follows an exhausted last attempt (2.5).
     phase = {"scheduled": 0, "delivered": 1, "retried": 2, "succeeded": 2, "exhausted": 2,
-             "cancelled": 2, "failed": 2.5, "parked": 3, "replayed": 4}
+             "cancelled": 1, "failed": 2.5, "parked": 3, "replayed": 4}
     cut_short = 0  # the generator stops at exactly n events: one chain may end early
     for task_id, evs in chains.items():
         by_time = sorted(evs, key=lambda e: e["ts"])

@@ -1,0 +1,47 @@
+"""Charts and the backlog arithmetic, from plain rows (no Spark)."""
+
+from __future__ import annotations
+
+from celery_delayq.analytics.plots import (
+    attempts_to_success_png,
+    backlog,
+    backlog_throughput_png,
+    lateness_over_time_png,
+    retries_over_time_png,
+)
+
+PNG = b"\x89PNG\r\n\x1a\n"
+T0 = 1_704_067_200
+
+
+def test_backlog_is_what_was_scheduled_and_has_not_left_yet():
+    timeline = [
+        {"minute_s": T0 + 60, "scheduled": 5, "delivered": 4, "cancelled": 1},
+        {"minute_s": T0, "scheduled": 10, "delivered": 2, "cancelled": 0},
+        {"minute_s": T0 + 120, "scheduled": 0, "delivered": 6, "cancelled": None},
+    ]
+    assert backlog(timeline) == [(T0, 8), (T0 + 60, 8), (T0 + 120, 2)]
+
+
+def test_charts_render_edge_cases():
+    one_minute = [{"minute_s": T0, "scheduled": 1, "delivered": 1, "lateness_p50_ms": 3.0,
+                   "lateness_p99_ms": 9.0}]
+    gap = one_minute + [{"minute_s": T0 + 3600, "scheduled": 0, "delivered": 1,
+                         "lateness_p50_ms": -2.0, "lateness_p99_ms": 4.0}]
+    for png in (
+        lateness_over_time_png([]),
+        lateness_over_time_png(one_minute),
+        lateness_over_time_png(gap),  # negative median: symlog; the hour between is a gap
+        backlog_throughput_png([]),
+        backlog_throughput_png(gap),
+        retries_over_time_png([]),
+        retries_over_time_png([{"task_name": "a", "minute_s": T0, "retries": 3}]),
+        retries_over_time_png(
+            [{"task_name": "a", "minute_s": T0 + 60 * i, "retries": 3 + i} for i in range(30)],
+            storms=[{"task_name": "a", "start_s": T0 + 600, "end_s": T0 + 900}],
+            span=(T0 - 600, T0 + 3600),
+        ),
+        attempts_to_success_png([{"task_name": "a", "attempt": 0, "count": 999},
+                                 {"task_name": "a", "attempt": 1, "count": 1}]),
+    ):
+        assert png.startswith(PNG)
