@@ -51,7 +51,7 @@ from .registry import ProcessRegistry
 from .management import ManagementAPI
 from .topology import Destination, Topology, broker_version, resolve_queue_type
 from .pending.layout import index_layout
-from .pending.writer import index_batch
+from .pending.writer import index_batch, index_send, index_settle
 
 __all__ = ["LadderPublisher", "Scheduled", "publisher_for", "plan"]
 
@@ -370,10 +370,6 @@ class LadderPublisher:
                 hdrs[H.LAPS] = int(hdrs.get(H.LAPS) or 0) + 1
             if queue_hint:
                 hdrs[H.QUEUE] = queue_hint
-            index = self.topology.index if self.topology is not None else None
-            bcc = index.bcc(entry_x, this[0][0]) if index is not None and batch is None else None
-            if bcc:  # the broker copies the message into the index, then drops this header
-                hdrs["BCC"] = bcc  # (inside batch() the entries are written at its end: pending.writer)
             signals.before_schedule.send(sender=self, plan=sched, headers=hdrs)
             properties.setdefault("delivery_mode", 2)
             message = amqp.Message(body, content_type=content_type, content_encoding=content_encoding,
@@ -389,7 +385,9 @@ class LadderPublisher:
                     # rather than one frame per publish.
                     self._io(tracker, lambda c: c.wait(timeout=timeout, keep=window // 2))
                 return sched
+            indexed = index_send(self, [(sched, hdrs)])  # its confirm comes in the same round trip
             self._io(tracker, lambda c: c.wait(timeout=timeout, tracker=tracker))
+            index_settle(self, indexed, refused=bool(tracker.failures))
             self._raise_failures(tracker)
         signals.message_scheduled.send(sender=self, plan=sched, headers=hdrs)
         return sched

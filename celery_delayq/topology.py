@@ -212,7 +212,7 @@ class Topology:
             for kind, name, args in self.entities():
                 _declare(ch, kind, name, args, nowait=True)
             ch.queue_bind(s.unroutable_queue, s.unroutable_exchange, "", nowait=True)
-            for b in [*s.bindings(), *(self.index.bindings() if self.index is not None else ())]:
+            for b in s.bindings():
                 if b.destination_kind == "queue":
                     ch.queue_bind(b.destination, b.source, b.routing_key, nowait=True)
                 else:
@@ -299,7 +299,6 @@ class Topology:
         exchanges += [] if keep_shared else [s.unroutable_exchange]
         streams = self.index.streams if self.index is not None else []
         queues += streams
-        exchanges += [self.index.exchange] if self.index is not None and self.index.index else []
         with _Channels(connection) as chans:
             found = [_probe(chans, "queue", name) for name in dict.fromkeys(queues)]
             busy = [f"{q.name} ({q.messages})" for q in found if q.exists and q.messages and q.name not in streams]

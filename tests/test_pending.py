@@ -1,15 +1,14 @@
 """``delayq pending`` / ``celery_delayq.pending``: the index of waiting tasks, on a real broker.
 
-Pure parts first (the index layout never interferes with ladder routing; the
-frame reader agrees with py-amqp), then the broker: one index entry per pass
-through the ladder however many hops, the latest pass wins, due tasks are
-never listed, filters, the fast lookup by id, the CLI, and that reading the
+Pure parts first (the layout; the frame reader agrees with py-amqp), then
+the broker: a refused ladder publish is never listed (and still raises),
+the latest pass wins, due tasks are never listed, filters, the fast lookup
+by id, tasks scheduled inside ``batch()``, the CLI, and that reading the
 index does not disturb the ladder (nothing early, nothing late, no duplicates).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import struct
@@ -26,40 +25,15 @@ from hypothesis import given, settings, strategies as st
 
 import celery_delayq
 from celery_delayq import DelayedRetryTask, pending
-from celery_delayq import headers as H
 from celery_delayq.ladder import LadderSpec
-from celery_delayq.management import key_matches
 from celery_delayq.pending import IndexUnavailable
 from celery_delayq.pending.frames import HeaderReader
 from celery_delayq.pending.layout import IndexLayout
-from celery_delayq.pending.stream import StreamReader
 from celery_delayq.topology import Topology
-from helpers import Collector, drain, running_worker
+from helpers import Collector, running_worker
 
 
 # -- pure -----------------------------------------------------------------------------
-@pytest.mark.parametrize("radix,levels", [(2, 29), (4, 14), (8, 9), (16, 7), (36, 5)])
-def test_index_keys_never_match_a_ladder_binding(radix: int, levels: int) -> None:
-    """Every BCC key reaches the index exchange from its own level only, and never a ladder queue."""
-    spec = LadderSpec(prefix="1", radix=radix, levels=levels)  # a digit-like prefix changes nothing
-    layout = IndexLayout(spec)
-    ladder_bindings = spec.bindings()
-    index_bindings = layout.bindings()
-    for k in range(levels):
-        for task_id in ("a", "0", str(uuid.uuid4())):
-            (key,) = layout.bcc(spec.level_exchange(k), task_id) or [""]
-            assert not any(key_matches("topic", b.routing_key, key) for b in ladder_bindings)
-            assert not key_matches("topic", "*." * levels + "0" * 16, key)  # the delivery exchange
-            sources = {b.source for b in index_bindings if b.destination == layout.exchange
-                       and key_matches("topic", b.routing_key, key)}
-            assert sources == {spec.level_exchange(k)}
-            shards = [b.destination for b in index_bindings if b.source == layout.exchange
-                      and key_matches("topic", b.routing_key, key)]
-            assert shards == [layout.shard_queue(layout.shard_of(task_id))]
-    assert layout.bcc(spec.delivery_exchange, "x") is None
-    assert IndexLayout(spec, index=False).bcc(spec.level_exchange(0), "x") is None
-
-
 def test_retention_covers_the_longest_delay() -> None:
     spec = LadderSpec()
     layout = IndexLayout(spec)
@@ -106,43 +80,26 @@ def test_frame_reader_agrees_with_py_amqp(headers: dict[str, Any], message_id: s
 
 
 # -- broker ----------------------------------------------------------------------------------
-def _index_entries(conn: amqp.Connection, layout: IndexLayout, ids: set[str]) -> list[dict[str, Any]]:
-    """Every index entry of ``ids`` (all shards), read with the real reader."""
-    out = []
-    for shard in sorted({layout.shard_of(i) for i in ids}):
-        reader = StreamReader(conn, layout.shard_queue(shard))
-        for _offset, headers, _mid in reader.read("first", ("id", H.DUE, H.ENTRY, H.ATTEMPT)):
-            if headers.get("id") in ids:
-                out.append(headers)
-    return out
+def test_a_refused_ladder_publish_is_not_listed(make_app, private_ladder, amqp_conn: amqp.Connection) -> None:
+    """The index entry goes out with the ladder message; if the ladder refuses it, a tombstone follows."""
+    from celery_delayq.errors import PublishReturned
 
+    topo: Topology = private_ladder(levels=8)
+    app = make_app(delayq_enabled=True, delayq_prefix=topo.spec.prefix, delayq_levels=8)
+    uid = app.main
 
-def test_one_index_entry_per_pass_however_many_hops(private_ladder, amqp_conn: amqp.Connection) -> None:
-    """Dead-lettering re-routes with the BCC keys too: only the entry level may copy into the index."""
-    topo: Topology = private_ladder(unit_ms=10, levels=4, radix=4)
-    topo.index = IndexLayout(topo.spec)
-    topo.declare(amqp_conn)
-    ch = amqp_conn.channel()
-    dest = f"dest.{uuid.uuid4().hex[:6]}"
-    ch.queue_declare(dest, durable=True, auto_delete=False)
-    d = topo.destination("", dest)
-    topo.ensure_exit(amqp_conn, d, declare=True)
-    sent = {}
-    for units in (3 * 64 + 2 * 16 + 1 * 4 + 3, 5, 16 * 3, 64 + 1):  # 4 hops, 2, 1, 2 (+ the exit queue)
-        task_id = str(uuid.uuid4())
-        entry, key, hops = topo.spec.route(units, d.token)
-        headers = {"id": task_id, H.DUE: time.time() + units / 100, "BCC": topo.index.bcc(entry, task_id)}
-        ch.basic_publish(amqp.Message(b"x", application_headers=headers), entry, key)
-        sent[task_id] = hops
-    try:
-        got = drain(amqp_conn, dest, len(sent), timeout=30, key=lambda m: m.headers["id"])
-        assert {m.headers["id"] for m in got} == set(sent)
-        assert all("BCC" not in m.headers for m in got)  # RabbitMQ strips it
-        entries = _index_entries(amqp_conn, topo.index, set(sent))
-        assert sorted(e["id"] for e in entries) == sorted(sent), "a hop copied a message into the index again"
-    finally:
-        with contextlib.suppress(Exception):
-            amqp_conn.channel().queue_delete(dest)
+    @app.task(name=f"{uid}.job")
+    def job() -> None: ...
+
+    publisher = celery_delayq.install(app).publisher
+    publisher.declare()
+    spec = publisher.spec
+    b = next(b for b in spec.bindings() if b.source == spec.level_exchange(4) and b.destination_kind == "queue")
+    amqp_conn.channel().queue_unbind(b.destination, b.source, b.routing_key)  # level 4, digit 1: routes nowhere
+    kept = job.apply_async(countdown=30)
+    with pytest.raises(PublishReturned):
+        job.apply_async(countdown=spec.radix**4 * spec.unit_ms / 1000 + 0.004)  # the mandatory flag still works
+    assert [t.task_id for t in pending(app, task=f"{uid}.*")] == [kept.id]
 
 
 def test_pending_lists_waiting_tasks_with_filters(make_app) -> None:
@@ -288,28 +245,16 @@ def test_cli_pending_json_table_and_filters(make_app, broker_url: str, prefix: s
 
 
 def test_tasks_scheduled_in_batch_are_listed(make_app) -> None:
-    """Inside batch() the publisher writes compact entries once the block's confirms are in."""
-    from celery_delayq import signals
-
+    """Inside batch() the publisher writes the entries (500 a message) once the block's confirms are in."""
     app = make_app(delayq_enabled=True)
     uid = app.main
 
     @app.task(name=f"{uid}.bulk")
     def bulk(i: int) -> None: ...
 
-    bcc: list[Any] = []
-
-    def on(sender: Any = None, headers: Any = None, **_: Any) -> None:
-        bcc.append(headers.get("BCC"))
-
-    signals.before_schedule.connect(on, weak=False)
-    try:
-        with celery_delayq.batch(app):
-            ids = [bulk.apply_async((i,), countdown=900 + i).id for i in range(1200)]  # > one chunk per shard
-        single = bulk.apply_async((-1,), countdown=950).id
-    finally:
-        signals.before_schedule.disconnect(on)
-    assert bcc[:-1] == [None] * 1200 and bcc[-1]  # the broker copies only the single publish
+    with celery_delayq.batch(app):
+        ids = [bulk.apply_async((i,), countdown=900 + i).id for i in range(1200)]  # > one chunk per shard
+    single = bulk.apply_async((-1,), countdown=950).id
     found = pending(app, task=f"{uid}.bulk")
     assert sorted(t.task_id for t in found) == sorted(ids + [single])
     assert all(t.queue == app.conf.task_default_queue and t.attempt == 0 for t in found)

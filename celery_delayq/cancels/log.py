@@ -64,7 +64,8 @@ def record(raw: amqp.Connection, layout: IndexLayout, items: Sequence[tuple[str,
 def load(raw: amqp.Connection, layout: IndexLayout, book: CancelBook, *, now: float | None = None) -> int | None:
     """Read the whole cancel log into ``book``; returns the offset the log ended at (its marker's)."""
     now = time.time() if now is None else now
-    start = datetime.fromtimestamp(max(0.0, now - layout.max_age_s), tz=timezone.utc)
+    # Never a start in the future: the reader would never reach its end marker.
+    start = datetime.fromtimestamp(max(0.0, min(now, time.time()) - layout.max_age_s), tz=timezone.utc)
     reader = StreamReader(raw, layout.cancel_queue)
     for _offset, headers, _mid in reader.read(start, (CANCEL, UNTIL)):
         add(book, headers)

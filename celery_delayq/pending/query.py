@@ -1,7 +1,7 @@
 """``pending(app, ...)``: the delayed tasks and retries waiting in the ladder now, read from its index.
 
 The index holds one entry per pass through the ladder (see
-:mod:`~celery_delayq.pending.layout`). A task is waiting when the *latest*
+:mod:`~celery_delayq.pending.writer`). A task is waiting when the *latest*
 pass of its id is not due yet: a pass that is due (``due <= now``) has been
 delivered or is in its last hop, so it is never reported early; a retry
 adds a later pass, which then wins. Ids cancelled with
@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
-from .. import headers as H
 from ..errors import TopologyMissing
 from .layout import IndexLayout, index_layout
 from .stream import BODY, StreamReader, reader_connection as _connection
@@ -30,8 +29,6 @@ from .writer import ENTRIES, decode_entries
 
 __all__ = ["PendingTask", "pending", "IndexUnavailable", "read_index", "open_layout", "iso"]
 
-#: Header fields read from each index entry.
-FIELDS = ("id", "task", H.DUE, H.ATTEMPT, H.EXCHANGE, H.ROUTING_KEY, H.ENTRY, H.QUEUE)
 #: Connections read in parallel when all shards are read (2 cores here; the broker needs them too).
 _PARALLEL = 4
 #: Read from this long before ``now - max delay`` (clock skew between hosts).
@@ -92,25 +89,10 @@ class PendingTask:
                 "attempt": self.attempt}
 
 
-def entry_to_task(headers: dict[str, Any], message_id: str | None) -> PendingTask | None:
-    """The :class:`PendingTask` an index entry describes (None if it is not a ladder message)."""
-    due = headers.get(H.DUE)
-    if due is None:
-        return None
-    exchange = str(headers.get(H.EXCHANGE) or "")
-    routing_key = str(headers.get(H.ROUTING_KEY) or "")
-    queue = headers.get(H.QUEUE) or (routing_key if not exchange else None)
-    entry = headers.get(H.ENTRY)
-    task_id = headers.get("id") or message_id or entry or ""
-    return PendingTask(str(task_id), headers.get("task"), exchange, routing_key, queue, float(due),
-                       int(headers.get(H.ATTEMPT) or 0), entry)
-
-
-def tasks_of(headers: dict[str, Any], message_id: str | None) -> list[PendingTask]:
-    """The tasks one index message describes: a ``BCC`` copy (one), or a compact message (many)."""
-    if headers.get(ENTRIES) is None:
-        task = entry_to_task(headers, message_id)
-        return [task] if task is not None else []
+def tasks_of(headers: dict[str, Any]) -> list[PendingTask]:
+    """The tasks of one index message (:mod:`.writer`); nothing for anything else (a marker)."""
+    if headers.get(ENTRIES) is None or BODY not in headers:
+        return []
     out = []
     for task_id, name, due, exchange, routing_key, queue, attempt, entry in decode_entries(headers[BODY]):
         if due is not None:
@@ -158,6 +140,9 @@ def read_index(ladder: Any, *, task_ids: Iterable[str] = (), now: float | None =
     """
     now = time.time() if now is None else now
     ids = sorted(set(task_ids))
+    # Read from the first entry that can still be waiting at ``now``, and never from the
+    # future: a start after the stream's end would never reach the reader's end marker.
+    since = min(now, time.time()) - ladder.config.spec.max_delay_s - _SLACK_S
     with _connection(ladder) as raw:
         layout = open_layout(ladder, raw)
         if not layout.index:
@@ -165,7 +150,7 @@ def read_index(ladder: Any, *, task_ids: Iterable[str] = (), now: float | None =
                                    "list waiting tasks (tasks scheduled while it was off are not listed)")
         shards = sorted({layout.shard_of(i) for i in ids}) if ids else list(range(layout.shards))
         _check_exists(raw, layout, [layout.shard_queue(h) for h in shards])
-    start = datetime.fromtimestamp(max(0.0, now - layout.spec.max_delay_s - _SLACK_S), tz=timezone.utc)
+    start = datetime.fromtimestamp(max(0.0, since), tz=timezone.utc)
     prefilter = re.compile(b"|".join(re.escape(i.encode()) for i in ids)) if ids else None
     wanted = set(ids)
     latest: dict[str, PendingTask] = {}
@@ -174,8 +159,8 @@ def read_index(ladder: Any, *, task_ids: Iterable[str] = (), now: float | None =
         found: dict[str, PendingTask] = {}
         with _connection(ladder) as raw:
             reader = StreamReader(raw, layout.shard_queue(shard))
-            for _offset, headers, message_id in reader.read(start, FIELDS, prefilter=prefilter):
-                for task in tasks_of(headers, message_id):
+            for _offset, headers, _message_id in reader.read(start, (ENTRIES,), prefilter=prefilter):
+                for task in tasks_of(headers):
                     if not wanted or task.task_id in wanted:
                         found[task.task_id] = task  # offsets increase: a later pass replaces an earlier one
         return found

@@ -1,19 +1,29 @@
-"""Index entries of publishes made inside ``batch()``: written by the publisher, hundreds per stream message.
+"""The index entries the ladder publisher writes: compact, on its own confirm channel, never in the caller's way.
 
-Outside ``batch()`` the broker writes the index itself (a ``BCC`` copy of
-each ladder message, see :mod:`.layout`): atomic with the publish, and cheap
-next to the publish's own confirm round trip. Pipelined publishing is
-bound by the broker's work per message instead, and a copy of every
-message into a stream doubles that work: measured with raw pipelined
-publishes of Celery task messages, 0.36x (RabbitMQ 3.10.8) and 0.54x
-(4.3.6) the rate without the copy. So inside ``batch()`` the publisher
-leaves the ``BCC`` out and, when the block ends and the broker has
-confirmed its messages, writes compact entries for those confirmed (one
-stream message per shard and :data:`CHUNK` entries, body a JSON array),
-then waits for their confirms too. A failure there is logged, not raised:
-the tasks themselves are scheduled. A process that dies inside a block
-leaves that block's tasks out of the index (they still run, and
-``cancel`` still works by id).
+For every message the broker accepts into the ladder, the publisher appends
+an entry ``[task_id, task, due, exchange, routing_key, queue, attempt,
+entry]`` to the index shard of the task id (a stream, :mod:`.layout`), many
+entries per stream message, body JSON:
+
+* a single publish sends its entry right behind the ladder message and waits
+  for both confirms together: one round trip, as before. If the ladder
+  message was refused, a *tombstone* (the same entry with ``due`` 0) follows,
+  so the index never lists a task that is not scheduled;
+* inside ``batch()`` the entries are written when the block ends, for the
+  messages the broker confirmed, :data:`CHUNK` per stream message.
+
+Writing the index must never fail a publish whose task is scheduled: an
+index write that fails is logged. A process that dies between the two
+leaves its task out of the index (it still runs, and ``cancel`` works by
+id). Measured cost: see the ``index_cost`` benchmark scenario.
+
+Why not a ``BCC`` copy written by the broker (measured on 3.10.8 and
+4.3.6): dead-lettering re-routes with the BCC keys too (each hop copied the
+message again until every level got a key of its own); a full copy of every
+Celery message into a stream costs the broker as much as the ladder publish
+itself (raw pipelined publishing at 0.36x on 3.10.8 and 0.54x on 4.3.6);
+and a publish routed to the index counts as routed, so the mandatory flag
+could no longer report a ladder level that is gone.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ import collections
 import json
 import logging
 import uuid
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import amqp
@@ -29,56 +40,109 @@ import amqp
 from .. import headers as H
 from ..confirms import Tracker
 
-__all__ = ["ENTRIES", "CHUNK", "index_batch", "batch_entry", "decode_entries"]
+__all__ = ["ENTRIES", "CHUNK", "index_send", "index_settle", "index_batch", "batch_entry", "decode_entries"]
 
 log = logging.getLogger(__name__)
 
-#: Header of a compact index message: how many entries its body holds.
+#: Header of an index message: how many entries its body holds.
 ENTRIES = "x-delayq-index-entries"
-#: Entries per compact message (about 150 bytes each).
+#: Entries per index message (about 150 bytes each).
 CHUNK = 500
 
 
+@dataclass
+class Sent:
+    """Index messages sent and not yet settled."""
+
+    tracker: Tracker = field(default_factory=Tracker)
+    entries: list[list[Any]] = field(default_factory=list)
+    shards: list[str] = field(default_factory=list)
+
+
 def batch_entry(headers: dict[str, Any], task_id: str) -> list[Any]:
-    """One compact entry: ``[task_id, task, due, exchange, routing_key, queue, attempt, entry]``."""
+    """One entry: ``[task_id, task, due, exchange, routing_key, queue, attempt, entry]``."""
     return [task_id, headers.get("task"), headers.get(H.DUE), headers.get(H.EXCHANGE, ""),
             headers.get(H.ROUTING_KEY, ""), headers.get(H.QUEUE), int(headers.get(H.ATTEMPT) or 0),
             headers.get(H.ENTRY)]
 
 
 def decode_entries(body: bytes) -> list[list[Any]]:
-    """The entries of a compact index message body."""
+    """The entries of an index message body."""
     entries: list[list[Any]] = json.loads(body)
     return entries
 
 
-def index_batch(publisher: Any, done: Sequence[tuple[Any, dict[str, Any]]]) -> None:
-    """Write index entries for the confirmed publishes ``(Scheduled, headers)`` of a ``batch()`` block."""
+def _layout(publisher: Any) -> Any:
     topology = publisher.topology
     layout = topology.index if topology is not None else None
-    if layout is None or not layout.index or not done:
-        return
+    return layout if layout is not None and layout.index else None
+
+
+def _messages(layout: Any, entries: list[tuple[str, list[Any]]]) -> list[tuple[str, amqp.Message]]:
     shards: dict[int, list[list[Any]]] = collections.defaultdict(list)
-    for sched, headers in done:
-        task_id = str(headers.get("id") or sched.entry)
-        shards[layout.shard_of(task_id)].append(batch_entry(headers, task_id))
-    messages = []
-    for shard, entries in sorted(shards.items()):
-        for i in range(0, len(entries), CHUNK):
-            chunk = entries[i:i + CHUNK]
-            messages.append((layout.shard_queue(shard), amqp.Message(
+    for task_id, entry in entries:
+        shards[layout.shard_of(task_id)].append(entry)
+    out = []
+    for shard, items in sorted(shards.items()):
+        for i in range(0, len(items), CHUNK):
+            chunk = items[i:i + CHUNK]
+            out.append((layout.shard_queue(shard), amqp.Message(
                 json.dumps(chunk, separators=(",", ":")).encode(), content_type="application/json",
                 delivery_mode=2, application_headers={ENTRIES: len(chunk), H.ENTRY: uuid.uuid4().hex})))
-    tracker = Tracker()
-    timeout = publisher.config.confirm_timeout
+    return out
+
+
+def index_send(publisher: Any, done: Sequence[tuple[Any, dict[str, Any]]]) -> Sent | None:
+    """Send the entries of ``(Scheduled, headers)`` pairs without waiting; None when there is no index.
+
+    Called with the publisher's lock held (its own confirm channel is used).
+    """
+    layout = _layout(publisher)
+    if layout is None or not done:
+        return None
+    sent = Sent()
+    pairs = []
+    for sched, headers in done:
+        task_id = str(headers.get("id") or sched.entry)
+        entry = batch_entry(headers, task_id)
+        pairs.append((task_id, entry))
+        sent.entries.append(entry)
     try:
-        # The publisher's own confirm channel, under its lock (its reconnect logic included).
-        with publisher._lock:
-            publisher._io(tracker, lambda c: [c.publish(m, "", queue, tracker) for queue, m in messages])
-            publisher._io(tracker, lambda c: c.wait(timeout=timeout, tracker=tracker))
-        failures = tracker.take_failures()
+        messages = _messages(layout, pairs)
+        publisher._io(sent.tracker, lambda c: [c.publish(m, "", queue, sent.tracker) for queue, m in messages])
+    except Exception as exc:  # noqa: BLE001 - the tasks are scheduled; only their listing is missing
+        _lost(len(done), exc)
+        return None
+    return sent
+
+
+def index_settle(publisher: Any, sent: Sent | None, *, refused: bool = False) -> None:
+    """Wait for the confirms of ``sent``; with ``refused`` (the ladder refused the message), void its entries."""
+    if sent is None:
+        return
+    try:
+        if refused:
+            layout = _layout(publisher)
+            void = [[e[0], e[1], 0, *e[3:]] for e in sent.entries]
+            tomb = Tracker()
+            messages = _messages(layout, [(e[0], e) for e in void])
+            publisher._io(tomb, lambda c: [c.publish(m, "", queue, tomb) for queue, m in messages])
+            return
+        timeout = publisher.config.confirm_timeout
+        publisher._io(sent.tracker, lambda c: c.wait(timeout=timeout, tracker=sent.tracker))
+        failures = sent.tracker.take_failures()
         if failures:
             raise failures[0]
     except Exception as exc:  # noqa: BLE001 - the tasks are scheduled; only their listing is missing
-        log.warning("delayq: %d scheduled task(s) are missing from the index of waiting tasks "
-                    "(`delayq pending` will not list them): %s", len(done), exc)
+        _lost(len(sent.entries), exc)
+
+
+def index_batch(publisher: Any, done: Sequence[tuple[Any, dict[str, Any]]]) -> None:
+    """Write and confirm the entries of a ``batch()`` block's confirmed publishes."""
+    with publisher._lock:
+        index_settle(publisher, index_send(publisher, done))
+
+
+def _lost(n: int, exc: BaseException) -> None:
+    log.warning("delayq: %d scheduled task(s) may be missing from the index of waiting tasks "
+                "(`delayq pending` may not list them): %s", n, exc)
