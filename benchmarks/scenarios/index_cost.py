@@ -1,9 +1,9 @@
 """Issue 11: what the index of waiting tasks costs scheduling, and how fast it answers.
 
 * **Cost.** Two ladders of the shipped shape in one vhost, one with the index
-  (``delayq_index = True``: every ladder publish carries a ``BCC`` header and
-  the broker also writes a copy into one of 16 stream shards) and one
-  without. Durable delayed publishes through ``LadderPublisher.schedule``,
+  (``delayq_index = True``: the publisher also appends an entry for every
+  confirmed ladder message to one of 16 stream shards, see
+  :mod:`celery_delayq.pending.writer`) and one without. Durable delayed publishes through ``LadderPublisher.schedule``,
   one confirm at a time and pipelined in ``batch()``, in interleaved rounds
   (A B A B ...), delays 600-610 s so nothing moves while publishing. The
   kombu-level path is where a fixed per-message cost shows most; the ratio
@@ -11,8 +11,9 @@
 * **Answers.** With the index filled by those publishes: a lookup by task id
   (one shard) and the full listing, timed, with the entries read per second.
   Full mode also fills one shard with the number of entries a shard holds
-  when 1,000,000 tasks wait (62,500) and times a lookup by id there: that is
-  the 1M lookup, since a lookup reads exactly one shard.
+  when 1,000,000 tasks wait (62,500), one stream message each (tasks
+  scheduled one at a time, the slowest to read), and times a lookup by id
+  there: that is the 1M lookup, since a lookup reads exactly one shard.
 """
 
 from __future__ import annotations
@@ -84,6 +85,10 @@ def _cost(ctx: Ctx, url: str, conn: amqp.Connection) -> dict[str, Any]:
     rounds: dict[str, dict[str, list[dict[str, Any]]]] = {"schedule": {"index": [], "no_index": []},
                                                          "schedule_batch": {"index": [], "no_index": []}}
     n_each, n_batch = (1500, 6000) if ctx.quick else (5000, 30000)
+    for index in (True, False):  # warm-up, not counted: first declares, connections, caches
+        for batched in (False, True):
+            _rate(pubs[index], queue, 300, batched=batched, seconds=5.0)
+    conn.channel().queue_purge(queue)
     for rnd in range(_ROUNDS):
         order = (True, False) if rnd % 2 == 0 else (False, True)  # alternate who goes first
         for index in order:
@@ -144,6 +149,7 @@ def _one_shard(ctx: Ctx, vh: Any, entries: int) -> dict[str, Any]:
     from celery_delayq.confirms import ConfirmChannel, Tracker
     from celery_delayq.integration import ladder_for
     from celery_delayq.pending.layout import IndexLayout
+    from celery_delayq.pending.writer import _messages
 
     shape = {f"delayq_{k}": v for k, v in DEFAULT_LADDER.items() if k in ("radix", "unit_ms", "levels", "queue_type")}
     app = Celery("dqbench_shard", broker=vh.url, set_as_current=False)
@@ -164,13 +170,10 @@ def _one_shard(ctx: Ctx, vh: Any, entries: int) -> dict[str, Any]:
             if layout.shard_of(task_id) != target_shard:
                 continue
             due = now + 3600 + len(ids) * 0.01
-            headers = _celery_headers(task_id, due, now)
-            headers.update({"x-delayq-due": due, "x-delayq-delay": due - now, "x-delayq-entry": uuid.uuid4().hex,
-                            "x-delayq-hops": 5, "x-delayq-exchange": "", "x-delayq-routing-key": "q",
-                            "x-delayq-attempt": 0, "x-delayq-first-attempt": now, "x-delayq-queue": "q"})
-            confirm.publish(amqp.Message(_BODY, application_headers=headers, delivery_mode=2,
-                                         content_type="application/json", content_encoding="utf-8"),
-                            "", layout.shard_queue(target_shard), tracker)
+            # The worst case: tasks scheduled one at a time, so one stream message per entry.
+            entry = [task_id, "proj.tasks.charge", due, "", "q", "q", 0, uuid.uuid4().hex]
+            [(queue, message)] = _messages(layout, [(task_id, entry)])
+            confirm.publish(message, "", queue, tracker)
             ids.append(task_id)
             if len(confirm.pending) >= 2000:
                 confirm.wait(timeout=60, keep=500)

@@ -131,14 +131,19 @@ def mark_if_cancelled(request: Any) -> bool:
     Called from the worker's request class each time Celery asks whether the
     request is revoked; returns whether it was cancelled.
     """
-    if getattr(request, "_already_revoked", False):
+    if not _FOLLOWERS or getattr(request, "_already_revoked", False):
         return False
-    follower = _FOLLOWERS.get(getattr(request, "app", None)) if _FOLLOWERS else None
+    try:
+        follower = _FOLLOWERS.get(request.app)
+    except TypeError:  # no app to look up
+        return False
     if follower is None or not follower.book.cancelled(request.id):
         return False
     from celery.worker.state import revoked
 
     revoked.add(request.id)
+    #: Lets ``task_revoked`` receivers tell a delayq cancel from a plain Celery revoke.
+    request.delayq_cancelled = True
     info = getattr(request, "delivery_info", None) or {}
     signals.message_cancelled.send(
         sender=request.app, task_id=request.id, task_name=getattr(request, "name", "") or "",
