@@ -14,11 +14,14 @@ when no worker runs.
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 __all__ = ["hook_revoke", "unhook_revoke"]
 
 _ORIGINAL = "_delayq_original"
+
+log = logging.getLogger(__name__)
 
 
 def hook_revoke(app: Any) -> None:
@@ -34,7 +37,12 @@ def hook_revoke(app: Any) -> None:
             from . import record_cancels
 
             ids = arguments["task_id"]
-            record_cancels(app, [ids] if isinstance(ids, str) else list(ids), reason="revoked")
+            ids = [ids] if isinstance(ids, str) else list(ids)
+            try:
+                record_cancels(app, ids, reason="revoked")
+            except Exception as exc:  # noqa: BLE001 - Celery's own revoke still goes out, as without us
+                log.error("delayq: revoke of %s is NOT durable (the cancel log could not record it: %s); "
+                          "workers that restart, or that are down now, will not know it", ", ".join(ids), exc)
         return original(command, arguments, *args, **kwargs)
 
     setattr(broadcast, _ORIGINAL, original)
