@@ -125,6 +125,10 @@ def plan(topo: Topology, *, exits: Iterable[Destination] = (),
         ("exchange", s.delivery_exchange): "deliver",
         ("queue", s.laps_queue): "laps",
     }
+    if topo.index is not None:  # the index of waiting tasks and the cancel log (streams)
+        for name in topo.index.shard_queues:
+            keys[("queue", name)] = "index_" + _identifier(name[len(s.namespace) + len(".index."):])
+        keys[("queue", topo.index.cancel_queue)] = "cancels"
     for k in range(s.levels):
         keys[("exchange", s.level_exchange(k))] = f"level{k:02d}"
     for k, d, name in s.level_queues():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..pending.layout import index_layout
 from ..topology import Topology, broker_version, resolve_queue_type
 from .base import AppContext, app_context
 from .topology import parse_destinations
@@ -33,7 +34,10 @@ def export(ctx: click.Context, fmt: str, vhost: str | None, destination: tuple[s
     dests = parse_destinations(topo, destination)
     vhost = vhost or app.connection().virtual_host or "/"
     render = exporters.definitions if fmt == "definitions" else exporters.terraform
-    parking = exporters.parking_queue_def(app.config, topo.queue_type, _target_version(app, broker_version))
+    target = _target_version(app, broker_version)
+    # The streams of the index and the cancel log are part of the ladder (RabbitMQ 3.9+).
+    topo.index = index_layout(app.spec, index=app.config.index, version=target or (3, 10))
+    parking = exporters.parking_queue_def(app.config, topo.queue_type, target)
     click.echo(render(topo, vhost=vhost, exits=dests, parking=parking))
 
 
