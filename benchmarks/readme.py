@@ -55,6 +55,39 @@ def block(quick_md: str, full_md: str | None) -> str:
     return "\n".join(out).strip()
 
 
+GLANCE_START, GLANCE_END = "<!-- GLANCE:START -->", "<!-- GLANCE:END -->"
+#: The targets shown on the README's first screen: (target key, what it shows, what it is compared with).
+GLANCE = (
+    ("worker_rss", "Worker memory with 20,000 tasks waiting", "MB"),
+    ("no_hol", "A 1 s task published right after a 20 s one arrives after", "s"),
+    ("lateness_p99_worker", "p99 lateness at 1,000 delayed tasks/s, through a worker", "ms"),
+    ("tp_apply_async_batch_vs_send_task", "`apply_async` in `batch()`, share of Celery's unconfirmed `send_task`", ""),
+    ("tp_apply_async_batch_vs_native", "`apply_async` in `batch()`, vs Celery's native delayed delivery with confirms", "x"),
+    ("index_cost_schedule_batch", "Scheduling with the pending/cancel index, share of without (in `batch()`)", ""),
+    ("index_cost_schedule", "Scheduling with the pending/cancel index, share of without (confirm each)", ""),
+)
+
+
+def glance(doc: dict[str, object]) -> str:
+    """A short table of the headline targets of one run (latest.json), with how it was measured."""
+    targets = {t["key"]: t for t in doc.get("targets", [])}  # type: ignore[union-attr,index]
+    rows = ["| measured in one run, side by side | celery_delayq | compared with |", "|---|---|---|"]
+    for key, label, unit in GLANCE:
+        t = targets.get(key)
+        if t is None:
+            continue
+        measured = t["measured"]
+        if measured is None:
+            continue
+        value = f"{measured:,.2f} {unit}".strip() if isinstance(measured, float) else str(measured)
+        rows.append(f"| {label} | **{value}** | {t['detail']} |")
+    started = str(doc.get("started", ""))[:10]
+    rows += ["", f"`./dev bench --quick` ({doc.get('mode')} mode, {started}, this 2-core machine: broker, "
+                 "publishers and workers share it). Every peer runs in the same run; the full tables are "
+                 "under *Benchmarks* below."]
+    return "\n".join(rows)
+
+
 @click.command()
 @click.option("--readme", type=click.Path(path_type=Path), default=ROOT / "README.md", show_default=True)
 @click.option("--quick", "quick_path", type=click.Path(path_type=Path),
@@ -70,7 +103,15 @@ def main(readme: Path, quick_path: Path, full_path: Path) -> None:
     new = block(quick_path.read_text(), full_md)
     before, rest = text.split(START, 1)
     _, after = rest.split(END, 1)
-    readme.write_text(f"{before}{START}\n{new}\n{END}{after}")
+    text = f"{before}{START}\n{new}\n{END}{after}"
+    json_path = quick_path.with_suffix(".json")
+    if GLANCE_START in text and json_path.exists():
+        import json
+
+        head, rest = text.split(GLANCE_START, 1)
+        _, tail = rest.split(GLANCE_END, 1)
+        text = f"{head}{GLANCE_START}\n{glance(json.loads(json_path.read_text()))}\n{GLANCE_END}{tail}"
+    readme.write_text(text)
     click.echo(f"updated {readme} from {quick_path}" + (f" and {full_path}" if full_md else ""))
 
 
