@@ -208,9 +208,17 @@ class Topology:
         """
         s = self.spec
         ch = connection.channel()
+        # The index and cancel-log streams are created on a channel of their own, so
+        # the broker creates them while it creates the ladder's queues, not after.
+        side = connection.channel() if self.index is not None else None
+        streams = set(self.index.streams) if self.index is not None else set()
         try:
+            if side is not None:
+                for kind, name, args in self.index.entities():
+                    _declare(side, kind, name, args, nowait=True)
             for kind, name, args in self.entities():
-                _declare(ch, kind, name, args, nowait=True)
+                if name not in streams:
+                    _declare(ch, kind, name, args, nowait=True)
             ch.queue_bind(s.unroutable_queue, s.unroutable_exchange, "", nowait=True)
             for b in s.bindings():
                 if b.destination_kind == "queue":
@@ -220,12 +228,15 @@ class Topology:
             # The barrier: replies come in order, so once this one is back every
             # declare above has been applied (or the channel was closed with why).
             ch.exchange_declare(s.delivery_exchange, "topic", passive=True)
+            if side is not None:
+                side.queue_declare(self.index.cancel_queue, passive=True)  # the streams' barrier
         except amqp.PreconditionFailed as exc:
             raise _mismatch("the ladder", exc) from None
         finally:
-            with contextlib.suppress(Exception):
-                if ch.is_open:
-                    ch.close()
+            for channel in (ch, side):
+                with contextlib.suppress(Exception):
+                    if channel is not None and channel.is_open:
+                        channel.close()
 
     def verify(self, connection: amqp.Connection) -> None:
         """Check that the ladder exists with the expected arguments, creating nothing.
