@@ -57,7 +57,7 @@ def human_duration(seconds: float) -> str:
 
 
 def describe_ladder(spec: LadderSpec, queue_type: str | None = None) -> str:
-    """One line about a ladder's shape, e.g. ``ladder 'delayq': radix 4, 14 levels, unit 10 ms, max 31 days, quorum``.
+    """One line about a ladder's shape, e.g. ``ladder 'delayq': radix 4, 14 levels, unit 10 ms, one pass 31 days (longer delays lap), quorum``.
 
     ``queue_type`` is appended when known (it is resolved against the broker).
     """

@@ -123,7 +123,7 @@ def test_status_totals_levels_and_due_bounds(ladder_app: Any, amqp_conn: amqp.Co
     assert t0 + 47 - 2 <= due <= t0 + 47 + 2 and doc["next_due_by"] == doc["all_due_by"]
     table = run_delayq(ladder_app, "status").stdout
     assert "waiting 3 · parked 2 · unroutable 1" in table
-    assert "radix 4, 3 levels, unit 1 s, max 1.1 min" in table and "47 s" in table
+    assert "radix 4, 3 levels, unit 1 s, one pass 1.1 min (longer delays lap)" in table and "47 s" in table
     assert "16 s – 48 s" in table  # level 2's queues wait 16, 32 and 48 s
 
 
