@@ -161,6 +161,8 @@ class LadderPublisher:
         """Declare (or verify) the ladder now rather than at the first publish."""
         self.raw_connection()
         assert self.topology is not None
+        with self._lock:
+            self.topology.streams_ready()
         return self.topology
 
     def close(self) -> None:
@@ -198,7 +200,7 @@ class LadderPublisher:
                 cluster_name=cluster.decode() if isinstance(cluster, bytes) else cluster)
             topology.route_check = api.routes if api is not None else None
             if self.config.declare:
-                topology.declare(raw)
+                topology.declare(raw, defer_streams=True)  # streams: before the first index entry
             else:
                 topology.verify(raw)
             self.topology = topology

@@ -163,7 +163,7 @@ class CancelStep(bootsteps.StartStopStep):
         ladder = router_for(c.app)
         if ladder is None or c.app in _FOLLOWERS:
             return
-        layout = ladder.publisher.declare().index
+        layout = ladder.publisher.declare().index  # (declare() waits for the streams too)
         if layout is None:
             log.warning("delayq: this broker has no streams (RabbitMQ 3.9+): cancels are not durable")
             return

@@ -109,6 +109,7 @@ def index_send(publisher: Any, done: Sequence[tuple[Any, dict[str, Any]]]) -> Se
         sent.entries.append(entry)
     try:
         messages = _messages(layout, pairs)
+        publisher.topology.streams_ready(publisher.link.raw)  # created after a new ladder's first message
         publisher._io(sent.tracker, lambda c: [c.publish(m, "", queue, sent.tracker) for queue, m in messages])
     except Exception as exc:  # noqa: BLE001 - the tasks are scheduled; only their listing is missing
         _lost(len(done), exc)
