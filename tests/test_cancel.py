@@ -209,3 +209,37 @@ def test_cancel_survives_kill_9_of_every_worker(tmp_path: Path, broker_url: str,
             worker.wait(timeout=30)
         except subprocess.TimeoutExpired:
             worker.kill()
+
+
+CLI_APP = '''
+from celery import Celery
+app = Celery("{name}", broker="{url}")
+app.conf.update(task_default_queue="{queue}", delayq_prefix="{prefix}", delayq_enabled=True, broker_heartbeat=0)
+'''
+
+
+def test_cli_cancel(make_app, broker_url: str, prefix: str, tmp_path: Path) -> None:
+    name = f"cc{uuid.uuid4().hex[:6]}"
+    (tmp_path / f"{name}.py").write_text(CLI_APP.format(name=name, url=broker_url, queue=f"q.{name}", prefix=prefix))
+    app = make_app(delayq_enabled=True)
+
+    @app.task(name=f"{name}.later")
+    def later() -> None: ...
+
+    waiting = later.apply_async(countdown=3600)
+    unknown = str(uuid.uuid4())
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "celery", "-A", name, "delayq", *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120, env=dict(os.environ, COLUMNS="200"))
+
+    out = cli("cancel", waiting.id, unknown, "--json")
+    assert out.returncode == 0, out.stderr
+    doc = {d["task_id"]: d for d in json.loads(out.stdout)}
+    assert doc[waiting.id]["waiting"] is True and doc[waiting.id]["task"] == f"{name}.later"
+    assert doc[unknown]["waiting"] is False and doc[unknown]["until"].endswith("Z")
+    assert pending(app, task_id=waiting.id) == []
+    assert {waiting.id, unknown} <= cancelled_ids(app)
+    text = cli("cancel", waiting.id)
+    assert text.returncode == 0 and "it will not run" in text.stdout
+    assert cli("cancel").returncode == 2  # an id is required
