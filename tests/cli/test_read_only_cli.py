@@ -18,6 +18,7 @@ import pytest
 
 from celery_delayq.cli.status import SCHEMA
 from celery_delayq.ladder import LadderSpec
+from celery_delayq.pending.layout import index_layout
 from celery_delayq.topology import Topology
 from cli_helpers import broker_names, run_delayq
 
@@ -26,6 +27,13 @@ pytestmark = pytest.mark.timeout(120)
 
 def _spec(app: Any) -> LadderSpec:
     return LadderSpec(prefix=app.conf.delayq_prefix, levels=3, unit_ms=1000)
+
+
+def _topology(spec: LadderSpec) -> Topology:
+    """The whole ladder as the app declares it: with the index and cancel-log streams."""
+    topo = Topology(spec, "quorum")
+    topo.index = index_layout(spec, index=True, version=(3, 10))
+    return topo
 
 
 def test_reading_an_absent_ladder_creates_nothing(ladder_app: Any, vhost: str) -> None:
@@ -40,7 +48,8 @@ def test_reading_an_absent_ladder_creates_nothing(ladder_app: Any, vhost: str) -
     assert as_json.exit_code == 1
     doc = json.loads(as_json.stdout)
     assert doc["exists"] is False and doc["totals"] == {"waiting": 0, "parked": 0, "unroutable": 0}
-    assert len(doc["missing"]) == 3 + 2 + 9 + 1  # level exchanges, deliver + unroutable, level queues, unroutable
+    # level exchanges, deliver + unroutable, level queues, unroutable, laps, 16 index streams + the cancel log
+    assert len(doc["missing"]) == 3 + 2 + 9 + 1 + 1 + 17
     assert run_delayq(ladder_app, "parking", "list", "--json").stdout.strip() == "[]"
     assert "nothing has been parked yet" in run_delayq(ladder_app, "parking", "list").stdout
     out = run_delayq(ladder_app, "topology", "delete", "--yes")
@@ -62,14 +71,14 @@ def test_delete_counts_only_what_existed_and_asks_first(ladder_app: Any, amqp_co
                                                          vhost: str) -> None:
     before = broker_names(vhost)
     spec = _spec(ladder_app)
-    topo = Topology(spec, "quorum")
+    topo = _topology(spec)
     topo.declare(amqp_conn)
     amqp_conn.channel().queue_delete(spec.level_queue(1, 2))  # a partly deleted ladder
     refused = run_delayq(ladder_app, "topology", "delete", ok=False)
     assert refused.exit_code == 1 and "not without --yes in a non-interactive shell" in refused.output
     assert topo.inspect(amqp_conn).queue(spec.level_queue(0, 1)).exists
     out = run_delayq(ladder_app, "topology", "delete", "--yes").stdout
-    assert f"deleted ladder '{spec.prefix}'" in out and "5 exchanges, 9 queues (0 of them exit queues)" in out
+    assert f"deleted ladder '{spec.prefix}'" in out and "5 exchanges, 27 queues (0 of them exit queues)" in out
     assert broker_names(vhost) == before
     again = run_delayq(ladder_app, "topology", "delete", "--yes").stdout
     assert "nothing to delete" in again
@@ -77,7 +86,7 @@ def test_delete_counts_only_what_existed_and_asks_first(ladder_app: Any, amqp_co
 
 def test_delete_refuses_while_messages_wait_and_deletes_nothing(ladder_app: Any, amqp_conn: amqp.Connection) -> None:
     spec = _spec(ladder_app)
-    topo = Topology(spec, "quorum")
+    topo = _topology(spec)
     topo.declare(amqp_conn)
     ch = amqp_conn.channel()
     ch.confirm_select()
@@ -98,7 +107,7 @@ def _wait_depth(topo: Topology, conn: amqp.Connection, queue: str, n: int) -> No
 
 def test_status_totals_levels_and_due_bounds(ladder_app: Any, amqp_conn: amqp.Connection) -> None:
     spec = _spec(ladder_app)
-    topo = Topology(spec, "quorum")
+    topo = _topology(spec)
     topo.declare(amqp_conn)
     parking = f"{spec.prefix}.parking"
     ch = amqp_conn.channel()
@@ -129,7 +138,7 @@ def test_status_totals_levels_and_due_bounds(ladder_app: Any, amqp_conn: amqp.Co
 
 def test_status_names_missing_parts(ladder_app: Any, amqp_conn: amqp.Connection) -> None:
     spec = _spec(ladder_app)
-    Topology(spec, "quorum").declare(amqp_conn)
+    _topology(spec).declare(amqp_conn)
     amqp_conn.channel().queue_delete(spec.level_queue(0, 3))
     doc = json.loads(run_delayq(ladder_app, "status", "--json").stdout)
     assert doc["exists"] and not doc["complete"] and doc["missing"] == [f"queue {spec.level_queue(0, 3)}"]
@@ -148,7 +157,7 @@ _PTY_APP = textwrap.dedent('''
 def test_delete_at_a_terminal_asks_and_takes_yes(ladder_app: Any, amqp_conn: amqp.Connection, broker_url: str,
                                                  tmp_path: Path) -> None:
     spec = _spec(ladder_app)
-    topo = Topology(spec, "quorum")
+    topo = _topology(spec)
     topo.declare(amqp_conn)
     (tmp_path / "ptyapp.py").write_text(_PTY_APP)
     env = dict(os.environ, CLI_BROKER=broker_url, CLI_PREFIX=spec.prefix,
