@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -22,7 +23,13 @@ from celery_delayq.analytics.files import (
     split_sealed,
 )
 from celery_delayq.analytics.plots import render_all
-from celery_delayq.analytics.reader import check_events_path, read_events, read_store
+from celery_delayq.analytics.reader import (
+    check_events_path,
+    malformed_of,
+    parse_events,
+    read_events,
+    read_store,
+)
 from celery_delayq.analytics.report import render_html
 from celery_delayq.analytics.session import session_scope
 from celery_delayq.analytics.storms import find_storms
@@ -131,20 +138,19 @@ def _incremental_events(
     open_files = [f.path for f in still_open
                   if not ((since is not None and f.hour and f.hour[1] <= since)
                           or (until is not None and f.hour and f.hour[0] >= until))]
-    live = None
+    observation = None
     if open_files:
-        live, live_malformed = read_events(session, open_files, allow_empty=True)
-        malformed += live_malformed
+        # Lazy: parsed once, into the one cache below (a cache of their own
+        # would hold every open event twice while the union is built).
+        live, observation = parse_events(session, open_files)
         parts.append(live)
     if not parts:
         raise NoValidEventsError(f"no event files under {events_dir}")
     events = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
-    events = _window(events, since, until).persist()
-    n_events = events.count()
-    if live is not None:
-        # Released at once: a cached plan over the same (growing) files would
-        # be handed to the next run in this session instead of a fresh read.
-        live.unpersist()
+    events = _window(events, since, until).persist(StorageLevel.MEMORY_AND_DISK)
+    n_events = events.count()  # the open files' observation fires with it
+    if observation is not None:
+        malformed += malformed_of(observation)
     if n_events == 0:
         events.unpersist()
         raise NoValidEventsError(f"no valid events under {events_dir}" + _window_text(since, until),

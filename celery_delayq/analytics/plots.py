@@ -276,6 +276,9 @@ def lateness_over_time_png(timeline: Iterable[Mapping[str, Any]]) -> bytes:
         ax.plot(xs, p50, color=_PALETTE[0], label="p50", marker=marker, linewidth=1.2)
         if min(v for v in p50 if v == v) > 0:
             ax.set_yscale("log")
+            # 1-2-5 labels in plain numbers, none in 6×10¹ notation.
+            ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_minor_locator(ticker.NullLocator())
             scale = "log"
         else:
             ax.set_yscale("symlog", linthresh=1.0)

@@ -15,7 +15,7 @@ from celery_delayq.analytics.errors import EventsNotFoundError, NoValidEventsErr
 from celery_delayq.analytics.files import local_path
 from celery_delayq.analytics.schema import EVENT_COLUMNS, PARSE_SCHEMA, is_valid_event
 
-__all__ = ["check_events_path", "read_events", "read_store"]
+__all__ = ["check_events_path", "malformed_of", "parse_events", "read_events", "read_store"]
 
 _VALID = "_valid"
 
@@ -40,6 +40,55 @@ def _in_window(since: float | None, until: float | None):  # -> Column | None
         upper = F.col("ts") < F.lit(float(until))
         cond = upper if cond is None else cond & upper
     return cond
+
+
+def parse_events(
+    spark: SparkSession,
+    path: str | os.PathLike[str] | Sequence[str],
+    *,
+    since: float | None = None,
+    until: float | None = None,
+) -> tuple[DataFrame, Observation]:
+    """The lazy half of :func:`read_events`: valid events in ``[since, until)``, and the
+    observation that counts valid and malformed lines when the frame is first computed."""
+    if isinstance(path, (str, os.PathLike)):
+        where: str | list[str] = check_events_path(path)
+    else:
+        where = [os.fspath(p) for p in path]
+    try:
+        # Spark's JSON source, not text + from_json: the same rows (one per
+        # non-blank line; a line that is not a JSON object comes out all null,
+        # so invalid) for 15% less CPU.
+        parsed = (
+            spark.read.schema(PARSE_SCHEMA)
+            .option("mode", "PERMISSIVE")
+            .option("recursiveFileLookup", "true")
+            .json(where)
+            .select(*EVENT_COLUMNS)
+            .withColumn(_VALID, is_valid_event())
+        )
+    except AnalysisException as exc:
+        if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
+            raise EventsNotFoundError(f"events directory not found: {where}") from exc
+        raise
+    observation = Observation("celery_delayq_parse")
+    # observe() also keeps the optimizer from pushing the validity filter
+    # below the parse, which would re-parse the JSON once per referenced field.
+    observed = parsed.observe(
+        observation,
+        F.count_if(F.col(_VALID)).alias("valid"),
+        F.count_if(~F.col(_VALID)).alias("malformed"),
+    )
+    valid = observed.where(F.col(_VALID)).drop(_VALID)
+    window = _in_window(since, until)
+    if window is not None:
+        valid = valid.where(window)
+    return valid, observation
+
+
+def malformed_of(observation: Observation) -> int:
+    """Malformed lines counted by a :func:`parse_events` observation (after its frame ran)."""
+    return int(observation.get.get("malformed") or 0)
 
 
 def read_events(
@@ -69,46 +118,14 @@ def read_events(
     Raises :class:`EventsNotFoundError` if ``path`` doesn't exist and, unless
     ``allow_empty``, :class:`NoValidEventsError` if it holds no valid event.
     """
-    if isinstance(path, (str, os.PathLike)):
-        where: str | list[str] = check_events_path(path)
-    else:
-        where = [os.fspath(p) for p in path]
-    try:
-        # Spark's JSON source, not text + from_json: the same rows (one per
-        # non-blank line; a line that is not a JSON object comes out all null,
-        # so invalid) for 15% less CPU.
-        parsed = (
-            spark.read.schema(PARSE_SCHEMA)
-            .option("mode", "PERMISSIVE")
-            .option("recursiveFileLookup", "true")
-            .json(where)
-            .select(*EVENT_COLUMNS)
-            .withColumn(_VALID, is_valid_event())
-        )
-    except AnalysisException as exc:
-        if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
-            raise EventsNotFoundError(f"events directory not found: {where}") from exc
-        raise
-
-    observation = Observation("celery_delayq_parse")
-    # observe() also keeps the optimizer from pushing the validity filter
-    # below the parse, which would re-parse the JSON once per referenced field.
-    observed = parsed.observe(
-        observation,
-        F.count_if(F.col(_VALID)).alias("valid"),
-        F.count_if(~F.col(_VALID)).alias("malformed"),
-    )
-    valid = observed.where(F.col(_VALID)).drop(_VALID)
-    window = _in_window(since, until)
-    if window is not None:
-        valid = valid.where(window)
+    valid, observation = parse_events(spark, path, since=since, until=until)
     valid = valid.persist(StorageLevel.MEMORY_AND_DISK)
     n_valid = valid.count()  # materialises the cache; the observation fires with it
-    malformed = int(observation.get.get("malformed") or 0)
+    malformed = malformed_of(observation)
     if n_valid == 0 and not allow_empty:
         valid.unpersist()
         detail = f"{malformed} malformed line(s)" if malformed else "no event lines"
-        raise NoValidEventsError(f"no valid events under {where} ({detail})", malformed=malformed)
+        raise NoValidEventsError(f"no valid events under {path} ({detail})", malformed=malformed)
     return valid, malformed
 
 

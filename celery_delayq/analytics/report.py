@@ -30,9 +30,9 @@ min-width:8.5rem}
 .card .k{color:#57606a;font-size:.8rem;text-transform:uppercase;letter-spacing:.03em}
 figure{background:#fff;border:1px solid #d0d7de;border-radius:8px;margin:0 0 1rem;padding:.75rem}
 figure img{max-width:100%;height:auto;display:block;margin:0 auto}
-table{border-collapse:collapse;background:#fff;font-size:.88rem;width:100%;
+table{border-collapse:collapse;background:#fff;font-size:.84rem;width:100%;
 border:1px solid #d0d7de}
-th,td{padding:.35rem .6rem;border-bottom:1px solid #eaeef2;text-align:right;white-space:nowrap}
+th,td{padding:.35rem .45rem;border-bottom:1px solid #eaeef2;text-align:right;white-space:nowrap}
 th{background:#f0f3f6;position:sticky;top:0}
 td.l,th.l{text-align:left}
 td{font-variant-numeric:tabular-nums}
