@@ -28,6 +28,7 @@ from .config import DelayqConfig
 from .delays import parse_eta
 from .ladder import check_name
 from .management import key_matches
+from .owned import dedicated_copy
 from .plugin_compat import DELAY_HEADER, delay_of, plain_entities
 from .publisher import LadderPublisher, publisher_for
 from .queue_delays import default_delay, queue_delays_of
@@ -91,6 +92,16 @@ class AppLadder:
         if self.config.broker_url:
             return self.app.connection_for_write(self.config.broker_url)
         return self.app.connection_for_write()
+
+    def dedicated_connection(self, role: str) -> Any:
+        """A (not yet connected) connection of the ladder's own for ``role``.
+
+        It keeps the app's connection options (credentials, SSL, heartbeat, failover)
+        but never ``confirm_publish``: with it, py-amqp waits for every confirm inside
+        ``basic_publish``, which defeats confirm tracking of one's own (a publish then
+        times out) and cannot share a channel with a transaction.
+        """
+        return dedicated_copy(self.connection(), role)
 
     @property
     def publisher(self) -> LadderPublisher:

@@ -216,7 +216,8 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
         topology = ladder.publisher.declare()
         log.info("delayq: %s ready", _describe(ladder, topology.queue_type))
         if self.relay is None:
-            self.relay = LapRelay(ladder.publisher, ladder.connection(), ladder.config.spec.laps_queue)
+            self.relay = LapRelay(ladder.publisher, ladder.dedicated_connection("lap relay"),
+                                  ladder.config.spec.laps_queue)
         self.relay.start()
         if self.metrics is None and ladder.config.metrics_port is not None:
             from .metrics import serve

@@ -349,7 +349,9 @@ class LadderPublisher:
 
             # A delay longer than the ladder makes laps: the ladder's longest wait, into
             # the laps queue, from which a worker puts it back (celery_delayq.laps).
-            lapping = due - self.clock() > self.spec.max_delay_s
+            remaining = due - self.clock()
+            self.config.check_delay(remaining)  # DelayTooLong: beyond delayq_max_delay or 100 years
+            lapping = remaining > self.spec.max_delay_s
             target = ("", self.spec.laps_queue) if lapping else (exchange, routing_key)
 
             def prepare(confirm: ConfirmChannel) -> Destination:

@@ -74,7 +74,7 @@ class CancelFollower:
     def _run(self) -> None:
         failures = 0
         while not self._stop.is_set():
-            conn = self.ladder.connection()
+            conn = self.ladder.dedicated_connection("cancel log follower")
             try:
                 conn.ensure_connection(max_retries=1)
                 ch = conn.connection.channel()

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import kombu
 
 from ..errors import UnsupportedTransport
-from ..integration import install
+from ..integration import ladder_for
 from ..publisher import LadderPublisher
 from .errors import ParkedMessageNotFound
 from .record import ParkedFilter, ParkedMessage
@@ -21,7 +21,7 @@ __all__ = ["ParkingQueue", "default_parking_queue"]
 
 def default_parking_queue(app: Any) -> str:
     """The app's parking queue: ``delayq_parking_queue``, else ``<delayq_prefix>.parking``."""
-    config = install(app).config
+    config = ladder_for(app).config
     return config.parking_queue or f"{config.prefix}.parking"
 
 
@@ -40,8 +40,9 @@ class ParkingQueue:
     @classmethod
     def for_app(cls, app: Any, name: str | None = None) -> "ParkingQueue":
         """The app's parking queue (or ``name``), on the app's ladder broker."""
-        router = install(app)
-        return cls(router.connection(), name or default_parking_queue(app), ladder=lambda: router.publisher)
+        ladder = ladder_for(app)
+        return cls(ladder.dedicated_connection("parking"), name or default_parking_queue(app),
+                   ladder=lambda: ladder.publisher)
 
     @property
     def connection(self) -> Any:

@@ -264,7 +264,7 @@ def reader_connection(ladder: Any, *, retries: int = 1) -> Iterator[amqp.Connect
 
     ``retries``: further attempts (0.5 s apart, growing to 5 s) after a failed connect.
     """
-    conn = ladder.connection().clone(heartbeat=0)
+    conn = ladder.dedicated_connection("index reader").clone(heartbeat=0)
     try:
         conn.ensure_connection(max_retries=retries, interval_start=0.5, interval_step=1.0, interval_max=5.0)
         yield conn.connection
