@@ -214,7 +214,7 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
         if ladder is None:
             return
         topology = ladder.publisher.declare()
-        log.info("delayq: %s ready", _describe(ladder, topology.queue_type))
+        log.info("delayq: %s ready", describe_ladder(ladder.config.spec, queue_type=topology.queue_type))
         if self.relay is None:
             self.relay = LapRelay(ladder.publisher, ladder.dedicated_connection("lap relay"),
                                   ladder.config.spec.laps_queue)
@@ -236,10 +236,6 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
         if self.metrics is not None:
             self.metrics.close()
             self.metrics = None
-
-
-def _describe(ladder: AppLadder, queue_type: str) -> str:
-    return describe_ladder(ladder.config.spec, queue_type=queue_type)
 
 
 _WORKER_SIGNALS = [False]

@@ -54,7 +54,8 @@ def delay_of(headers: dict[str, Any]) -> float | None:
     return ms / 1000.0
 
 
-def _plain_exchange(exchange: Any) -> Any:
+def plain_exchange(exchange: Any) -> Any:
+    """``exchange`` as its ``x-delayed-type`` if it is a plugin exchange, else unchanged."""
     if not isinstance(exchange, Exchange) or exchange.type != PLUGIN_TYPE:
         return exchange
     arguments = dict(getattr(exchange, "arguments", None) or {})  # set by kombu's attrs, not declared
@@ -63,21 +64,16 @@ def _plain_exchange(exchange: Any) -> Any:
                     auto_delete=exchange.auto_delete, arguments=arguments or None)
 
 
-def plain_exchange(exchange: Any) -> Any:
-    """``exchange`` as its ``x-delayed-type`` if it is a plugin exchange, else unchanged."""
-    return _plain_exchange(exchange)
-
-
 def plain_entities(entities: Iterable[Any]) -> list[Any]:
     """``declare`` entities with every plugin exchange (direct or of a queue) made plain."""
     out: list[Any] = []
     for entity in entities:
         if isinstance(entity, Queue) and isinstance(entity.exchange, Exchange) and entity.exchange.type == PLUGIN_TYPE:
             plain = copy.copy(entity)
-            plain.exchange = _plain_exchange(entity.exchange)
+            plain.exchange = plain_exchange(entity.exchange)
             out.append(plain)
         else:
-            out.append(_plain_exchange(entity))
+            out.append(plain_exchange(entity))
     return out
 
 
