@@ -161,7 +161,9 @@ def test_latest_pass_wins_across_retries(make_app, collector: Collector) -> None
 
 def test_reading_the_index_does_not_disturb_the_ladder(make_app, collector: Collector) -> None:
     """Readers only look: every task runs once, none early, none held up, while pending() reads on."""
-    app = make_app(delayq_enabled=True)
+    # A ladder of its own: the session's shared one holds every earlier test's entries (20,000 from
+    # the burst test), and a read covers the whole ladder span, so reads there take seconds on 2 cores.
+    app = make_app(delayq_enabled=True, delayq_prefix=f"dqp{uuid.uuid4().hex[:6]}")
 
     @app.task(name=f"{app.main}.probe", bind=True)
     def probe(self: Any, due: float) -> None:
