@@ -4,7 +4,9 @@ A tuple per event keeps the worker's hot path cheap (no dict, no validation:
 the recorder's writer thread formats it later), and naming the fields makes
 every producer and every test say what it records.  Each type's ``event``
 class attribute is the ``event`` field written to the JSON line; the other
-fields are written under their own names, in this order.
+fields are written under their own names, in this order. (The fields are a
+private named tuple and the public class adds ``event``: a named tuple's
+body may hold nothing but fields.)
 
 Every event starts with the same five fields (:data:`CORE_FIELDS`):
 ``task_id``, ``task_name``, ``queue`` (the routing key the task was, or will
@@ -15,7 +17,7 @@ run) and ``ts`` (epoch seconds).  Stdlib only, like the rest of
 
 from __future__ import annotations
 
-from typing import NamedTuple, Union
+from typing import ClassVar, NamedTuple, Union
 
 __all__ = [
     "CORE_FIELDS",
@@ -39,9 +41,7 @@ __all__ = [
 CORE_FIELDS: tuple[str, ...] = ("task_id", "task_name", "queue", "attempt", "ts")
 
 
-class Scheduled(NamedTuple):
-    """The broker confirmed a message into the ladder (written by the publisher)."""
-
+class _ScheduledFields(NamedTuple):
     task_id: str
     task_name: str
     queue: str
@@ -53,12 +53,16 @@ class Scheduled(NamedTuple):
     entry: str
     #: Queues the message waits in on its way down.
     hops: int
-    event = "scheduled"
 
 
-class Delivered(NamedTuple):
-    """A message that waited in the ladder reached a worker."""
+class Scheduled(_ScheduledFields):
+    """The broker confirmed a message into the ladder (written by the publisher)."""
 
+    __slots__ = ()
+    event: ClassVar[str] = "scheduled"
+
+
+class _DeliveredFields(NamedTuple):
     task_id: str
     task_name: str
     queue: str
@@ -66,23 +70,31 @@ class Delivered(NamedTuple):
     ts: float
     delay_s: float
     due_at: float
-    event = "delivered"
 
 
-class Succeeded(NamedTuple):
-    """The task returned."""
+class Delivered(_DeliveredFields):
+    """A message that waited in the ladder reached a worker."""
 
+    __slots__ = ()
+    event: ClassVar[str] = "delivered"
+
+
+class _SucceededFields(NamedTuple):
     task_id: str
     task_name: str
     queue: str
     attempt: int
     ts: float
-    event = "succeeded"
 
 
-class Retried(NamedTuple):
-    """The task failed and scheduled a retry."""
+class Succeeded(_SucceededFields):
+    """The task returned."""
 
+    __slots__ = ()
+    event: ClassVar[str] = "succeeded"
+
+
+class _RetriedFields(NamedTuple):
     task_id: str
     task_name: str
     queue: str
@@ -90,48 +102,64 @@ class Retried(NamedTuple):
     ts: float
     #: The exception's type name.
     exception: str
-    event = "retried"
 
 
-class Exhausted(NamedTuple):
+class Retried(_RetriedFields):
+    """The task failed and scheduled a retry."""
+
+    __slots__ = ()
+    event: ClassVar[str] = "retried"
+
+
+class _ExhaustedFields(NamedTuple):
+    task_id: str
+    task_name: str
+    queue: str
+    attempt: int
+    ts: float
+    exception: str
+
+
+class Exhausted(_ExhaustedFields):
     """A retry policy (or ``max_retries``) gave up; ``parked`` or ``failed`` follows."""
 
+    __slots__ = ()
+    event: ClassVar[str] = "exhausted"
+
+
+class _ParkedFields(NamedTuple):
     task_id: str
     task_name: str
     queue: str
     attempt: int
     ts: float
     exception: str
-    event = "exhausted"
 
 
-class Parked(NamedTuple):
+class Parked(_ParkedFields):
     """The message went to a parking queue: retries exhausted, or ``delayq_park_on``."""
 
+    __slots__ = ()
+    event: ClassVar[str] = "parked"
+
+
+class _FailedFields(NamedTuple):
     task_id: str
     task_name: str
     queue: str
     attempt: int
     ts: float
     exception: str
-    event = "parked"
 
 
-class Failed(NamedTuple):
+class Failed(_FailedFields):
     """The task failed for good: nothing will retry it and it was not parked."""
 
-    task_id: str
-    task_name: str
-    queue: str
-    attempt: int
-    ts: float
-    exception: str
-    event = "failed"
+    __slots__ = ()
+    event: ClassVar[str] = "failed"
 
 
-class Replayed(NamedTuple):
-    """A parked message was sent back to its queue (``attempt`` is the parked one's)."""
-
+class _ReplayedFields(NamedTuple):
     task_id: str
     task_name: str
     queue: str
@@ -139,12 +167,16 @@ class Replayed(NamedTuple):
     ts: float
     #: Seconds the replay waits in the ladder first (0 = at once).
     delay_s: float
-    event = "replayed"
 
 
-class Cancelled(NamedTuple):
-    """A task was dropped without running: revoked, expired or cancelled."""
+class Replayed(_ReplayedFields):
+    """A parked message was sent back to its queue (``attempt`` is the parked one's)."""
 
+    __slots__ = ()
+    event: ClassVar[str] = "replayed"
+
+
+class _CancelledFields(NamedTuple):
     task_id: str
     task_name: str
     queue: str
@@ -152,7 +184,13 @@ class Cancelled(NamedTuple):
     ts: float
     #: ``revoked``, ``expired`` or ``cancelled``.
     reason: str
-    event = "cancelled"
+
+
+class Cancelled(_CancelledFields):
+    """A task was dropped without running: revoked, expired or cancelled."""
+
+    __slots__ = ()
+    event: ClassVar[str] = "cancelled"
 
 
 TelemetryEvent = Union[

@@ -233,11 +233,11 @@ _FAST_LINES: dict[type, Callable[[Any], str]] = {
 def event_dict(event: TelemetryEvent) -> dict[str, Any]:
     """The dict :func:`make_event` builds for ``event`` (what its JSON line holds)."""
     cls = event.__class__
-    if EVENT_CLASS.get(getattr(cls, "event", None)) is not cls:
+    if EVENT_CLASS.get(str(getattr(cls, "event", ""))) is not cls:
         raise ValueError(f"not a telemetry event: {cls.__name__}")
     task_id, task_name, queue, attempt, ts, *extra = event
     extras = {
-        name: float(value) if name in _FLOAT_EXTRAS else value
+        name: float(value) if name in _FLOAT_EXTRAS else value  # type: ignore[arg-type]
         for name, value in zip(cls._fields[5:], extra)
     }
     return make_event(
@@ -263,7 +263,8 @@ def _legacy_tuple(item: tuple[Any, ...]) -> TelemetryEvent:
     cls = EVENT_CLASS.get(item[0])
     if cls is None or len(item) != len(cls._fields) + 1:
         raise ValueError(f"bad telemetry task event {item[0]!r} with {len(item) - 6} extra field(s)")
-    return cls._make(item[1:])
+    event: TelemetryEvent = cls._make(item[1:])
+    return event
 
 
 #: Lines per write() call when a batch is appended to its file.
@@ -612,7 +613,7 @@ class TelemetryRecorder:
                 unserialisable += 1
                 continue
             try:
-                same_hour = start <= ts < end
+                same_hour = start <= ts < end  # type: ignore[operator]
             except TypeError:  # ts missing or not a number
                 same_hour = False
             if not same_hour:
