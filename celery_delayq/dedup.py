@@ -25,10 +25,10 @@ delivery, not a duplicate of the run that failed.
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 from .parking.record import REPLAY
+from .registry import ProcessRegistry
 
 __all__ = ["DuplicateGuard", "guard_for", "delivery_key"]
 
@@ -69,6 +69,10 @@ class DuplicateGuard:
             self._client = redis.Redis.from_url(self.url, socket_timeout=5, socket_connect_timeout=5)
         return self._client
 
+    def after_fork_in_child(self) -> None:
+        """In a forked child: open a client of its own on next use (never the parent's sockets)."""
+        self._client = None
+
     def key(self, delivery: str) -> str:
         """The Redis key of a delivery."""
         return f"{self.namespace}:seen:{delivery}"
@@ -99,15 +103,9 @@ class DuplicateGuard:
         self.client.delete(self.key(delivery))
 
 
-_GUARDS: dict[tuple[str, float, str], DuplicateGuard] = {}
-_LOCK = threading.Lock()
+_GUARDS: ProcessRegistry[DuplicateGuard] = ProcessRegistry()
 
 
 def guard_for(url: str, *, ttl: float, namespace: str) -> DuplicateGuard:
     """The process-wide guard for a Redis URL, TTL and namespace."""
-    key = (url, ttl, namespace)
-    with _LOCK:
-        guard = _GUARDS.get(key)
-        if guard is None:
-            guard = _GUARDS[key] = DuplicateGuard(url, ttl=ttl, namespace=namespace)
-        return guard
+    return _GUARDS.get((url, ttl, namespace), lambda: DuplicateGuard(url, ttl=ttl, namespace=namespace))

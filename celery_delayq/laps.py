@@ -17,16 +17,14 @@ delays accepted, for those who want a cap.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import socket
-import threading
 import time
 from typing import Any
 
 import amqp
 
 from . import headers as H
+from .following import QueueFollower
 from .publisher import LadderPublisher
 
 __all__ = ["LapRelay", "relay_lap"]
@@ -54,7 +52,7 @@ def relay_lap(publisher: LadderPublisher, message: amqp.Message, *, now: float |
                               content_encoding=message.properties.get("content_encoding"), **properties)
 
 
-class LapRelay:
+class LapRelay(QueueFollower):
     """Consumes the laps queue in a thread of its own and puts each message back into the ladder.
 
     Every worker runs one; they share the queue as competing consumers. A
@@ -62,64 +60,22 @@ class LapRelay:
     between repeats it (at least once, like every ladder hop).
     """
 
+    role = "lap relay"
+
     def __init__(self, publisher: LadderPublisher, connection: Any, queue: str, *, prefetch: int = 100) -> None:
+        super().__init__(connection, queue, prefetch=prefetch, thread_name="delayq-laps")
         self.publisher = publisher
-        self.connection = connection
-        self.queue = queue
-        self.prefetch = prefetch
         self.relayed = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        """Start relaying in a daemon thread (idempotent)."""
-        if self._thread is None or not self._thread.is_alive():
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="delayq-laps", daemon=True)
-            self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop relaying; unacked messages go back to the laps queue."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._consume()
-            except Exception as exc:  # a broker hiccup: reconnect after a pause, never die
-                if self._stop.is_set():
-                    return
-                log.warning("delayq: lap relay lost its connection (%r); retrying in 2 s", exc)
-                self._stop.wait(2.0)
-
-    def _consume(self) -> None:
-        conn = self.connection.clone()
-        conn.connect()
-        raw: amqp.Connection = conn.connection
+    def on_message(self, channel: amqp.Channel, message: amqp.Message) -> None:
+        """Schedule the next lap; ack once it is confirmed, else requeue after a pause."""
         try:
-            channel = raw.channel()
-            channel.basic_qos(0, self.prefetch, False)
-
-            def on_message(message: amqp.Message) -> None:
-                try:
-                    relay_lap(self.publisher, message)
-                except Exception:
-                    log.exception("delayq: could not put a lap back into the ladder; it stays in %r", self.queue)
-                    # Back to the queue (a classic queue: no delivery limit), after a pause.
-                    self._stop.wait(1.0)
-                    channel.basic_reject(message.delivery_tag, requeue=True)
-                    return
-                channel.basic_ack(message.delivery_tag)
-                self.relayed += 1
-
-            channel.basic_consume(self.queue, callback=on_message)
-            while not self._stop.is_set():
-                try:
-                    raw.drain_events(timeout=1.0)
-                except socket.timeout:
-                    continue
-        finally:
-            with contextlib.suppress(Exception):
-                conn.release()
+            relay_lap(self.publisher, message)
+        except Exception:
+            log.exception("delayq: could not put a lap back into the ladder; it stays in %r", self.queue)
+            # Back to the queue (a classic queue: no delivery limit), after a pause.
+            self._stop.wait(1.0)
+            channel.basic_reject(message.delivery_tag, requeue=True)
+            return
+        channel.basic_ack(message.delivery_tag)
+        self.relayed += 1

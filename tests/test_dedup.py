@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from celery_delayq import DelayedRetryTask
-from celery_delayq.dedup import DuplicateGuard, delivery_key
+from celery_delayq.dedup import DuplicateGuard, delivery_key, guard_for
 from helpers import running_worker
 from retry_helpers import (  # noqa: F401  (fixtures)
     REDIS_URL, parked_fixture, parking_name_fixture, record_run, redis_up, retry_app_fixture,
@@ -47,6 +47,21 @@ def test_attempts_and_replays_are_different_deliveries(guard: DuplicateGuard) ->
             delivery_key(Req(base, **{"x-delayq-replay": "p1"}))}
     assert len(keys) == 3
     assert all(guard.begin(k) for k in keys)
+
+
+def test_one_guard_per_process_and_a_forked_child_gets_its_own_client(guard: DuplicateGuard) -> None:
+    shared = guard_for(REDIS_URL, ttl=60, namespace=guard.namespace)
+    assert guard_for(REDIS_URL, ttl=60, namespace=guard.namespace) is shared
+    parent_client = shared.client
+    key = f"{uuid.uuid4()}:0:"
+    assert shared.begin(key)
+    pid = os.fork()
+    if pid == 0:  # the child: a fresh client, and the parent's claim is seen
+        ok = shared._client is None and not shared.begin(key) and shared.client is not parent_client
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert shared.client is parent_client
 
 
 def test_an_unreachable_redis_fails_open() -> None:

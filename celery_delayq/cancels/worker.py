@@ -21,7 +21,6 @@ or while the follower reconnects, may still run.
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import weakref
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 from celery import bootsteps
 
 from .. import signals
+from ..following import QueueFollower
 from ..pending.layout import MARKER, IndexLayout
 from ..pending.stream import OFFSET, reader_connection
 from .book import CancelBook
@@ -40,20 +40,20 @@ log = logging.getLogger(__name__)
 
 _FOLLOWERS: "weakref.WeakKeyDictionary[Any, CancelFollower]" = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
-#: Seconds between reconnection attempts of the follower (doubling up to the last).
-_BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 
 
-class CancelFollower:
+class CancelFollower(QueueFollower):
     """The cancel log of one app's ladder, loaded and followed into a :class:`CancelBook`."""
 
+    role = "cancel log follower"
+
     def __init__(self, ladder: Any, layout: IndexLayout) -> None:
+        super().__init__(ladder.dedicated_connection("cancel log follower"), layout.cancel_queue,
+                         prefetch=100, thread_name="delayq-cancels")
         self.ladder = ladder
         self.layout = layout
         self.book = CancelBook()
         self._next: int | str = "next"
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         """Load the whole log (blocking), then follow it in a daemon thread."""
@@ -62,45 +62,14 @@ class CancelFollower:
             end = load(raw, self.layout, self.book)
         self._next = end + 1 if end is not None else "next"
         log.info("delayq: %d cancelled task id(s) loaded from %s", len(self.book), self.layout.cancel_queue)
-        self._thread = threading.Thread(target=self._run, name="delayq-cancels", daemon=True)
-        self._thread.start()
+        super().start()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop following (the book keeps what it has)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+    def consume_arguments(self) -> dict[str, Any]:
+        """Resume after the last entry read (the whole log was loaded at start)."""
+        return {"x-stream-offset": self._next}
 
-    def _run(self) -> None:
-        failures = 0
-        while not self._stop.is_set():
-            conn = self.ladder.dedicated_connection("cancel log follower")
-            try:
-                conn.ensure_connection(max_retries=1)
-                ch = conn.connection.channel()
-                ch.basic_qos(0, 100, False)
-                ch.basic_consume(self.layout.cancel_queue, callback=self._on_message, no_ack=False,
-                                 arguments={"x-stream-offset": self._next})
-                failures = 0
-                while not self._stop.is_set():
-                    try:
-                        conn.drain_events(timeout=1.0)
-                    except socket.timeout:
-                        pass
-                    conn.heartbeat_check()
-            except Exception as exc:  # noqa: BLE001 - keep following whatever happened
-                wait = _BACKOFF[min(failures, len(_BACKOFF) - 1)]
-                failures += 1
-                log.warning("delayq: lost the cancel log %s (%r); reconnecting in %.0f s",
-                            self.layout.cancel_queue, exc, wait)
-                self._stop.wait(wait)
-            finally:
-                try:
-                    conn.release()
-                except Exception:  # noqa: BLE001
-                    pass
-
-    def _on_message(self, message: Any) -> None:
+    def on_message(self, channel: Any, message: Any) -> None:
+        """Add a cancel to the book and remember where the log was read to."""
         headers = message.headers or {}
         offset = headers.get(OFFSET)
         if MARKER not in headers:
@@ -109,7 +78,7 @@ class CancelFollower:
                 log.info("delayq: task %s cancelled", task_id)
         if offset is not None:
             self._next = int(offset) + 1
-        message.channel.basic_ack(message.delivery_tag)
+        channel.basic_ack(message.delivery_tag)
 
 
 def follower_for(app: Any) -> CancelFollower | None:
