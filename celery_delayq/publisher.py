@@ -51,7 +51,7 @@ from .registry import ProcessRegistry
 from .management import ManagementAPI
 from .topology import Destination, Topology, broker_version, resolve_queue_type
 from .pending.layout import index_layout
-from .pending.writer import index_batch, index_send, index_settle
+from .pending.writer import IndexBuffer, index_batch
 
 __all__ = ["LadderPublisher", "Scheduled", "publisher_for", "plan"]
 
@@ -140,6 +140,8 @@ class LadderPublisher:
         #: Unconfirmed publishes of a lost connection, republished on the next one.
         self._orphans: collections.deque[Pending] = collections.deque()
         self.topology: Topology | None = None
+        #: Index entries of single publishes, written a few at a time.
+        self._index = IndexBuffer(self)
 
     # -- connection ---------------------------------------------------------------
     @property
@@ -168,6 +170,7 @@ class LadderPublisher:
     def close(self) -> None:
         """Wait for outstanding confirms, then close the ladder connection."""
         with self._lock:
+            self._index.flush()
             confirm = self._link.confirm
             if confirm is not None and confirm.pending:
                 with contextlib.suppress(PublishError, *_RECOVERABLE):
@@ -179,6 +182,7 @@ class LadderPublisher:
         self._lock = threading.RLock()
         self._local = threading.local()
         self._orphans = collections.deque()
+        self._index.forget()
         self._link.after_fork_in_child()
 
     def _live(self) -> ConfirmChannel:
@@ -389,10 +393,9 @@ class LadderPublisher:
                     # rather than one frame per publish.
                     self._io(tracker, lambda c: c.wait(timeout=timeout, keep=window // 2))
                 return sched
-            indexed = index_send(self, [(sched, hdrs)])  # its confirm comes in the same round trip
             self._io(tracker, lambda c: c.wait(timeout=timeout, tracker=tracker))
-            index_settle(self, indexed, refused=bool(tracker.failures))
             self._raise_failures(tracker)
+            self._index.add(sched, hdrs)  # written with the next few (pending.writer)
         signals.message_scheduled.send(sender=self, plan=sched, headers=hdrs)
         return sched
 

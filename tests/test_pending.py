@@ -81,7 +81,7 @@ def test_frame_reader_agrees_with_py_amqp(headers: dict[str, Any], message_id: s
 
 # -- broker ----------------------------------------------------------------------------------
 def test_a_refused_ladder_publish_is_not_listed(make_app, private_ladder, amqp_conn: amqp.Connection) -> None:
-    """The index entry goes out with the ladder message; if the ladder refuses it, a tombstone follows."""
+    """Only a message the ladder confirmed gets an index entry: a refused one is never listed."""
     from celery_delayq.errors import PublishReturned
 
     topo: Topology = private_ladder(levels=8)

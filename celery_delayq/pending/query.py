@@ -25,7 +25,7 @@ from typing import Any, Iterable
 from ..errors import TopologyMissing
 from .layout import IndexLayout, index_layout
 from .stream import BODY, StreamReader, reader_connection as _connection
-from .writer import ENTRIES, decode_entries
+from .writer import ENTRIES, decode_entries, flush_buffers
 
 __all__ = ["PendingTask", "pending", "IndexUnavailable", "read_index", "open_layout", "iso"]
 
@@ -139,6 +139,7 @@ def read_index(ladder: Any, *, task_ids: Iterable[str] = (), now: float | None =
     With ``task_ids``, only their shards are read and only their entries parsed.
     """
     now = time.time() if now is None else now
+    flush_buffers()  # this process's own publishes are listed at once
     ids = sorted(set(task_ids))
     # Read from the first entry that can still be waiting at ``now``, and never from the
     # future: a start after the stream's end would never reach the reader's end marker.
