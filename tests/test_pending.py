@@ -262,3 +262,44 @@ def test_tasks_scheduled_in_batch_are_listed(make_app) -> None:
     assert all(t.queue == app.conf.task_default_queue and t.attempt == 0 for t in found)
     assert [t.task_id for t in pending(app, task_id=ids[700])] == [ids[700]]
     assert abs(pending(app, task_id=ids[5])[0].due - found[0].due - 5) < 1.0
+
+
+_PUBLISHER = '''
+import sys, time
+from celery import Celery
+import celery_delayq
+broker, prefix, queue, linger = sys.argv[1:5]
+app = Celery("pubproc", broker=broker, set_as_current=False)
+app.conf.update(delayq_enabled=True, delayq_prefix=prefix, task_default_queue=queue, broker_heartbeat=0)
+result = app.send_task("pubproc.job", countdown=600)
+print(result.id, time.time(), flush=True)
+time.sleep(float(linger))  # a web process lives on; a script exits at once
+'''
+
+
+@pytest.mark.parametrize("linger", [20.0, 0.0], ids=["long-lived-process", "exiting-process"])
+def test_another_process_sees_a_publish_within_a_second(broker_url: str, prefix: str, uid: str, make_app,
+                                                        linger: float) -> None:
+    """Entries are buffered after the confirm and written within 0.25 s, or at exit."""
+    app = make_app(delayq_enabled=True)
+    child = subprocess.Popen([sys.executable, "-c", _PUBLISHER, broker_url, prefix, f"q.{uid}", str(linger)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        task_id, published = child.stdout.readline().split()
+        if not linger:
+            assert child.wait(timeout=30) == 0
+        found: list[Any] = []
+        while time.time() < float(published) + 10:
+            found = pending(app, task_id=task_id)
+            if found:
+                break
+            time.sleep(0.05)
+        seen_after = time.time() - float(published)
+        assert [t.task_id for t in found] == [task_id]
+        if linger:
+            assert child.poll() is None  # still running: the buffer was written by its timer
+            assert seen_after < 1.5, f"listed {seen_after:.2f} s after apply_async returned"
+    finally:
+        child.kill()
+        child.wait()

@@ -165,7 +165,13 @@ class IndexBuffer:
 
     def add(self, sched: Any, headers: dict[str, Any]) -> None:
         """Buffer the entry of a confirmed ladder message; write the buffer when it is full."""
-        if _layout(self._publisher()) is None:
+        publisher = self._publisher()
+        if publisher is None or _layout(publisher) is None:
+            return
+        try:  # a new ladder's streams: created now, so a reader never finds them missing
+            publisher.topology.streams_ready(publisher.link.raw)
+        except Exception as exc:  # noqa: BLE001 - the task is scheduled; only its listing is missing
+            _lost(1, exc)
             return
         self.pairs.append((sched, headers))
         _LIVE.add(self)
