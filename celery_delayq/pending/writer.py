@@ -10,9 +10,11 @@ entries per stream message, body JSON:
   :data:`LINGER_S` after its first entry (a timer), when it holds
   :data:`CHUNK` entries, before this process reads the index, when the
   publisher closes, and at interpreter exit. A refused message never gets
-  an entry. Measured: one stream message per publish cost the
-  confirm-each path 15-21 % of its rate (client and broker CPU, not the
-  confirm's wait: not waiting for it gained nothing); coalesced, 0-5 %;
+  an entry. Measured (``index_cost``): one stream message per publish
+  cost the confirm-each path 14-21 % of its rate (client and broker CPU,
+  not the confirm's wait: not waiting for it gained nothing); buffered,
+  7-16 % across three runs on a noisy 2-core host (a flush still sends
+  one small message per shard it touches);
 * inside ``batch()`` the entries are written when the block ends, for the
   messages the broker confirmed, :data:`CHUNK` per stream message.
 
