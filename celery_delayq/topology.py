@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import amqp
 
@@ -214,9 +214,8 @@ class Topology:
         the entity and argument; :class:`TopologyMismatch` carries them.
         """
         s = self.spec
-        ch = connection.channel()
         streams = set(self.index.streams) if self.index is not None else set()
-        try:
+        with _pipelined(connection, "the ladder") as ch:
             for kind, name, args in self.entities():
                 if name not in streams:
                     _declare(ch, kind, name, args, nowait=True)
@@ -229,12 +228,6 @@ class Topology:
             # The barrier: replies come in order, so once this one is back every
             # declare above has been applied (or the channel was closed with why).
             ch.exchange_declare(s.delivery_exchange, "topic", passive=True)
-        except amqp.PreconditionFailed as exc:
-            raise _mismatch("the ladder", exc) from None
-        finally:
-            with contextlib.suppress(Exception):
-                if ch.is_open:
-                    ch.close()
         # The index and cancel-log streams come after the ladder, so they never slow it down.
         self._streams_on = connection if self.index is not None else None
         if not defer_streams:
@@ -248,18 +241,10 @@ class Topology:
         declared_on, self._streams_on = self._streams_on, None
         if declared_on is None:
             return
-        connection = connection or declared_on
-        ch = connection.channel()
-        try:
+        with _pipelined(connection or declared_on, "the index streams") as ch:
             for kind, name, args in self.index.entities():
                 _declare(ch, kind, name, args, nowait=True)
             ch.queue_declare(self.index.cancel_queue, passive=True)  # the barrier
-        except amqp.PreconditionFailed as exc:
-            raise _mismatch("the index streams", exc) from None
-        finally:
-            with contextlib.suppress(Exception):
-                if ch.is_open:
-                    ch.close()
 
     def verify(self, connection: amqp.Connection) -> None:
         """Check that the ladder exists with the expected arguments, creating nothing.
@@ -484,6 +469,23 @@ class _Channels:
             return self.call(fn)
         except amqp.PreconditionFailed as exc:
             raise _mismatch(what, exc) from None
+
+
+@contextlib.contextmanager
+def _pipelined(connection: amqp.Connection, what: str) -> Iterator[amqp.Channel]:
+    """A channel for ``nowait`` declares, closed after; a refused one raises :class:`TopologyMismatch` naming ``what``.
+
+    The block ends with one synchronous call (the barrier), where a refusal surfaces.
+    """
+    ch = connection.channel()
+    try:
+        yield ch
+    except amqp.PreconditionFailed as exc:
+        raise _mismatch(what, exc) from None
+    finally:
+        with contextlib.suppress(Exception):
+            if ch.is_open:
+                ch.close()
 
 
 def _mismatch(what: str, exc: amqp.PreconditionFailed) -> TopologyMismatch:
