@@ -71,8 +71,8 @@ class Sent:
     """Index messages sent and not yet settled."""
 
     tracker: Tracker = field(default_factory=Tracker)
-    entries: list[list[Any]] = field(default_factory=list)
-    shards: list[str] = field(default_factory=list)
+    #: Entries they hold (named in the warning when they are lost).
+    count: int = 0
 
 
 def batch_entry(headers: dict[str, Any], task_id: str) -> list[Any]:
@@ -116,13 +116,11 @@ def index_send(publisher: Any, done: Sequence[tuple[Any, dict[str, Any]]]) -> Se
     layout = _layout(publisher)
     if layout is None or not done:
         return None
-    sent = Sent()
+    sent = Sent(count=len(done))
     pairs = []
     for sched, headers in done:
         task_id = str(headers.get("id") or sched.entry)
-        entry = batch_entry(headers, task_id)
-        pairs.append((task_id, entry))
-        sent.entries.append(entry)
+        pairs.append((task_id, batch_entry(headers, task_id)))
     try:
         messages = _messages(layout, pairs)
         publisher.topology.streams_ready(publisher.link.raw)  # created after a new ladder's first message
@@ -144,7 +142,7 @@ def index_settle(publisher: Any, sent: Sent | None) -> None:
         if failures:
             raise failures[0]
     except Exception as exc:  # noqa: BLE001 - the tasks are scheduled; only their listing is missing
-        _lost(len(sent.entries), exc)
+        _lost(sent.count, exc)
 
 
 def index_batch(publisher: Any, done: Sequence[tuple[Any, dict[str, Any]]]) -> None:
