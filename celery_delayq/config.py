@@ -77,6 +77,12 @@ class DelayqConfig:
         index: Keep an index of waiting tasks (RabbitMQ streams written by the broker
             itself, see :mod:`celery_delayq.pending`) for ``delayq pending`` and
             ``delayq cancel``; the broker writes one extra copy per ladder pass.
+        leader_placement: ``spread`` (a new ladder's quorum queue leaders are spread
+            over the cluster's running nodes, through a connection to each, which
+            needs the management API to list them) or ``broker`` (wherever the
+            broker's queue-leader locator puts them; with its default,
+            ``client-local``, all on the declaring process's node). Existing
+            queues never move; see :mod:`celery_delayq.placement`.
         metrics_port: Serve Prometheus metrics (:mod:`celery_delayq.metrics`) on this port
             from each worker's main process (``None`` = off). With the prefork pool,
             retries and parks happen in the children and are not counted there.
@@ -106,8 +112,11 @@ class DelayqConfig:
     dedup_ttl: float = 86400.0
     index: bool = True
     metrics_port: int | None = None
+    leader_placement: str = "spread"
 
     def __post_init__(self) -> None:
+        if self.leader_placement not in ("spread", "broker"):
+            raise ValueError(f"delayq_leader_placement must be 'spread' or 'broker', got {self.leader_placement!r}")
         # Settings arrive as dicts and lists; the config is a dict key of the
         # process-wide publisher registry, so keep every field hashable.
         object.__setattr__(self, "queue_delays", normalize_queue_delays(self.queue_delays, self.spec))

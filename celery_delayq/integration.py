@@ -196,10 +196,12 @@ def _register_fixup() -> None:
 
 # -- worker side -----------------------------------------------------------------------
 class DelayqWorkerStep(bootsteps.StartStopStep):
-    """Worker bootstep: declare (or verify) the ladder before consuming, and relay laps.
+    """Worker bootstep: declare (or verify) the ladder before consuming, relay laps, set held queues moving.
 
     Delays longer than the ladder wait in its laps queue between laps; every
-    worker puts them back (:class:`~celery_delayq.laps.LapRelay`).
+    worker puts them back (:class:`~celery_delayq.laps.LapRelay`). On RabbitMQ
+    < 4.3 it also watches for ladder queues that a broker restart left holding
+    messages (:class:`~celery_delayq.recovery.HeldWatcher`).
     """
 
     requires = ("celery.worker.consumer.connection:Connection",)
@@ -208,6 +210,23 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
         super().__init__(c, **kwargs)
         self.relay: LapRelay | None = None
         self.metrics: Any = None  # celery_delayq.metrics.MetricsServer, in the worker's main process only
+        self.started_before = False
+        self.watcher: Any = None  # celery_delayq.recovery.HeldWatcher, on RabbitMQ < 4.3
+
+    def _watch_held_queues(self, ladder: Any) -> None:
+        """On RabbitMQ < 4.3, a :class:`~celery_delayq.recovery.HeldWatcher` (4.3 recovers exchanges first)."""
+        from .management import ManagementAPI
+        from .recovery import HeldWatcher, Recovery
+        from .topology import broker_version
+
+        raw = ladder.publisher.raw_connection()
+        if broker_version(raw) >= (4, 3):
+            return
+        cluster = raw.server_properties.get("cluster_name")
+        api = ManagementAPI.for_connection(ladder.publisher.template, ladder.config.management_url,
+                                           cluster_name=cluster.decode() if isinstance(cluster, bytes) else cluster)
+        if api is not None:
+            self.watcher = HeldWatcher(Recovery(api, ladder.config.spec.prefix)).start()
 
     def start(self, c: Any) -> None:  # c: Celery's worker Consumer (untyped)
         ladder = router_for(c.app)
@@ -215,6 +234,11 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
             return
         topology = ladder.publisher.declare()
         log.info("delayq: %s ready", describe_ladder(ladder.config.spec, queue_type=topology.queue_type))
+        if not self.started_before:
+            self._watch_held_queues(ladder)
+        elif self.watcher is not None:
+            self.watcher.poke()
+        self.started_before = True
         if self.relay is None:
             self.relay = LapRelay(ladder.publisher, ladder.dedicated_connection("lap relay"),
                                   ladder.config.spec.laps_queue)
@@ -233,6 +257,9 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
 
     def shutdown(self, c: Any) -> None:
         self.stop(c)
+        if self.watcher is not None:
+            self.watcher.stop()
+            self.watcher = None
         if self.metrics is not None:
             self.metrics.close()
             self.metrics = None

@@ -142,6 +142,47 @@ class ManagementAPI:
             unknown = unknown or matched is None
         return None if unknown else False
 
+    def put_policy(self, name: str, body: dict[str, Any]) -> bool:
+        """Create or replace policy ``name`` in the vhost; whether the broker took it."""
+        return self._send("PUT", self._vhost_path("policies", name), body)
+
+    def delete_policy(self, name: str) -> bool:
+        """Delete policy ``name`` from the vhost; whether it is gone."""
+        return self._send("DELETE", self._vhost_path("policies", name), None)
+
+    def _send(self, method: str, path: str, body: dict[str, Any] | None) -> bool:
+        if not self.same_broker:
+            return False
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.base_url + path, data=data, method=method)
+        token = base64.b64encode(f"{self.userid}:{self.password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+        request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout):  # noqa: S310 - operator's URL
+                return True
+        except urllib.error.HTTPError as exc:
+            log.info("delayq: management API %s %s answered %s: %s", method, path, exc.code,
+                     exc.read()[:200].decode(errors="replace"))
+            return exc.code == 404 and method == "DELETE"
+        except OSError as exc:
+            log.info("delayq: management API %s not usable: %r", self.base_url, exc)
+            return False
+
+    def running_nodes(self) -> list[str] | None:
+        """Names of the cluster's running nodes (``GET /api/nodes``)."""
+        found = self._get("/api/nodes?columns=name,running")
+        if not isinstance(found, list):
+            return None
+        return sorted(str(n["name"]) for n in found if n.get("running") and n.get("name"))
+
+    def amqp_listeners(self) -> list[dict[str, Any]] | None:
+        """Every node's listeners (``node``, ``protocol``, ``ip_address``, ``port``; ``GET /api/overview``)."""
+        found = self._get("/api/overview?columns=listeners")
+        if not isinstance(found, dict) or not isinstance(found.get("listeners"), list):
+            return None
+        return [item for item in found["listeners"] if isinstance(item, dict)]
+
     def queues(self, names: list[str] | None = None) -> list[dict[str, Any]] | None:
         """Queue statistics of the vhost (``messages``, ``messages_ready``, ``leader``/``node`` ...)."""
         q = urllib.parse.quote(self.vhost, safe="")

@@ -49,6 +49,7 @@ from .ladder import LadderSpec
 from .owned import OwnedConnection
 from .registry import ProcessRegistry
 from .management import ManagementAPI
+from .placement import LeaderPlacement
 from .topology import Destination, Topology, broker_version, resolve_queue_type
 from .pending.layout import index_layout
 from .pending.writer import IndexBuffer, index_batch
@@ -203,6 +204,8 @@ class LadderPublisher:
                 self.template, self.config.management_url,
                 cluster_name=cluster.decode() if isinstance(cluster, bytes) else cluster)
             topology.route_check = api.routes if api is not None else None
+            if api is not None and self.config.leader_placement == "spread":
+                topology.placement = LeaderPlacement(api, self.template).place
             if self.config.declare:
                 topology.declare(raw, defer_streams=True)  # streams: before the first index entry
             else:

@@ -151,6 +151,9 @@ class Topology:
     #: The streams of the index of waiting tasks and of the cancel log
     #: (:class:`~celery_delayq.pending.layout.IndexLayout`); ``None`` = none.
     index: Any = field(default=None, repr=False)
+    #: Declares a *new* ladder's quorum queues each on the node that should lead it
+    #: (:meth:`~celery_delayq.placement.LeaderPlacement.place`); ``None`` = wherever the broker puts them.
+    placement: Callable[[list[tuple[str, dict[str, Any]]]], dict[str, str]] | None = field(default=None, repr=False)
     _streams_on: Any = field(default=None, repr=False)
 
     # -- arguments ----------------------------------------------------------
@@ -215,6 +218,8 @@ class Topology:
         """
         s = self.spec
         streams = set(self.index.streams) if self.index is not None else set()
+        if self.placement is not None and self.queue_type == "quorum":
+            self._place_if_new(connection)
         with _pipelined(connection, "the ladder") as ch:
             for kind, name, args in self.entities():
                 if name not in streams:
@@ -232,6 +237,31 @@ class Topology:
         self._streams_on = connection if self.index is not None else None
         if not defer_streams:
             self.streams_ready()
+
+    def _place_if_new(self, connection: amqp.Connection) -> None:
+        """A ladder not on the broker yet gets its quorum queues declared on their leaders' nodes first.
+
+        One passive declare tells an existing ladder (the common case: a no-op),
+        whose queues stay where they are.
+        """
+        assert self.placement is not None
+        s = self.spec
+        with _Channels(connection) as chans:
+            if _probe(chans, "queue", s.level_queue(s.levels - 1, s.radix - 1)).exists:
+                return
+        # The exchanges first: a quorum queue's at-least-once dead-letter worker that starts
+        # without its target exchange holds what expires until a 180 s timer (RabbitMQ < 4.3).
+        with _pipelined(connection, "the ladder's exchanges") as ch:
+            for kind, name, args in self.entities():
+                if kind.startswith("exchange"):
+                    _declare(ch, kind, name, args, nowait=True)
+            ch.exchange_declare(s.delivery_exchange, "topic", passive=True)  # the barrier
+        queues = [(name, self.level_queue_args(k, d)) for k, d, name in s.level_queues()]
+        queues.append((s.unroutable_queue, {"x-queue-type": self.queue_type}))
+        try:
+            self.placement(queues)
+        except amqp.PreconditionFailed as exc:
+            raise _mismatch("the ladder", exc) from None
 
     def streams_ready(self, connection: amqp.Connection | None = None) -> None:
         """Create the streams a deferred :meth:`declare` left out, and wait for them (a no-op otherwise).

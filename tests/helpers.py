@@ -16,10 +16,16 @@ from typing import Any, Callable, Hashable, Iterator
 
 import amqp
 
-__all__ = ["BROKER_HOST", "broker_up", "Collector", "running_worker", "queue_depth", "drain"]
+__all__ = ["BROKER_HOST", "management_url", "broker_up", "Collector", "running_worker", "queue_depth", "drain"]
 
 #: ``host:port`` of the RabbitMQ the tests use (``./dev test --rmq4`` sets 127.0.0.1:5673).
 BROKER_HOST = os.environ.get("DELAYQ_TEST_BROKER_HOST", "127.0.0.1:5672")
+
+
+def management_url() -> str:
+    """This broker's management API: AMQP port + 10000 (15672 for 5672, 15673 for the 4.3 node)."""
+    host, _, port = BROKER_HOST.partition(":")
+    return f"http://{host}:{int(port or 5672) + 10000}"
 
 
 def broker_up() -> bool:

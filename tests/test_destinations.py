@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -11,14 +10,10 @@ import pytest
 
 import celery_delayq
 from celery_delayq.errors import InvalidName, UnroutableDestination
-from helpers import drain
+from helpers import drain, management_url
 
 pytestmark = pytest.mark.timeout(60)
 
-
-def management_url() -> str:
-    host, _, port = os.environ.get("DELAYQ_TEST_BROKER_HOST", "127.0.0.1:5672").partition(":")
-    return f"http://{host}:{int(port or 5672) + 10000}"
 
 
 def test_too_long_a_queue_name_fails_before_any_broker_call(make_app) -> None:

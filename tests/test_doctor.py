@@ -25,18 +25,13 @@ from celery_delayq.cli import delayq
 from celery_delayq.doctor import ApiReach
 from celery_delayq.ladder import LadderSpec
 from celery_delayq.topology import Topology
-from helpers import BROKER_HOST, running_worker
+from helpers import BROKER_HOST, management_url, running_worker
 
 pytestmark = pytest.mark.timeout(120)
 
 API = ApiReach("http://mgmt:15672", "ok")
 NO_API = ApiReach("http://mgmt:15672", "unreachable")
 
-
-def management_url() -> str:
-    """This broker's management API: AMQP port + 10000 (15672 for 5672, 15673 for the 4.3 node)."""
-    host, _, port = BROKER_HOST.partition(":")
-    return f"http://{host}:{int(port or 5672) + 10000}"
 
 
 def run_doctor(app: Any, *args: str) -> Result:

@@ -26,6 +26,7 @@ from rich.console import Console
 from ..config import DelayqConfig
 from ..errors import DelayqError, UnsupportedTransport
 from ..ladder import LadderSpec
+from ..management import ManagementAPI
 from ..topology import Topology, broker_version, resolve_queue_type
 from ..typing import CeleryApp
 
@@ -87,12 +88,26 @@ class AppContext:
                 conn.release()
 
     def topology(self, raw: amqp.Connection) -> Topology:
-        """The app's ladder as the broker behind ``raw`` would have it (nothing is declared)."""
+        """The app's ladder as the broker behind ``raw`` would have it (nothing is declared).
+
+        A :meth:`Topology.declare` of a new ladder spreads its leaders (``delayq_leader_placement``).
+        """
         from ..pending.layout import index_layout
+        from ..placement import LeaderPlacement
 
         version = broker_version(raw)
-        return Topology(self.spec, resolve_queue_type(self.config.queue_type, version),
+        topo = Topology(self.spec, resolve_queue_type(self.config.queue_type, version),
                         index=index_layout(self.spec, index=self.config.index, version=version))
+        api = self.api(raw)
+        if api is not None and self.config.leader_placement == "spread":
+            topo.placement = LeaderPlacement(api, self.connection()).place
+        return topo
+
+    def api(self, raw: amqp.Connection) -> ManagementAPI | None:
+        """The management API of the broker behind ``raw`` (``None`` when switched off)."""
+        cluster = raw.server_properties.get("cluster_name")
+        return ManagementAPI.for_connection(self.connection(), self.config.management_url,
+                                            cluster_name=cluster.decode() if isinstance(cluster, bytes) else cluster)
 
 
 def app_context(ctx: click.Context) -> AppContext:

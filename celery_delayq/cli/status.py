@@ -40,6 +40,10 @@ ever added, never renamed or removed):
     ``queue``, ``exists``, ``messages``.
 ``next_due_by``, ``all_due_by``
     ISO 8601 UTC bounds described above, ``null`` when nothing waits.
+``nodes``, ``leaders``
+    The cluster's running nodes, and how many of the ladder's level queues
+    each node leads (``{}``/``null`` when the management API cannot tell);
+    each level queue also has ``leader``.
 
 Counts are *ready* messages: a quorum queue's messages that are expiring
 (in its dead-letter state) are not visible over AMQP for that moment.
@@ -59,6 +63,7 @@ from rich.table import Table
 
 from ..humanize import describe_ladder, human_duration
 from ..ladder import LadderSpec
+from ..placement import leader_counts
 from ..topology import LadderState
 from .base import AppContext, app_context, console
 from .topology import no_ladder
@@ -91,6 +96,11 @@ def ladder_status(app: AppContext, raw: amqp.Connection, *, now: float | None = 
     spec = app.spec
     topo = app.topology(raw)
     state = topo.inspect(raw, extra_queues=[app.parking_queue])
+    api = app.api(raw) if state.exists else None
+    level_names = [name for _k, _d, name in spec.level_queues()]
+    rows = api.queues(level_names) if api is not None else None
+    nodes = api.running_nodes() if rows is not None and api is not None else None
+    leader_of = {str(r.get("name")): str(r.get("leader") or r.get("node")) for r in rows or []}
     levels: list[dict[str, Any]] = []
     for k in range(spec.levels - 1, -1, -1):
         queues: list[dict[str, Any]] = []
@@ -98,7 +108,7 @@ def ladder_status(app: AppContext, raw: amqp.Connection, *, now: float | None = 
             found = state.queue(spec.level_queue(k, d))
             queues.append({"queue": found.name, "digit": d, "ttl_s": spec.queue_ttl_ms(k, d) / 1000.0,
                            "due_within_s": _due_within_s(spec, k, d), "exists": found.exists,
-                           "messages": found.messages or 0})
+                           "messages": found.messages or 0, "leader": leader_of.get(found.name)})
         busy = [float(q["due_within_s"]) for q in queues if q["messages"]]
         levels.append({"level": k, "messages": sum(q["messages"] for q in queues),
                        "due_within_s": max(busy) if busy else None, "queues": queues})
@@ -123,6 +133,8 @@ def ladder_status(app: AppContext, raw: amqp.Connection, *, now: float | None = 
         "unroutable": unroutable,
         "next_due_by": _iso(now + min(bounds)) if bounds else None,
         "all_due_by": _iso(now + max(bounds)) if bounds else None,
+        "nodes": nodes,
+        "leaders": leader_counts(rows or [], level_names),
     }
 
 
@@ -135,6 +147,9 @@ def _render(doc: dict[str, Any], ctx: click.Context) -> None:
     table.add_column("waits", justify="right")
     table.add_column("messages", justify="right")
     table.add_column("due within", justify="right")
+    clustered = len(doc.get("nodes") or ()) > 1
+    if clustered:
+        table.add_column("leaders")
     for lv in doc["levels"]:
         ttls = [q["ttl_s"] for q in lv["queues"]]
         waits = human_duration(ttls[0]) if len(ttls) == 1 else f"{human_duration(ttls[0])} – {human_duration(ttls[-1])}"
@@ -143,7 +158,10 @@ def _render(doc: dict[str, Any], ctx: click.Context) -> None:
         else:
             count = f"{lv['messages']:,}" if lv["messages"] else "[dim]0[/dim]"
         due = human_duration(lv["due_within_s"]) if lv["due_within_s"] is not None else ""
-        table.add_row(f"L{lv['level']:02d}", waits, count, due)
+        row = [f"L{lv['level']:02d}", waits, count, due]
+        if clustered:
+            row.append(" ".join(_short_node(q.get("leader")) for q in lv["queues"]))
+        table.add_row(*row)
     out.print(table)
     totals = doc["totals"]
     parked = f"parked {totals['parked']:,}" + ("" if doc["parking"]["exists"] else " (no parking queue yet)")
@@ -156,10 +174,22 @@ def _render(doc: dict[str, Any], ctx: click.Context) -> None:
         out.print(f"due: the next within {human_duration(min(bounds))}, all within {human_duration(max(bounds))} "
                   f"(by {doc['all_due_by']}); upper bounds from the queue TTLs, as RabbitMQ cannot show a "
                   "message's due time without dequeuing it")
+    if clustered and doc["leaders"]:
+        shown = ", ".join(f"{node} {n}" for node, n in doc["leaders"].items())
+        line = f"leaders over {len(doc['leaders'])} of {len(doc['nodes'])} nodes: {shown}"
+        if len(doc["leaders"]) == 1:
+            line = (f"[yellow]{line}[/yellow]: one node does every level's dead-letter work; "
+                    "`celery -A APP delayq topology verify` says how to spread them")
+        out.print(line)
     if not doc["complete"]:
         shown = ", ".join(doc["missing"][:4]) + (" ..." if len(doc["missing"]) > 4 else "")
         out.print(f"[red]incomplete:[/red] {len(doc['missing'])} missing ({shown}); "
                   "`celery -A APP delayq topology verify` names them all")
+
+
+def _short_node(node: str | None) -> str:
+    """A node name's part before ``@``, to keep the table narrow (the line below it names nodes in full)."""
+    return "?" if not node else node.split("@", 1)[0]
 
 
 @click.command()

@@ -90,8 +90,65 @@ def verify(ctx: click.Context) -> None:
         if not topo.inspect(raw).exists:
             raise click.ClickException(no_ladder(app, raw))
         topo.verify(raw)
+        leaders = _leaders_warning(app, raw)
     click.echo(f"{describe_ladder(topo.spec, topo.queue_type)} is complete on {app.uri} "
                "and matches the settings")
+    if leaders:
+        click.echo(f"warning: {leaders}", err=True)
+
+
+def _leaders_warning(app: AppContext, raw: amqp.Connection) -> str | None:
+    """On a multi-node cluster: why and how to spread a ladder whose leaders are not (``None``: fine or unknown)."""
+    from ..doctor.checks import leaders_finding
+    from ..doctor.finding import WARN, ApiReach
+
+    api = app.api(raw)
+    if api is None:
+        return None
+    names = [name for _k, _d, name in app.spec.level_queues()]
+    rows, nodes = api.queues(names), api.running_nodes()
+    if rows is None or nodes is None or len(nodes) < 2:
+        return None
+    found = leaders_finding(rows, nodes, names, ApiReach(api.base_url, "ok"),
+                            vhost=api.vhost, namespace=app.spec.namespace)
+    return f"{found.summary} {found.next_step}" if found.status == WARN else None
+
+
+@topology.command()
+@click.option("--held-for", default=2.0, show_default=True, metavar="SECONDS",
+              help="How long a queue must keep holding messages to count as stuck.")
+@click.pass_context
+def recover(ctx: click.Context, held_for: float) -> None:
+    """Set moving ladder queues that hold messages after a broker restart (RabbitMQ < 4.3).
+
+    Looks for queues of the ladder whose messages stay in the dead-letter state
+    (messages > ready + unacked), and if there are any, sets and deletes a
+    short-lived policy on them: each queue's dead-letter worker then finds its
+    targets again at once instead of after RabbitMQ's 180 s retry. Workers do
+    this themselves when their connection comes back; this is the operator's
+    way. Needs the management API and a user that may set policies.
+    """
+    from ..recovery import Recovery
+
+    app = app_context(ctx)
+    with app.connected() as raw:
+        api = app.api(raw)
+    if api is None or not api.same_broker:
+        raise click.ClickException("cannot look for held messages: RabbitMQ's management API is not "
+                                   "reachable (set delayq_management_url)")
+    recovery = Recovery(api, app.spec.prefix)
+    stuck = recovery.stuck(held_for=held_for)
+    if stuck is None:
+        raise click.ClickException(f"the management API at {api.base_url} did not list the queues")
+    if not stuck:
+        click.echo(f"no ladder queue of {app.spec.prefix!r} holds messages on {app.uri}: nothing to do")
+        return
+    if not recovery.touch():
+        raise click.ClickException(f"{sum(stuck.values())} message(s) are held in {len(stuck)} queue(s), and "
+                                   "the broker refused the policy that moves them: the management user needs "
+                                   "the 'policymaker' (or 'administrator') tag")
+    shown = ", ".join(f"{name} ({n})" for name, n in sorted(stuck.items()))
+    click.echo(f"{sum(stuck.values())} held message(s) in {len(stuck)} queue(s) set moving: {shown}")
 
 
 @topology.command()

@@ -1,0 +1,100 @@
+"""The fault suite: kill -9 and stop_app of private nodes and 3-node clusters, RabbitMQ 3.10 and 4.3.
+
+    python -m benchmarks.faults.run                  # every scenario, results/faults.{md,json}
+    python -m benchmarks.faults.run --only host      # 3.10 only (``rmq4`` = 4.3 only)
+
+Needs root; 4.3 needs the chroot of ../shared/rmq4/start.sh. Never touches the
+shared brokers. Each row: one fault during ``--tasks`` delayed tasks (delays
+uniform 5-60 s), published from a separate process, confirmed, read across
+the outage through a node that was not hit. ``recover`` = the operator's
+``delayq topology recover`` ran every 10 s after the restart (a worker's
+watcher does it by itself). The CI runs a short version as tests (``./dev test --cluster``).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .nodes import Cluster, unavailable
+from .scenario import FaultResult, run_fault
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+#: (flavour, nodes, fault, victim, recover)
+SCENARIOS = [
+    ("host", 1, "kill9", 0, False),
+    ("host", 1, "kill9", 0, True),
+    ("host", 3, "kill9", 0, True),
+    ("host", 3, "stop_app", 1, True),
+    ("rmq4", 1, "kill9", 0, False),
+    ("rmq4", 3, "kill9", 0, False),
+    ("rmq4", 3, "stop_app", 1, False),
+]
+_PORTS = {("host", 1): 5698, ("host", 3): 5690, ("rmq4", 1): 5699, ("rmq4", 3): 5695}
+
+COLUMNS = ["broker", "nodes", "fault", "recover", "published", "confirmed", "delivered", "lost", "duplicates",
+           "early", "outage_s", "late_p50_s", "late_p99_s", "late_max_s"]
+
+
+def markdown(rows: list[dict[str, Any]], *, tasks: int, when: str) -> str:
+    """The committed table (pure)."""
+    lines = [
+        "# Fault suite", "",
+        f"`python -m benchmarks.faults.run --tasks {tasks}`, {when}, on this 2-core machine: private nodes "
+        "(3-node clusters share the 2 cores). Delays uniform 5-60 s; the fault hits 3 s after publishing, "
+        "the node is back 5 s later (outage = kill or stop to answering again). Lateness = arrival - due.", "",
+        "| " + " | ".join(COLUMNS) + " | within outage + 30 s |",
+        "|" + "---|" * (len(COLUMNS) + 1),
+    ]
+    for row in rows:
+        ok = row["lost"] == 0 and row["early"] == 0 and row["late_max_s"] <= row["outage_s"] + 30
+        lines.append("| " + " | ".join(str(row[c]) for c in COLUMNS) + f" | {'yes' if ok else '**no**'} |")
+    return "\n".join(lines) + "\n"
+
+
+@click.command()
+@click.option("--tasks", default=2000, show_default=True, help="Delayed tasks per scenario.")
+@click.option("--only", type=click.Choice(["host", "rmq4"]), default=None, help="One broker line only.")
+@click.option("--out", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
+def main(tasks: int, only: str | None, out: Path) -> None:
+    """Run every fault scenario and write faults.md / faults.json under --out."""
+    rows: list[dict[str, Any]] = []
+    clusters: dict[tuple[str, int], Cluster] = {}
+    try:
+        for flavour, size, fault, victim, recover in SCENARIOS:
+            if only and flavour != only:
+                continue
+            why = unavailable(flavour)
+            if why:
+                click.echo(f"skipping {flavour}: {why}", err=True)
+                continue
+            key = (flavour, size)
+            if key not in clusters:
+                for other in [k for k in clusters if k[0] != flavour or k[1] != size]:
+                    clusters.pop(other).shutdown()  # one cluster at a time: 2 cores
+                clusters[key] = Cluster.start(flavour, size=size, base_port=_PORTS[key],
+                                              prefix=f"dqf{flavour[0]}{size}")
+            click.echo(f"[{time.strftime('%H:%M:%S')}] {flavour} x{size} {fault} node {victim + 1} "
+                       f"recover={recover} ...", err=True)
+            result: FaultResult = run_fault(clusters[key], fault=fault, victim=victim, n=tasks, delays=(5.0, 60.0),
+                                            recover=recover, workdir=Path(tempfile.mkdtemp()), settle_s=300.0)
+            click.echo(f"    {result.row()}", err=True)
+            rows.append(result.row())
+    finally:
+        for cluster in clusters.values():
+            cluster.shutdown()
+    out.mkdir(parents=True, exist_ok=True)
+    when = time.strftime("%Y-%m-%d")
+    (out / "faults.json").write_text(json.dumps({"when": when, "tasks": tasks, "rows": rows}, indent=2) + "\n")
+    (out / "faults.md").write_text(markdown(rows, tasks=tasks, when=when))
+    click.echo(markdown(rows, tasks=tasks, when=when))
+
+
+if __name__ == "__main__":
+    main()

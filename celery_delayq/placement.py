@@ -1,0 +1,149 @@
+"""Where a new ladder's quorum queues lead: spread over the cluster, not all on the declaring node.
+
+A quorum queue's leader goes where the queue-leader locator puts it, and the
+default locator is ``client-local``: every queue of a ladder lands on the node
+the declaring process happened to connect to. That node then does every
+level's dead-letter work, and losing it moves all of them at once.
+
+Why not the broker's own ``balanced`` locator: as a declare argument it
+changes the queue's identity (redeclaring an existing ladder without it, or
+with it, fails with PRECONDITION_FAILED on 3.10 and 4.3), and it balances the
+*cluster's* leader count, not the ladder's: with two ladders led by nodes 1
+and 2, all 45 leaders of a third went to node 3 (DESIGN-NOTES §7).
+
+So a ladder that does not exist yet is created queue by queue on the node that
+should lead each queue: a connection to that node, whose client-local locator
+then does the placing. The nodes and their AMQP listeners come from the
+management API; without it, or on a single node, nothing changes. Existing
+ladders are left as they are: ``topology verify`` and ``doctor`` say when all
+their leaders sit on one node and name the ``rabbitmq-queues rebalance``
+command that moves them.
+
+The planning is pure (:func:`spread`, :func:`amqp_addresses`, :func:`leader_counts`);
+:class:`LeaderPlacement` does the I/O.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+__all__ = ["spread", "amqp_addresses", "leader_counts", "LeaderPlacement", "WILDCARD_ADDRESSES"]
+
+log = logging.getLogger(__name__)
+
+#: Listener addresses that mean "every interface": the node's host name is used instead.
+WILDCARD_ADDRESSES = frozenset({"::", "0.0.0.0", "", "[::]"})
+
+
+def spread(queues: Sequence[str], nodes: Sequence[str]) -> dict[str, str]:
+    """Each queue's leader node, round robin in ladder order (pure).
+
+    Ladder order keeps neighbouring queues (the digits of one level) on
+    different nodes, so a level's work is shared too; the counts differ by at
+    most one.
+    """
+    if not nodes:
+        raise ValueError("no nodes to place queues on")
+    ordered = sorted(nodes)
+    return {name: ordered[i % len(ordered)] for i, name in enumerate(queues)}
+
+
+def amqp_addresses(listeners: Iterable[Mapping[str, Any]], nodes: Iterable[str]) -> dict[str, tuple[str, int]]:
+    """``node -> (host, port)`` of each running node's AMQP 0-9-1 listener (pure).
+
+    ``listeners`` are ``GET /api/overview``'s. A listener bound to every
+    interface is reached at the host part of its node name (``rabbit@HOST``).
+    A node without a plain AMQP listener is left out.
+    """
+    running = set(nodes)
+    found: dict[str, tuple[str, int]] = {}
+    for item in listeners:
+        node = str(item.get("node", ""))
+        if node not in running or item.get("protocol") != "amqp" or node in found:
+            continue
+        host = str(item.get("ip_address", ""))
+        if host in WILDCARD_ADDRESSES:
+            host = node.partition("@")[2] or "localhost"
+        found[node] = (host, int(item.get("port", 5672)))
+    return found
+
+
+def leader_counts(rows: Iterable[Mapping[str, Any]], names: Iterable[str]) -> dict[str, int]:
+    """How many of the queues ``names`` each node leads, from ``GET /api/queues`` rows (pure)."""
+    wanted = set(names)
+    counts: dict[str, int] = {}
+    for row in rows:
+        if row.get("name") in wanted:
+            node = str(row.get("leader") or row.get("node") or "?")
+            counts[node] = counts.get(node, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+@dataclass
+class LeaderPlacement:
+    """Declares a new ladder's quorum queues each on the node that should lead it.
+
+    Attributes:
+        api: The broker's :class:`~celery_delayq.management.ManagementAPI`.
+        template: The kombu connection whose options (credentials, vhost, SSL,
+            login method, heartbeat) the per-node connections copy.
+    """
+
+    api: Any
+    template: Any
+    connect_timeout: float = 5.0
+
+    def plan(self, queues: Sequence[str]) -> tuple[dict[str, str], dict[str, tuple[str, int]]]:
+        """Leader node per queue and node addresses; ``({}, {})`` on one node or when the API cannot tell."""
+        nodes = self.api.running_nodes()
+        if not nodes or len(nodes) < 2:
+            return {}, {}
+        listeners = self.api.amqp_listeners()
+        addresses = amqp_addresses(listeners or [], nodes)
+        if len(addresses) < 2:
+            log.warning("delayq: %d-node cluster, but the management API names AMQP listeners for %d of them; "
+                        "the new ladder's leaders stay where the broker puts them", len(nodes), len(addresses))
+            return {}, {}
+        return spread(queues, list(addresses)), addresses
+
+    def place(self, queues: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, str]:
+        """Declare each ``(name, arguments)`` queue through a connection to its planned leader's node.
+
+        Returns ``queue -> node`` for the queues declared that way. A node that
+        cannot be reached keeps its share on the caller's connection (logged):
+        placement never stops a ladder from being created.
+        """
+        plan, addresses = self.plan([name for name, _args in queues])
+        if not plan:
+            return {}
+        args_of = dict(queues)
+        placed: dict[str, str] = {}
+        by_node: dict[str, list[str]] = {}
+        for name, node in plan.items():
+            by_node.setdefault(node, []).append(name)
+        for node, names in by_node.items():
+            host, port = addresses[node]
+            try:
+                self._declare_on(host, port, [(name, args_of[name]) for name in names])
+            except Exception as exc:  # noqa: BLE001 - placement is best effort, declaring is not
+                log.warning("delayq: could not reach node %s at %s:%d to lead %d ladder queue(s) (%r); "
+                            "they are declared through this connection instead", node, host, port, len(names), exc)
+                continue
+            placed.update((name, node) for name in names)
+        log.info("delayq: new ladder's %d quorum queue leaders spread over %d nodes", len(placed), len(by_node))
+        return placed
+
+    def _declare_on(self, host: str, port: int, queues: list[tuple[str, dict[str, Any]]]) -> None:
+        conn = self.template.clone(hostname=host, port=port, connect_timeout=self.connect_timeout)
+        try:
+            conn.ensure_connection(max_retries=0)
+            channel = conn.connection.channel()
+            for name, args in queues:
+                channel.queue_declare(name, durable=True, auto_delete=False, arguments=args)
+            channel.close()
+        finally:
+            with contextlib.suppress(Exception):
+                conn.release()

@@ -1,0 +1,163 @@
+"""Ladder queues stuck after a broker restart on RabbitMQ before 4.3, found and set moving again.
+
+Before 4.3 a vhost recovers its queues before its exchanges
+(``rabbit_vhost:recover/1``). A quorum queue's at-least-once dead-letter
+worker that starts first finds no dead-letter exchange, keeps up to 32
+messages (its prefetch) and tries again only when
+``dead_letter_worker_publisher_confirm_timeout`` fires: 180 s by default, and
+only ``advanced.config`` can change it. Everything behind those messages waits
+too. The sign is a queue whose ``messages`` exceed ``messages_ready`` +
+``messages_unacknowledged`` for longer than a moment. Measured on 3.10.8:
+up to 4,135 of 5,000 tasks 150-210 s late after a kill -9 (DESIGN-NOTES §7).
+
+Any policy change on a queue makes its dead-letter worker look its topology
+up again, and it re-sends at once (832 held messages within 4.3 s). So the
+remedy is a *policy touch*: a policy on the ladder's queues set and deleted
+again, with a definition that changes nothing the ladder relies on. It goes
+through the management API. Workers run it by themselves every 30 s and soon
+after their broker connection comes back (:class:`HeldWatcher`); operators run
+``celery -A APP delayq topology recover``. On 4.3, which recovers exchanges
+first, nothing is ever held this way, and the touch is harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+__all__ = ["held", "Recovery", "HeldWatcher", "TOUCH_POLICY", "HELD_FOR_S"]
+
+log = logging.getLogger(__name__)
+
+#: Name of the short-lived policy (``-<prefix>`` is added).
+TOUCH_POLICY = "delayq-recover"
+#: How long a queue must keep holding messages before it counts as stuck.
+HELD_FOR_S = 2.0
+
+
+def held(rows: Iterable[Mapping[str, Any]], names: Iterable[str]) -> dict[str, int]:
+    """Messages each queue holds in its dead-letter state (``messages`` beyond ready and unacked; pure)."""
+    wanted = set(names)
+    found: dict[str, int] = {}
+    for row in rows:
+        if row.get("name") not in wanted:
+            continue
+        extra = int(row.get("messages") or 0) - int(row.get("messages_ready") or 0) \
+            - int(row.get("messages_unacknowledged") or 0)
+        if extra > 0:
+            found[str(row["name"])] = extra
+    return found
+
+
+@dataclass
+class Recovery:
+    """Finds ladder queues that hold dead-letter messages, and touches their policy.
+
+    Attributes:
+        api: The broker's :class:`~celery_delayq.management.ManagementAPI`.
+        prefix: ``delayq_prefix``: every queue named ``<prefix>.*`` is looked at
+            (each ladder shape's levels, the exit queues, the unroutable queue).
+    """
+
+    api: Any
+    prefix: str
+
+    def stuck(self, *, held_for: float = HELD_FOR_S) -> dict[str, int] | None:
+        """Queues holding messages now and still ``held_for`` seconds later (``None``: cannot tell).
+
+        Two looks, because a queue holds messages for a moment in the normal
+        course of dead-lettering.
+        """
+        first = self._held()
+        if not first:
+            return first
+        time.sleep(held_for)
+        second = self._held()
+        if second is None:
+            return None
+        return {name: n for name, n in second.items() if name in first}
+
+    def _held(self) -> dict[str, int] | None:
+        rows = self.api.queues()
+        if rows is None:
+            return None
+        mine = [name for name in (str(r.get("name")) for r in rows) if name.startswith(f"{self.prefix}.")]
+        return held(rows, mine)
+
+    def touch(self) -> bool:
+        """Set, then delete, a policy on the ladder's queues: each dead-letter worker looks up its targets again.
+
+        The definition only names the leader locator, which decides nothing
+        for queues that already exist. Returns whether the broker took it.
+        """
+        name = f"{TOUCH_POLICY}-{self.prefix}"
+        body = {"pattern": f"^{re.escape(self.prefix)}\\.", "apply-to": "queues", "priority": 999,
+                "definition": {"queue-leader-locator": "client-local"}}
+        if not self.api.put_policy(name, body):
+            return False
+        time.sleep(0.5)
+        self.api.delete_policy(name)
+        return True
+
+    def run(self, *, held_for: float = HELD_FOR_S) -> dict[str, int] | None:
+        """Touch when queues are stuck; returns what was stuck (``{}``: nothing; ``None``: cannot tell)."""
+        stuck = self.stuck(held_for=held_for)
+        if stuck:
+            if self.touch():
+                log.warning("delayq: %d message(s) were held in %d ladder queue(s) after a broker restart "
+                            "(RabbitMQ < 4.3 recovers queues before exchanges); a policy touch set them moving",
+                            sum(stuck.values()), len(stuck))
+            else:
+                log.error("delayq: %d message(s) are held in ladder queue(s) %s, and the policy touch that "
+                          "moves them was refused (the management user needs the 'policymaker' tag). They "
+                          "move on RabbitMQ's own retry, up to 3 minutes late; run `celery -A APP delayq "
+                          "topology recover` as an administrator.", sum(stuck.values()), ", ".join(sorted(stuck)))
+        return stuck
+
+
+class HeldWatcher:
+    """A worker's daemon thread: looks for held ladder queues every ``every`` seconds, and soon after a reconnect.
+
+    A reconnect follows a restart of the node the worker talks to; a node of
+    a cluster that restarts elsewhere causes no reconnect here, hence the
+    periodic look (one ``GET /api/queues`` when nothing is held).
+    """
+
+    def __init__(self, recovery: Recovery, *, every: float = 30.0, soon: float = 3.0) -> None:
+        self.recovery, self.every, self.soon = recovery, every, soon
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="delayq-recovery", daemon=True)
+
+    def start(self) -> "HeldWatcher":
+        self._thread.start()
+        return self
+
+    def poke(self) -> None:
+        """The broker connection came back: look within ``soon`` seconds, a few times."""
+        log.info("delayq: broker connection back; looking for ladder queues that hold messages (RabbitMQ < 4.3)")
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def _loop(self) -> None:
+        burst = 0
+        while not self._stop.is_set():
+            woken = self._wake.wait(self.soon if burst else self.every)
+            if self._stop.is_set():
+                return
+            if woken:
+                self._wake.clear()
+                time.sleep(self.soon)
+                burst = 4  # a node's queues come back one by one: look a few times
+            burst = max(burst - 1, 0)
+            try:
+                self.recovery.run()
+            except Exception:  # noqa: BLE001 - a failed look must not end the worker
+                log.debug("delayq: recovery look failed", exc_info=True)

@@ -1,0 +1,31 @@
+"""Faults on private brokers: nothing lost, nothing early, late by at most the outage + 30 s.
+
+On RabbitMQ 3.10 a restarted node recovers its queues before its exchanges, and
+quorum queues' dead-letter workers then hold messages for 180 s
+(:mod:`celery_delayq.recovery`); ``delayq topology recover`` sets them moving.
+Only private nodes are killed, never the shared brokers. The same scenarios,
+larger, make the fault suite's table (``benchmarks/faults/run.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.faults.nodes import Cluster
+from benchmarks.faults.scenario import FaultResult, run_fault
+
+
+def _check(result: FaultResult) -> None:
+    print(result.row())
+    assert result.confirmed == result.published
+    assert result.lost == 0, result
+    assert result.early == 0, result
+    assert result.late_max_s <= result.outage_s + 30, result
+
+
+def test_kill_9_of_a_single_node(single: Cluster, tmp_path: Path) -> None:
+    _check(run_fault(single, fault="kill9", n=400, workdir=tmp_path))
+
+
+def test_kill_9_of_one_node_of_three(cluster: Cluster, tmp_path: Path) -> None:
+    _check(run_fault(cluster, fault="kill9", victim=0, n=400, workdir=tmp_path))

@@ -1,0 +1,52 @@
+"""Held dead-letter messages, told from ready and unacked ones (pure)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+from helpers import management_url
+
+from celery_delayq.recovery import held
+
+sys.path.insert(0, str(Path(__file__).parent / "cli"))  # cli_helpers
+
+
+def test_held_counts_messages_beyond_ready_and_unacked_of_the_named_queues() -> None:
+    rows = [
+        {"name": "p.L01", "messages": 40, "messages_ready": 8, "messages_unacknowledged": 0},
+        {"name": "p.L02", "messages": 5, "messages_ready": 3, "messages_unacknowledged": 2},
+        {"name": "p.L03", "messages": 0},
+        {"name": "other", "messages": 9, "messages_ready": 0},
+    ]
+    assert held(rows, ["p.L01", "p.L02", "p.L03"]) == {"p.L01": 32}
+
+
+def test_held_tolerates_rows_without_statistics() -> None:
+    assert held([{"name": "p.L01", "messages": None}], ["p.L01"]) == {}
+
+
+def test_recover_on_a_healthy_ladder_changes_nothing_and_the_touch_leaves_no_policy(make_app, vhost: str) -> None:
+    """On the real broker (3.10 and 4.3): the policy the touch uses is accepted, then gone."""
+    from cli_helpers import run_delayq
+
+    from celery_delayq.management import ManagementAPI
+    from celery_delayq.recovery import TOUCH_POLICY, Recovery
+
+    app = make_app(delayq_enabled=True, delayq_management_url=management_url())
+
+    @app.task
+    def add(x: int) -> int:
+        return x
+
+    add.apply_async((1,), countdown=3600)
+    out = run_delayq(app, "topology", "recover", "--held-for", "0.5")
+    assert "nothing to do" in out.output
+    with app.connection_for_write() as conn:
+        api = ManagementAPI.for_connection(conn, management_url())
+    assert api is not None and api.same_broker
+    prefix = app.conf.delayq_prefix
+    assert Recovery(api, prefix).touch() is True
+    left = api._get(f"/api/policies/{quote(vhost, safe='')}")
+    assert isinstance(left, list) and not [p for p in left if str(p.get("name")).startswith(TOUCH_POLICY)]
