@@ -14,7 +14,6 @@ callers fall back to what AMQP can do. Stdlib only.
 from __future__ import annotations
 
 import base64
-import functools
 import json
 import logging
 import urllib.error
@@ -86,17 +85,25 @@ class ManagementAPI:
         return cls(url.rstrip("/"), connection.virtual_host or "/", connection.userid or "guest",
                    connection.password or "guest", cluster_name=cluster_name)
 
-    @functools.cached_property
+    @property
     def same_broker(self) -> bool:
-        """Does this API speak for the broker the AMQP connection reached? (asked once)"""
+        """Does this API speak for the broker the AMQP connection reached?
+
+        An answer is kept; no answer (the API down, or slow after a restart) is
+        not, so a later call asks again.
+        """
+        known = self.__dict__.get("_same_broker")
+        if known is not None:
+            return bool(known)
         overview = self._request("/api/overview")
         if not isinstance(overview, dict):
             return False
-        if self.cluster_name and overview.get("cluster_name") != self.cluster_name:
+        same = not (self.cluster_name and overview.get("cluster_name") != self.cluster_name)
+        if not same:
             log.info("delayq: management API at %s belongs to cluster %r, not %r; not using it",
                      self.base_url, overview.get("cluster_name"), self.cluster_name)
-            return False
-        return True
+        self.__dict__["_same_broker"] = same
+        return same
 
     def _get(self, path: str) -> Any:
         if not self.same_broker:

@@ -22,6 +22,7 @@ first, nothing is ever held this way, and the touch is harmless.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import threading
@@ -29,12 +30,14 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-__all__ = ["held", "Recovery", "HeldWatcher", "TOUCH_POLICY", "HELD_FOR_S"]
+__all__ = ["held", "touch_pattern", "Recovery", "HeldWatcher", "TOUCH_POLICY", "HELD_FOR_S"]
 
 log = logging.getLogger(__name__)
 
 #: Name of the short-lived policy (``-<prefix>`` is added).
 TOUCH_POLICY = "delayq-recover"
+#: Management API timeout for the looks and the touch.
+API_TIMEOUT_S = 60.0
 #: How long a queue must keep holding messages before it counts as stuck.
 HELD_FOR_S = 2.0
 
@@ -53,6 +56,16 @@ def held(rows: Iterable[Mapping[str, Any]], names: Iterable[str]) -> dict[str, i
     return found
 
 
+def touch_pattern(prefix: str) -> str:
+    """The policy pattern: the ladder's level and exit queues, not its streams (pure).
+
+    A policy change on a stream goes through the stream coordinator, which is
+    slow right after a restart: a touch that included the 17 index and cancel
+    streams took longer than 10 s on 3.10.8.
+    """
+    return rf"^{re.escape(prefix)}\.([0-9]+x[0-9]+\.L[0-9]|exit\.)"
+
+
 @dataclass
 class Recovery:
     """Finds ladder queues that hold dead-letter messages, and touches their policy.
@@ -66,22 +79,29 @@ class Recovery:
     api: Any
     prefix: str
 
+    def __post_init__(self) -> None:
+        # Right after a restart the management API answers slowly, and setting a policy waits for
+        # every matched quorum queue: more than 10 s was seen on 3.10.8. Its 2 s default is too short.
+        if getattr(self.api, "timeout", API_TIMEOUT_S) < API_TIMEOUT_S:
+            self.api = dataclasses.replace(self.api, timeout=API_TIMEOUT_S)
+
     def stuck(self, *, held_for: float = HELD_FOR_S) -> dict[str, int] | None:
         """Queues holding messages now and still ``held_for`` seconds later (``None``: cannot tell).
 
         Two looks, because a queue holds messages for a moment in the normal
         course of dead-lettering.
         """
-        first = self._held()
+        first = self.held_now()
         if not first:
             return first
         time.sleep(held_for)
-        second = self._held()
+        second = self.held_now()
         if second is None:
             return None
         return {name: n for name, n in second.items() if name in first}
 
-    def _held(self) -> dict[str, int] | None:
+    def held_now(self) -> dict[str, int] | None:
+        """Ladder queues holding dead-letter messages at this moment (``None``: cannot tell)."""
         rows = self.api.queues()
         if rows is None:
             return None
@@ -95,25 +115,28 @@ class Recovery:
         for queues that already exist. Returns whether the broker took it.
         """
         name = f"{TOUCH_POLICY}-{self.prefix}"
-        body = {"pattern": f"^{re.escape(self.prefix)}\\.", "apply-to": "queues", "priority": 999,
+        body = {"pattern": touch_pattern(self.prefix), "apply-to": "queues", "priority": 999,
                 "definition": {"queue-leader-locator": "client-local"}}
-        if not self.api.put_policy(name, body):
-            return False
-        time.sleep(0.5)
-        self.api.delete_policy(name)
-        return True
+        try:
+            taken = bool(self.api.put_policy(name, body))
+            time.sleep(0.5)
+        finally:  # a PUT that timed out may still have been applied: never leave the policy behind
+            self.api.delete_policy(name)
+        return taken
 
     def run(self, *, held_for: float = HELD_FOR_S) -> dict[str, int] | None:
         """Touch when queues are stuck; returns what was stuck (``{}``: nothing; ``None``: cannot tell)."""
         stuck = self.stuck(held_for=held_for)
         if stuck:
             if self.touch():
-                log.warning("delayq: %d message(s) were held in %d ladder queue(s) after a broker restart "
-                            "(RabbitMQ < 4.3 recovers queues before exchanges); a policy touch set them moving",
-                            sum(stuck.values()), len(stuck))
+                log.warning("delayq: %d message(s) were held in %d ladder queue(s) after a broker restart; "
+                            "touched their policy so that each dead-letter worker looks its targets up again "
+                            "(what waits for a confirm lost with a node still waits for RabbitMQ's own 180 s "
+                            "retry)", sum(stuck.values()), len(stuck))
             else:
                 log.error("delayq: %d message(s) are held in ladder queue(s) %s, and the policy touch that "
-                          "moves them was refused (the management user needs the 'policymaker' tag). They "
+                          "moves them failed (the management API refused it or did not answer; its user needs "
+                          "the 'policymaker' tag). They "
                           "move on RabbitMQ's own retry, up to 3 minutes late; run `celery -A APP delayq "
                           "topology recover` as an administrator.", sum(stuck.values()), ", ".join(sorted(stuck)))
         return stuck
@@ -134,6 +157,8 @@ class HeldWatcher:
         self._thread = threading.Thread(target=self._loop, name="delayq-recovery", daemon=True)
 
     def start(self) -> "HeldWatcher":
+        """Start watching; the first looks come soon (a worker often starts right after its broker)."""
+        self._wake.set()
         self._thread.start()
         return self
 

@@ -50,3 +50,15 @@ def test_recover_on_a_healthy_ladder_changes_nothing_and_the_touch_leaves_no_pol
     assert Recovery(api, prefix).touch() is True
     left = api._get(f"/api/policies/{quote(vhost, safe='')}")
     assert isinstance(left, list) and not [p for p in left if str(p.get("name")).startswith(TOUCH_POLICY)]
+
+
+def test_the_touch_pattern_takes_level_and_exit_queues_but_no_stream() -> None:
+    import re
+
+    from celery_delayq.recovery import touch_pattern
+
+    pattern = re.compile(touch_pattern("my.app"))
+    assert pattern.match("my.app.14x4.L03.d2") and pattern.match("my.app.8x2.L00")
+    assert pattern.match("my.app.exit.default_q.6f5c722c826da0b4")
+    assert not pattern.match("my.app.14x4.index.0a") and not pattern.match("my.app.14x4.cancels")
+    assert not pattern.match("myXapp.14x4.L03.d2") and not pattern.match("my.app.parking")

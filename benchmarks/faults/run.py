@@ -26,19 +26,21 @@ from .scenario import FaultResult, run_fault
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
-#: (flavour, nodes, fault, victim, recover)
+#: (flavour, nodes, fault, victim, recover, dead_letter_worker_publisher_confirm_timeout in ms or None)
 SCENARIOS = [
-    ("host", 1, "kill9", 0, False),
-    ("host", 1, "kill9", 0, True),
-    ("host", 3, "kill9", 0, True),
-    ("host", 3, "stop_app", 1, True),
-    ("rmq4", 1, "kill9", 0, False),
-    ("rmq4", 3, "kill9", 0, False),
-    ("rmq4", 3, "stop_app", 1, False),
+    ("host", 1, "kill9", 0, False, None),
+    ("host", 1, "kill9", 0, True, None),
+    ("host", 3, "kill9", 0, True, None),
+    ("host", 3, "stop_app", 1, True, None),
+    ("host", 3, "kill9", 0, True, 5000),
+    ("rmq4", 1, "kill9", 0, False, None),
+    ("rmq4", 3, "kill9", 0, False, None),
+    ("rmq4", 3, "stop_app", 1, False, None),
+    ("rmq4", 1, "kill9", 0, False, 5000),
 ]
 _PORTS = {("host", 1): 5698, ("host", 3): 5690, ("rmq4", 1): 5699, ("rmq4", 3): 5695}
 
-COLUMNS = ["broker", "nodes", "fault", "recover", "published", "confirmed", "delivered", "lost", "duplicates",
+COLUMNS = ["broker", "nodes", "fault", "recover", "dlx_confirm_timeout_ms", "published", "confirmed", "delivered", "lost", "duplicates",
            "early", "outage_s", "late_p50_s", "late_p99_s", "late_max_s"]
 
 
@@ -65,27 +67,29 @@ def markdown(rows: list[dict[str, Any]], *, tasks: int, when: str) -> str:
 def main(tasks: int, only: str | None, out: Path) -> None:
     """Run every fault scenario and write faults.md / faults.json under --out."""
     rows: list[dict[str, Any]] = []
-    clusters: dict[tuple[str, int], Cluster] = {}
+    clusters: dict[tuple[str, int, int | None], Cluster] = {}
     try:
-        for flavour, size, fault, victim, recover in SCENARIOS:
+        for flavour, size, fault, victim, recover, dlx_timeout in SCENARIOS:
             if only and flavour != only:
                 continue
             why = unavailable(flavour)
             if why:
                 click.echo(f"skipping {flavour}: {why}", err=True)
                 continue
-            key = (flavour, size)
+            key = (flavour, size, dlx_timeout)
             if key not in clusters:
-                for other in [k for k in clusters if k[0] != flavour or k[1] != size]:
+                for other in [k for k in clusters if k != key]:
                     clusters.pop(other).shutdown()  # one cluster at a time: 2 cores
-                clusters[key] = Cluster.start(flavour, size=size, base_port=_PORTS[key],
-                                              prefix=f"dqf{flavour[0]}{size}")
+                advanced = (f"{{dead_letter_worker_publisher_confirm_timeout, {dlx_timeout}}}"
+                            if dlx_timeout else "")
+                clusters[key] = Cluster.start(flavour, size=size, base_port=_PORTS[(flavour, size)],
+                                              prefix=f"dqf{flavour[0]}{size}", rabbit_advanced=advanced)
             click.echo(f"[{time.strftime('%H:%M:%S')}] {flavour} x{size} {fault} node {victim + 1} "
                        f"recover={recover} ...", err=True)
             result: FaultResult = run_fault(clusters[key], fault=fault, victim=victim, n=tasks, delays=(5.0, 60.0),
                                             recover=recover, workdir=Path(tempfile.mkdtemp()), settle_s=300.0)
             click.echo(f"    {result.row()}", err=True)
-            rows.append(result.row())
+            rows.append({**result.row(), "dlx_confirm_timeout_ms": dlx_timeout or "default (180000)"})
     finally:
         for cluster in clusters.values():
             cluster.shutdown()

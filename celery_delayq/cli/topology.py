@@ -6,6 +6,7 @@ there, and asks first.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import amqp
@@ -147,8 +148,18 @@ def recover(ctx: click.Context, held_for: float) -> None:
         raise click.ClickException(f"{sum(stuck.values())} message(s) are held in {len(stuck)} queue(s), and "
                                    "the broker refused the policy that moves them: the management user needs "
                                    "the 'policymaker' (or 'administrator') tag")
-    shown = ", ".join(f"{name} ({n})" for name, n in sorted(stuck.items()))
-    click.echo(f"{sum(stuck.values())} held message(s) in {len(stuck)} queue(s) set moving: {shown}")
+    time.sleep(3.0)
+    still = {name: n for name, n in (recovery.held_now() or {}).items() if name in stuck}
+    moved = {name: n for name, n in stuck.items() if name not in still}
+    if moved:
+        shown = ", ".join(f"{name} ({n})" for name, n in sorted(moved.items()))
+        click.echo(f"{sum(moved.values())} held message(s) in {len(moved)} queue(s) set moving: {shown}")
+    if still:
+        shown = ", ".join(f"{name} ({n})" for name, n in sorted(still.items()))
+        click.echo(f"{sum(still.values())} message(s) still held after the policy touch: {shown}. Their "
+                   "dead-letter worker waits for a confirm lost with a node and re-sends on RabbitMQ's own "
+                   "timer (dead_letter_worker_publisher_confirm_timeout, 180 s unless advanced.config lowers "
+                   "it); they are late, not lost.")
 
 
 @topology.command()
