@@ -27,7 +27,7 @@ import logging
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 __all__ = ["held", "touch_pattern", "Recovery", "HeldWatcher", "TOUCH_POLICY", "HELD_FOR_S"]
@@ -79,6 +79,8 @@ class Recovery:
     api: Any
     prefix: str
 
+    _in_vain: set[str] = field(default_factory=set, repr=False)
+
     def __post_init__(self) -> None:
         # Right after a restart the management API answers slowly, and setting a policy waits for
         # every matched quorum queue: more than 10 s was seen on 3.10.8. Its 2 s default is too short.
@@ -125,14 +127,28 @@ class Recovery:
         return taken
 
     def run(self, *, held_for: float = HELD_FOR_S) -> dict[str, int] | None:
-        """Touch when queues are stuck; returns what was stuck (``{}``: nothing; ``None``: cannot tell)."""
+        """Touch when queues are stuck; returns what was stuck (``{}``: nothing; ``None``: cannot tell).
+
+        Queues a touch did not move are not touched again while they stay held
+        (an exit queue whose destination is gone holds its messages for good).
+        """
         stuck = self.stuck(held_for=held_for)
+        if stuck and set(stuck) <= self._in_vain:
+            return stuck
+        self._in_vain &= set(stuck or ())
         if stuck:
             if self.touch():
                 log.warning("delayq: %d message(s) were held in %d ladder queue(s) after a broker restart; "
                             "touched their policy so that each dead-letter worker looks its targets up again "
                             "(what waits for a confirm lost with a node still waits for RabbitMQ's own 180 s "
                             "retry)", sum(stuck.values()), len(stuck))
+                time.sleep(3.0)
+                still = set(self.held_now() or ()) & set(stuck)
+                if still:
+                    self._in_vain |= still
+                    log.warning("delayq: still held after the touch, not touched again while they stay so: %s "
+                                "(an exit queue holds for good what its destination cannot take; a level "
+                                "queue waits for RabbitMQ's own retry)", ", ".join(sorted(still)))
             else:
                 log.error("delayq: %d message(s) are held in ladder queue(s) %s, and the policy touch that "
                           "moves them failed (the management API refused it or did not answer; its user needs "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import uuid
 from pathlib import Path
 from urllib.parse import quote
 
@@ -34,7 +35,9 @@ def test_recover_on_a_healthy_ladder_changes_nothing_and_the_touch_leaves_no_pol
     from celery_delayq.management import ManagementAPI
     from celery_delayq.recovery import TOUCH_POLICY, Recovery
 
-    app = make_app(delayq_enabled=True, delayq_management_url=management_url())
+    # A ladder of its own: the session's shared one may hold messages for a destination a test deleted.
+    app = make_app(delayq_enabled=True, delayq_management_url=management_url(),
+                   delayq_prefix=f"rcv{uuid.uuid4().hex[:8]}")
 
     @app.task
     def add(x: int) -> int:
