@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from benchmarks.faults.nodes import Cluster
 from benchmarks.faults.scenario import FaultResult, run_fault
 
@@ -33,9 +35,11 @@ def _check(result: FaultResult) -> None:
         assert result.late_max_s <= result.outage_s + 180 + 30, result
 
 
+@pytest.mark.timeout(900)  # a cluster's start-up, plus RabbitMQ's own 180 s dead-letter retry
 def test_kill_9_of_a_single_node(single: Cluster, tmp_path: Path) -> None:
     _check(run_fault(single, fault="kill9", n=400, workdir=tmp_path, settle_s=SETTLE_S))
 
 
+@pytest.mark.timeout(900)
 def test_kill_9_of_one_node_of_three(cluster: Cluster, tmp_path: Path) -> None:
     _check(run_fault(cluster, fault="kill9", victim=0, n=400, workdir=tmp_path, settle_s=SETTLE_S))

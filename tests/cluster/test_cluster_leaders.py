@@ -19,7 +19,12 @@ from typing import Any
 
 import amqp
 
+import pytest
+
 from benchmarks.faults.nodes import Cluster
+
+#: Includes a private cluster's start-up (60-70 s) for the first test that asks for it.
+pytestmark = pytest.mark.timeout(600)
 
 REPO = Path(__file__).resolve().parents[2]
 
