@@ -12,7 +12,8 @@ keeps working unchanged:
   ``x-delayed-type`` instead (the broker may not know the plugin's type).
 
 What differs from the plugin: the ladder's resolution (10 ms by default,
-never early) and its maximum delay (``delayq_levels``), where the plugin
+never early) and its maximum delay: any length (a delay beyond one pass of
+the ladder laps; ``delayq_max_delay`` caps it when set), where the plugin
 took any 32-bit delay at millisecond precision.
 """
 

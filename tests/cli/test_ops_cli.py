@@ -80,7 +80,8 @@ def test_delete_removes_the_exit_queues_it_is_told_about(cli, amqp_conn: amqp.Co
 @pytest.mark.parametrize("args", [
     ("status",), ("status", "--json"), ("topology", "verify"), ("topology", "declare"),
     ("topology", "delete", "--yes"), ("parking", "list", "--json"), ("parking", "inspect", "abc"),
-    ("parking", "replay", "--yes"), ("parking", "purge", "--yes"),
+    ("parking", "replay", "--yes"), ("parking", "purge", "--yes"), ("pending",), ("pending", "--json"),
+    ("cancel", "abc"), ("doctor",), ("doctor", "--json"), ("topology", "recover"),
 ])
 def test_a_stopped_broker_is_one_line_naming_the_url(cli, args: tuple[str, ...]) -> None:
     out = cli(*args, ok=False, CLI_BROKER="amqp://guest:s3cret@127.0.0.1:1//")
