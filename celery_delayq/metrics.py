@@ -14,6 +14,9 @@ delayq metrics``, or inside a worker with ``delayq_metrics_port``):
       All of them (the sum over levels, for alerts that need no ``sum()``).
   ``delayq_parked_messages``, ``delayq_unroutable_messages``
       Messages in the parking and ``<prefix>.unroutable`` queues.
+  ``delayq_held_messages``
+      Messages ladder queues hold in their dead-letter state, not passed on
+      (``status``'s ``held``; served only when the management API can tell).
   ``delayq_ladder_exists``, ``delayq_broker_up``
       1/0: the ladder is on the broker / the scrape could read the broker.
       When the broker is down only ``delayq_broker_up 0`` is served: a
@@ -97,6 +100,10 @@ class BrokerCollector(Collector):
         yield _gauge("delayq_parked_messages", "Messages in the app's parking queue.", totals["parked"])
         yield _gauge("delayq_unroutable_messages",
                      "Messages in <prefix>.unroutable: no exit queue for their destination.", totals["unroutable"])
+        if totals.get("held") is not None:
+            yield _gauge("delayq_held_messages", "Messages ladder queues hold in their dead-letter state and do "
+                         "not pass on (after a broker restart, or an exit queue whose destination has no binding).",
+                         totals["held"])
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

@@ -44,6 +44,13 @@ ever added, never renamed or removed):
     The cluster's running nodes, and how many of the ladder's level queues
     each node leads (``{}``/``null`` when the management API cannot tell);
     each level queue also has ``leader``.
+``held``
+    ``{queue: messages}``: ladder queues (levels and exit queues) that hold
+    messages in their dead-letter state, on two looks :data:`HELD_FOR_S`
+    apart (a moment's hold is normal dead-lettering); ``null`` when the
+    management API cannot tell. After a broker restart before 4.3, ``delayq
+    topology recover`` moves them; an exit queue whose destination has no
+    binding for its key holds them until one exists. ``totals.held`` sums it.
 
 Counts are *ready* messages: a quorum queue's messages that are expiring
 (in its dead-letter state) are not visible over AMQP for that moment.
@@ -64,6 +71,7 @@ from rich.table import Table
 from ..humanize import describe_ladder, human_duration
 from ..ladder import LadderSpec
 from ..placement import leader_counts
+from ..recovery import HELD_FOR_S, held
 from ..topology import LadderState
 from .base import AppContext, app_context, console
 from .topology import no_ladder
@@ -98,7 +106,9 @@ def ladder_status(app: AppContext, raw: amqp.Connection, *, now: float | None = 
     state = topo.inspect(raw, extra_queues=[app.parking_queue])
     api = app.api(raw) if state.exists else None
     level_names = [name for _k, _d, name in spec.level_queues()]
-    rows = api.queues(level_names) if api is not None else None
+    every = api.queues() if api is not None else None
+    rows = [r for r in every if r.get("name") in set(level_names)] if every is not None else None
+    held_now = _held(api, every, spec.prefix) if api is not None else None
     nodes = api.running_nodes() if rows is not None and api is not None else None
     leader_of = {str(r.get("name")): str(r.get("leader") or r.get("node")) for r in rows or []}
     levels: list[dict[str, Any]] = []
@@ -127,7 +137,8 @@ def ladder_status(app: AppContext, raw: amqp.Connection, *, now: float | None = 
         "complete": all(e.exists for e in ladder_parts),
         "missing": [f"{e.kind} {e.name}" for e in ladder_parts if not e.exists],
         "totals": {"waiting": sum(lv["messages"] for lv in levels), "parked": parking["messages"],
-                   "unroutable": unroutable["messages"]},
+                   "unroutable": unroutable["messages"],
+                   "held": sum(held_now.values()) if held_now is not None else None},
         "levels": levels,
         "parking": parking,
         "unroutable": unroutable,
@@ -135,7 +146,26 @@ def ladder_status(app: AppContext, raw: amqp.Connection, *, now: float | None = 
         "all_due_by": _iso(now + max(bounds)) if bounds else None,
         "nodes": nodes,
         "leaders": leader_counts(rows or [], level_names),
+        "held": held_now,
     }
+
+
+def _held(api: Any, first: list[dict[str, Any]] | None, prefix: str) -> dict[str, int] | None:
+    """Ladder queues holding dead-letter messages on two looks ``HELD_FOR_S`` apart (``None``: cannot tell)."""
+    if first is None:
+        return None
+    before = _held_of(first, prefix)
+    if not before:
+        return before
+    time.sleep(HELD_FOR_S)
+    again = api.queues()
+    if again is None:
+        return None
+    return {name: n for name, n in _held_of(again, prefix).items() if name in before}
+
+
+def _held_of(rows: list[dict[str, Any]], prefix: str) -> dict[str, int]:
+    return held(rows, [str(r.get("name")) for r in rows if str(r.get("name")).startswith(f"{prefix}.")])
 
 
 def _render(doc: dict[str, Any], ctx: click.Context) -> None:
@@ -181,6 +211,12 @@ def _render(doc: dict[str, Any], ctx: click.Context) -> None:
             line = (f"[yellow]{line}[/yellow]: one node does every level's dead-letter work; "
                     "`celery -A APP delayq topology verify` says how to spread them")
         out.print(line)
+    stuck = doc.get("held") or {}
+    if stuck:
+        shown = ", ".join(f"{name} {n:,}" for name, n in sorted(stuck.items())[:4]) + (" ..." if len(stuck) > 4 else "")
+        out.print(f"[yellow]held {sum(stuck.values()):,}[/yellow] in {len(stuck)} queue(s) that do not pass them on "
+                  f"({shown}). After a broker restart: `celery -A APP delayq topology recover`. An exit queue "
+                  "keeps them until its destination exchange has a binding for their routing key.")
     if not doc["complete"]:
         shown = ", ".join(doc["missing"][:4]) + (" ..." if len(doc["missing"]) > 4 else "")
         out.print(f"[red]incomplete:[/red] {len(doc['missing'])} missing ({shown}); "

@@ -47,7 +47,7 @@ def test_reading_an_absent_ladder_creates_nothing(ladder_app: Any, vhost: str) -
     as_json = run_delayq(ladder_app, "status", "--json", ok=False)
     assert as_json.exit_code == 1
     doc = json.loads(as_json.stdout)
-    assert doc["exists"] is False and doc["totals"] == {"waiting": 0, "parked": 0, "unroutable": 0}
+    assert doc["exists"] is False and doc["totals"] == {"waiting": 0, "parked": 0, "unroutable": 0, "held": None}
     # level exchanges, deliver + unroutable, level queues, unroutable, laps, 16 index streams + the cancel log
     assert len(doc["missing"]) == 3 + 2 + 9 + 1 + 1 + 17
     assert run_delayq(ladder_app, "parking", "list", "--json").stdout.strip() == "[]"
@@ -122,7 +122,8 @@ def test_status_totals_levels_and_due_bounds(ladder_app: Any, amqp_conn: amqp.Co
     t0 = time.time()
     doc = json.loads(run_delayq(ladder_app, "status", "--json").stdout)
     assert doc["schema"] == SCHEMA and doc["exists"] and doc["complete"] and doc["missing"] == []
-    assert doc["totals"] == {"waiting": 3, "parked": 2, "unroutable": 1}
+    assert {k: v for k, v in doc["totals"].items() if k != "held"} == {"waiting": 3, "parked": 2, "unroutable": 1}
+    assert doc["totals"]["held"] in (0, None) and doc["held"] in ({}, None)  # None: no management API of this broker
     assert doc["ladder"]["max_delay"] == "1.1 min" and doc["ladder"]["namespace"] == f"{spec.prefix}.3x4"
     top = doc["levels"][0]
     assert top["level"] == 2 and top["messages"] == 3 and top["due_within_s"] == 47.0
@@ -186,3 +187,39 @@ def test_delete_at_a_terminal_asks_and_takes_yes(ladder_app: Any, amqp_conn: amq
     assert "Delete ladder" in said_no and "Aborted" in said_no and topo.inspect(amqp_conn).complete
     said_yes = at_terminal("y")
     assert "deleted ladder" in said_yes and not topo.inspect(amqp_conn).exists
+
+
+def test_status_shows_an_exit_queue_that_holds_what_its_destination_cannot_take(
+        make_app: Any, amqp_conn: amqp.Connection, uid: str) -> None:
+    """The destination loses its binding while a task waits: the exit queue holds it, and status says so."""
+    from helpers import management_url
+
+    app = make_app(delayq_enabled=True, delayq_management_url=management_url(), delayq_prefix=f"hd{uid}",
+                   delayq_levels=3, delayq_unit_ms=100)
+    exchange, queue = f"hd{uid}.x", f"hd{uid}.dest"
+    ch = amqp_conn.channel()
+    ch.exchange_declare(exchange, "direct", durable=True, auto_delete=False)
+    ch.queue_declare(queue, durable=True, auto_delete=False)
+    ch.queue_bind(queue, exchange, "k")
+    try:
+        app.send_task("proj.remind", (1,), exchange=exchange, routing_key="k", countdown=0.5)
+        ch.queue_unbind(queue, exchange, "k")
+        deadline, doc = time.time() + 30, {}
+        while time.time() < deadline:  # the management API's counts lag by up to 5 s
+            doc = json.loads(run_delayq(app, "status", "--json").stdout)
+            if doc["held"]:
+                break
+            time.sleep(1)
+        assert doc["totals"]["held"] == 1, doc["held"]
+        [(exit_queue, n)] = doc["held"].items()
+        assert exit_queue.startswith(f"hd{uid}.exit.") and n == 1
+        table = run_delayq(app, "status").stdout
+        assert "held 1" in table and exit_queue in table and "binding for their routing key" in table
+        from celery_delayq.metrics import BrokerCollector
+
+        gauges = {m.name: m.samples[0].value for m in BrokerCollector(app).collect() if len(m.samples) == 1}
+        assert gauges["delayq_held_messages"] == 1
+    finally:
+        run_delayq(app, "topology", "delete", "--discard-messages", "--yes", ok=False)
+        ch.queue_delete(queue)
+        ch.exchange_delete(exchange)
