@@ -50,13 +50,19 @@ def markdown(rows: list[dict[str, Any]], *, tasks: int, when: str) -> str:
         "# Fault suite", "",
         f"`python -m benchmarks.faults.run --tasks {tasks}`, {when}, on this 2-core machine: private nodes "
         "(3-node clusters share the 2 cores). Delays uniform 5-60 s; the fault hits 3 s after publishing, "
-        "the node is back 5 s later (outage = kill or stop to answering again). Lateness = arrival - due.", "",
-        "| " + " | ".join(COLUMNS) + " | within outage + 30 s |",
-        "|" + "---|" * (len(COLUMNS) + 1),
+        "the node is back 5 s later (outage = kill or stop to answering again). Lateness = arrival - due. "
+        "`recover`: `delayq topology recover` runs every 10 s after the restart, as a worker's watcher does "
+        "by itself; `dlx_confirm_timeout_ms`: RabbitMQ's `dead_letter_worker_publisher_confirm_timeout` "
+        "(advanced.config). One run per row: a quorum queue's dead-letter worker that lost a confirm with the "
+        "node waits for that timeout, which some runs meet and others do not (see the README, \"Clusters and "
+        "broker restarts\"). No network partition yet: it needs each node on a loopback address of its own and iptables, which this machine does not have installed.", "",
+        "| " + " | ".join(COLUMNS) + " | within outage + 30 s | recovery said |",
+        "|" + "---|" * (len(COLUMNS) + 2),
     ]
     for row in rows:
         ok = row["lost"] == 0 and row["early"] == 0 and row["late_max_s"] <= row["outage_s"] + 30
-        lines.append("| " + " | ".join(str(row[c]) for c in COLUMNS) + f" | {'yes' if ok else '**no**'} |")
+        said = "; ".join(row.get("recover_said") or []) or "-"
+        lines.append("| " + " | ".join(str(row[c]) for c in COLUMNS) + f" | {'yes' if ok else '**no**'} | {said} |")
     return "\n".join(lines) + "\n"
 
 
