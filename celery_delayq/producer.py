@@ -70,7 +70,7 @@ class LadderProducer(Producer):
         """Serialise like kombu's ``publish`` would, then hand the message to the delay backend."""
         assert diversion.due is not None
         headers: dict[str, Any] = kwargs["headers"]
-        declare = kwargs.get("declare") or ()
+        declare = self._undeclared(kwargs.get("declare") or ())
         if declare and kwargs.get("retry"):
             # Exactly as kombu's own publish does: the task's retry policy (also put into
             # the connection's transport options, which its first channel reads) bounds
@@ -103,17 +103,24 @@ class LadderProducer(Producer):
             content_type=content_type, content_encoding=content_encoding,
             queue_hint=diversion.queue_hint, **props)
 
-    def _declare_destination(self, entities: Any) -> None:
-        """Declare Celery's destination queues exactly as kombu would, skipping cached ones cheaply.
+    def _undeclared(self, entities: Any) -> list[Any]:
+        """The entities not yet in the connection's declaration cache (most publishes: none).
 
         kombu's ``maybe_declare`` binds a copy of the entity before it looks at its
-        declaration cache, which costs more than the rest of a ladder publish; the
-        cache check comes first here, against the same per-connection cache.
+        declaration cache, and wrapping the declare in ``connection.ensure`` builds a
+        retry closure: together more than the rest of a ladder publish. The cache
+        check comes first, against the same per-connection cache.
         """
+        if not entities:
+            return []
         declared = getattr(self.connection, "declared_entities", None)
+        if declared is None:
+            return list(entities)
+        return [e for e in entities if not (e.can_cache_declaration and hash(e) in declared)]
+
+    def _declare_destination(self, entities: Any) -> None:
+        """Declare Celery's destination queues exactly as kombu would."""
         for entity in entities:
-            if declared is not None and entity.can_cache_declaration and hash(entity) in declared:
-                continue
             self.maybe_declare(entity)
 
 

@@ -5,7 +5,7 @@ Modes:
 * ``apply_async``        - ``task.apply_async(eta=...)``; each call waits for its own confirm.
 * ``apply_async_batch``  - the same inside ``celery_delayq.batch(app)``: confirms pipelined,
   awaited (and a nack raised) at block exit.
-* ``publish_batch``      - kombu level: ``LadderPublisher.publish(body, eta=..., queue=...)``
+* ``publish_batch``      - kombu level: ``LadderPublisher.schedule_body(body, eta=..., queue=...)``
   inside ``publisher.batch()``.
 * ``schedule_batch``     - kombu level, pre-serialised body: ``LadderPublisher.schedule(...)``
   inside ``publisher.batch()``.
@@ -161,7 +161,7 @@ class _KombuPublish(Publisher):
         self.pub, self.queue = pub, queue
 
     def send(self, due: float, seq: int) -> None:
-        self.pub.publish({"due": due, "seq": seq}, eta=due, queue=self.queue, serializer="json")
+        self.pub.schedule_body({"due": due, "seq": seq}, eta=due, queue=self.queue, serializer="json")
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
