@@ -80,7 +80,7 @@ def targets(res: dict[str, Any]) -> list[Target]:
                                                                                  "Celery's own unconfirmed send_task")))
         out.append(Target(f"tp_{mode}_vs_send_task", f"Scheduling, {label}, 1 process: >= 70% of Celery's unconfirmed send_task",
                           _div(r, send_task), 0.70, "", detail=f"{_f(r)}/s vs send_task {_f(send_task)}/s"))
-    for mode, label in (("publish_batch", "LadderPublisher.publish in publisher.batch()"),
+    for mode, label in (("publish_batch", "LadderPublisher.schedule_body in publisher.batch()"),
                         ("schedule_batch", "LadderPublisher.schedule in publisher.batch()")):
         r = rate_of(res, "delayq", mode)
         out.append(Target(f"tp_{mode}_vs_native", f"Scheduling, kombu level, {label}, 1 process: >= 50x Celery native",
@@ -180,7 +180,7 @@ MODE_LABEL = {
     "send_task_unconfirmed": "Celery send_task, no delay, no confirms",
     "apply_async": "apply_async (confirm each)",
     "apply_async_batch": "apply_async in celery_delayq.batch()",
-    "publish_batch": "LadderPublisher.publish in batch()",
+    "publish_batch": "LadderPublisher.schedule_body in batch()",
     "schedule_batch": "LadderPublisher.schedule in batch()",
     "publish": "kombu publish with expiration (confirm each)",
 }
