@@ -222,9 +222,7 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
         raw = ladder.publisher.raw_connection()
         if broker_version(raw) >= (4, 3):
             return
-        cluster = raw.server_properties.get("cluster_name")
-        api = ManagementAPI.for_connection(ladder.publisher.template, ladder.config.management_url,
-                                           cluster_name=cluster.decode() if isinstance(cluster, bytes) else cluster)
+        api = ManagementAPI.for_broker(ladder.publisher.template, raw, ladder.config.management_url)
         if api is not None:
             self.watcher = HeldWatcher(Recovery(api, ladder.config.spec.prefix)).start()
 

@@ -85,6 +85,16 @@ class ManagementAPI:
         return cls(url.rstrip("/"), connection.virtual_host or "/", connection.userid or "guest",
                    connection.password or "guest", cluster_name=cluster_name)
 
+    @classmethod
+    def for_broker(cls, connection: Any, raw: Any, url: str | None = None) -> "ManagementAPI | None":
+        """:meth:`for_connection`, checked against the ``cluster_name`` of the broker ``raw`` reached.
+
+        ``raw``: the open ``amqp.Connection`` whose server properties name the cluster.
+        """
+        cluster = raw.server_properties.get("cluster_name")
+        return cls.for_connection(connection, url,
+                                  cluster_name=cluster.decode() if isinstance(cluster, bytes) else cluster)
+
     @property
     def same_broker(self) -> bool:
         """Does this API speak for the broker the AMQP connection reached?

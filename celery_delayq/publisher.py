@@ -199,10 +199,7 @@ class LadderPublisher:
             version = broker_version(raw)
             topology = Topology(self.spec, resolve_queue_type(self.config.queue_type, version),
                                 index=index_layout(self.spec, index=self.config.index, version=version))
-            cluster = raw.server_properties.get("cluster_name")
-            api = ManagementAPI.for_connection(
-                self.template, self.config.management_url,
-                cluster_name=cluster.decode() if isinstance(cluster, bytes) else cluster)
+            api = ManagementAPI.for_broker(self.template, raw, self.config.management_url)
             topology.route_check = api.routes if api is not None else None
             if api is not None and self.config.leader_placement == "spread":
                 topology.placement = LeaderPlacement(api, self.template).place

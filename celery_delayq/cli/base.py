@@ -105,9 +105,7 @@ class AppContext:
 
     def api(self, raw: amqp.Connection) -> ManagementAPI | None:
         """The management API of the broker behind ``raw`` (``None`` when switched off)."""
-        cluster = raw.server_properties.get("cluster_name")
-        return ManagementAPI.for_connection(self.connection(), self.config.management_url,
-                                            cluster_name=cluster.decode() if isinstance(cluster, bytes) else cluster)
+        return ManagementAPI.for_broker(self.connection(), raw, self.config.management_url)
 
 
 def app_context(ctx: click.Context) -> AppContext:
