@@ -30,7 +30,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-__all__ = ["held", "touch_pattern", "Recovery", "HeldWatcher", "TOUCH_POLICY", "HELD_FOR_S"]
+__all__ = ["held", "ladder_held", "held_on_two_looks", "touch_pattern", "Recovery", "HeldWatcher", "TOUCH_POLICY",
+           "HELD_FOR_S", "SETTLE_S"]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ TOUCH_POLICY = "delayq-recover"
 API_TIMEOUT_S = 60.0
 #: How long a queue must keep holding messages before it counts as stuck.
 HELD_FOR_S = 2.0
+#: How long after a touch the queues are looked at again (their dead-letter workers re-send at once).
+SETTLE_S = 3.0
 
 
 def held(rows: Iterable[Mapping[str, Any]], names: Iterable[str]) -> dict[str, int]:
@@ -54,6 +57,33 @@ def held(rows: Iterable[Mapping[str, Any]], names: Iterable[str]) -> dict[str, i
         if extra > 0:
             found[str(row["name"])] = extra
     return found
+
+
+def ladder_held(rows: Iterable[Mapping[str, Any]], prefix: str) -> dict[str, int]:
+    """:func:`held`, for every queue of ``rows`` named ``<prefix>.*`` (pure)."""
+    rows = list(rows)
+    return held(rows, [name for name in (str(r.get("name")) for r in rows) if name.startswith(f"{prefix}.")])
+
+
+def held_on_two_looks(api: Any, prefix: str, *, held_for: float = HELD_FOR_S,
+                      first: list[dict[str, Any]] | None = None) -> dict[str, int] | None:
+    """Ladder queues holding messages on one look and still ``held_for`` seconds later (``None``: cannot tell).
+
+    Two looks, because a queue holds messages for a moment in the normal
+    course of dead-lettering. ``first``: the rows (``api.queues()``) of a
+    first look the caller already made.
+    """
+    rows = api.queues() if first is None else first
+    if rows is None:
+        return None
+    before = ladder_held(rows, prefix)
+    if not before:
+        return before
+    time.sleep(held_for)
+    again = api.queues()
+    if again is None:
+        return None
+    return {name: n for name, n in ladder_held(again, prefix).items() if name in before}
 
 
 def touch_pattern(prefix: str) -> str:
@@ -88,27 +118,18 @@ class Recovery:
             self.api = dataclasses.replace(self.api, timeout=API_TIMEOUT_S)
 
     def stuck(self, *, held_for: float = HELD_FOR_S) -> dict[str, int] | None:
-        """Queues holding messages now and still ``held_for`` seconds later (``None``: cannot tell).
-
-        Two looks, because a queue holds messages for a moment in the normal
-        course of dead-lettering.
-        """
-        first = self.held_now()
-        if not first:
-            return first
-        time.sleep(held_for)
-        second = self.held_now()
-        if second is None:
-            return None
-        return {name: n for name, n in second.items() if name in first}
+        """Queues holding messages now and still ``held_for`` seconds later (:func:`held_on_two_looks`)."""
+        return held_on_two_looks(self.api, self.prefix, held_for=held_for)
 
     def held_now(self) -> dict[str, int] | None:
         """Ladder queues holding dead-letter messages at this moment (``None``: cannot tell)."""
         rows = self.api.queues()
-        if rows is None:
-            return None
-        mine = [name for name in (str(r.get("name")) for r in rows) if name.startswith(f"{self.prefix}.")]
-        return held(rows, mine)
+        return None if rows is None else ladder_held(rows, self.prefix)
+
+    def still_held(self, stuck: Mapping[str, int]) -> dict[str, int]:
+        """Of the ``stuck`` queues, those still holding messages :data:`SETTLE_S` after a touch."""
+        time.sleep(SETTLE_S)
+        return {name: n for name, n in (self.held_now() or {}).items() if name in stuck}
 
     def touch(self) -> bool:
         """Set, then delete, a policy on the ladder's queues: each dead-letter worker looks up its targets again.
@@ -142,8 +163,7 @@ class Recovery:
                             "touched their policy so that each dead-letter worker looks its targets up again "
                             "(what waits for a confirm lost with a node still waits for RabbitMQ's own 180 s "
                             "retry)", sum(stuck.values()), len(stuck))
-                time.sleep(3.0)
-                still = set(self.held_now() or ()) & set(stuck)
+                still = set(self.still_held(stuck))
                 if still:
                     self._in_vain |= still
                     log.warning("delayq: still held after the touch, not touched again while they stay so: %s "

@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 from helpers import management_url
 
-from celery_delayq.recovery import held
+from celery_delayq.recovery import held, ladder_held
 
 sys.path.insert(0, str(Path(__file__).parent / "cli"))  # cli_helpers
 
@@ -26,6 +26,14 @@ def test_held_counts_messages_beyond_ready_and_unacked_of_the_named_queues() -> 
 
 def test_held_tolerates_rows_without_statistics() -> None:
     assert held([{"name": "p.L01", "messages": None}], ["p.L01"]) == {}
+
+
+def test_ladder_held_takes_only_the_queues_of_its_prefix() -> None:
+    rows = [{"name": "p.14x4.L01.d1", "messages": 4, "messages_ready": 1},
+            {"name": "p.exit.q.ab", "messages": 2, "messages_ready": 0},
+            {"name": "pq.14x4.L01.d1", "messages": 9, "messages_ready": 0},
+            {"name": "other", "messages": 9, "messages_ready": 0}]
+    assert ladder_held(iter(rows), "p") == {"p.14x4.L01.d1": 3, "p.exit.q.ab": 2}
 
 
 def test_recover_on_a_healthy_ladder_changes_nothing_and_the_touch_leaves_no_policy(make_app, vhost: str) -> None:

@@ -46,7 +46,7 @@ ever added, never renamed or removed):
     each level queue also has ``leader``.
 ``held``
     ``{queue: messages}``: ladder queues (levels and exit queues) that hold
-    messages in their dead-letter state, on two looks :data:`HELD_FOR_S`
+    messages in their dead-letter state, on two looks ``recovery.HELD_FOR_S``
     apart (a moment's hold is normal dead-lettering); ``null`` when the
     management API cannot tell. After a broker restart before 4.3, ``delayq
     topology recover`` moves them; an exit queue whose destination has no
@@ -71,7 +71,7 @@ from rich.table import Table
 from ..humanize import describe_ladder, human_duration
 from ..ladder import LadderSpec
 from ..placement import leader_counts
-from ..recovery import HELD_FOR_S, held
+from ..recovery import held_on_two_looks
 from ..topology import LadderState
 from .base import AppContext, app_context, console
 from .topology import no_ladder
@@ -107,8 +107,9 @@ def ladder_status(app: AppContext, raw: amqp.Connection, *, now: float | None = 
     api = app.api(raw) if state.exists else None
     level_names = [name for _k, _d, name in spec.level_queues()]
     every = api.queues() if api is not None else None
-    rows = [r for r in every if r.get("name") in set(level_names)] if every is not None else None
-    held_now = _held(api, every, spec.prefix) if api is not None else None
+    wanted = set(level_names)
+    rows = [r for r in every if r.get("name") in wanted] if every is not None else None
+    held_now = held_on_two_looks(api, spec.prefix, first=every) if every is not None else None
     nodes = api.running_nodes() if rows is not None and api is not None else None
     leader_of = {str(r.get("name")): str(r.get("leader") or r.get("node")) for r in rows or []}
     levels: list[dict[str, Any]] = []
@@ -148,24 +149,6 @@ def ladder_status(app: AppContext, raw: amqp.Connection, *, now: float | None = 
         "leaders": leader_counts(rows or [], level_names),
         "held": held_now,
     }
-
-
-def _held(api: Any, first: list[dict[str, Any]] | None, prefix: str) -> dict[str, int] | None:
-    """Ladder queues holding dead-letter messages on two looks ``HELD_FOR_S`` apart (``None``: cannot tell)."""
-    if first is None:
-        return None
-    before = _held_of(first, prefix)
-    if not before:
-        return before
-    time.sleep(HELD_FOR_S)
-    again = api.queues()
-    if again is None:
-        return None
-    return {name: n for name, n in _held_of(again, prefix).items() if name in before}
-
-
-def _held_of(rows: list[dict[str, Any]], prefix: str) -> dict[str, int]:
-    return held(rows, [str(r.get("name")) for r in rows if str(r.get("name")).startswith(f"{prefix}.")])
 
 
 def _render(doc: dict[str, Any], ctx: click.Context) -> None:

@@ -6,7 +6,6 @@ there, and asks first.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import amqp
@@ -148,8 +147,7 @@ def recover(ctx: click.Context, held_for: float) -> None:
         raise click.ClickException(f"{sum(stuck.values())} message(s) are held in {len(stuck)} queue(s), and "
                                    "the broker refused the policy that moves them: the management user needs "
                                    "the 'policymaker' (or 'administrator') tag")
-    time.sleep(3.0)
-    still = {name: n for name, n in (recovery.held_now() or {}).items() if name in stuck}
+    still = recovery.still_held(stuck)
     moved = {name: n for name, n in stuck.items() if name not in still}
     if moved:
         shown = ", ".join(f"{name} ({n})" for name, n in sorted(moved.items()))
