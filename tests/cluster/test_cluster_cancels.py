@@ -14,6 +14,7 @@ import textwrap
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,23 +26,28 @@ pytestmark = pytest.mark.timeout(600)
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_a_cancel_survives_a_broker_restart(single: Cluster, tmp_path: Path) -> None:
-    broker = single.nodes[0]
-    prefix = f"cxl{uuid.uuid4().hex[:6]}"
-    ran = tmp_path / "ran.txt"
-    (tmp_path / "cxlapp.py").write_text(textwrap.dedent(f"""
+def _mark_app(tmp_path: Path, module: str, broker: Any, prefix: str, ran: Path, **conf: Any) -> dict[str, str]:
+    """Write ``<module>.py``: an app on ``broker`` whose task ``mark(label)`` appends to ``ran``; its env."""
+    (tmp_path / f"{module}.py").write_text(textwrap.dedent(f"""
         from celery import Celery
         import celery_delayq  # noqa: F401
-        app = Celery("cxlapp", broker={broker.url!r})
+        app = Celery({module!r}, broker={broker.url!r})
         app.conf.update(delayq_enabled=True, delayq_prefix={prefix!r}, delayq_management_url={broker.mgmt_url!r},
-                        task_default_queue={prefix + "-q"!r}, worker_hijack_root_logger=False)
+                        task_default_queue={prefix + "-q"!r}, **{conf!r})
 
-        @app.task(name="cxlapp.mark")
+        @app.task(name="{module}.mark")
         def mark(label):
             with open({str(ran)!r}, "a") as f:
                 f.write(label + "\\n")
     """))
-    env = dict(os.environ, PYTHONPATH=f"{tmp_path}:{REPO}")
+    return dict(os.environ, PYTHONPATH=f"{tmp_path}:{REPO}")
+
+
+def test_a_cancel_survives_a_broker_restart(single: Cluster, tmp_path: Path) -> None:
+    broker = single.nodes[0]
+    prefix = f"cxl{uuid.uuid4().hex[:6]}"
+    ran = tmp_path / "ran.txt"
+    env = _mark_app(tmp_path, "cxlapp", broker, prefix, ran, worker_hijack_root_logger=False)
     worker_cmd = [sys.executable, "-m", "celery", "-A", "cxlapp", "worker", "--pool=solo", "-l", "warning",
                   "--without-mingle", "--without-gossip"]
     first = subprocess.Popen(worker_cmd, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -83,19 +89,7 @@ def test_a_worker_that_reconnects_after_a_restart_looks_for_held_queues_and_goes
     prefix = f"rcn{uuid.uuid4().hex[:6]}"
     ran = tmp_path / "ran.txt"
     log = tmp_path / "worker.log"
-    (tmp_path / "rcnapp.py").write_text(textwrap.dedent(f"""
-        from celery import Celery
-        import celery_delayq  # noqa: F401
-        app = Celery("rcnapp", broker={broker.url!r})
-        app.conf.update(delayq_enabled=True, delayq_prefix={prefix!r}, delayq_management_url={broker.mgmt_url!r},
-                        task_default_queue={prefix + "-q"!r}, broker_connection_retry_on_startup=True)
-
-        @app.task(name="rcnapp.mark")
-        def mark(label):
-            with open({str(ran)!r}, "a") as f:
-                f.write(label + "\\n")
-    """))
-    env = dict(os.environ, PYTHONPATH=f"{tmp_path}:{REPO}")
+    env = _mark_app(tmp_path, "rcnapp", broker, prefix, ran, broker_connection_retry_on_startup=True)
     with open(log, "w") as sink:
         worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "rcnapp", "worker", "--pool=solo", "-l", "info",
                                    "--without-mingle", "--without-gossip"], env=env, cwd=tmp_path, stdout=sink,
