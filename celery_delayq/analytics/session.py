@@ -41,6 +41,9 @@ def default_conf() -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
+        # The cached events, uncompressed: encoding them cost 4 s of a 30 s
+        # parse of 10M events here, to hold them in 280 MB instead of 311 MB.
+        "spark.sql.inMemoryColumnarStorage.compressed": "false",
     }
     # An explicitly configured driver memory (spark-submit/env) wins.
     if "SPARK_DRIVER_MEMORY" not in os.environ:

@@ -1,10 +1,12 @@
 """The report's aggregate tables, as lazy DataFrames over the valid events.
 
 Everything here is built from DataFrame operations and built-in aggregates
-(``count_if``, ``percentile_approx``, window ``row_number``): no Python UDF
-ever runs per event, so the JVM does all the heavy lifting.  Each table reads
-the persisted events once; the per-task, per-queue and overall statistics
-share one scan (``GROUPING SETS``).
+(``count_if``, KLL sketches, window ``row_number``): no Python UDF ever runs
+per event, so the JVM does all the heavy lifting.  Every count comes from
+one scan, every lateness percentile from another (:func:`_reduce`: small
+cached frames of counts and of quantile sketches that the tables sum and
+merge, see :mod:`~celery_delayq.analytics.lateness`).  The events are
+scanned again only for what those cannot give: retry recovery per task id.
 """
 
 from __future__ import annotations
@@ -12,10 +14,19 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from celery_delayq.analytics.lateness import (
+    HAS_SKETCHES,
+    KEYS,
+    LATENESS,
+    SKETCH,
+    Lateness,
+    lateness_ms,
+    sketch_of,
+    split,
+)
 from celery_delayq.analytics.schema import EVENT_TYPES
 
 __all__ = [
-    "LATENESS_ACCURACY",
     "MIN_DELAY_BUCKET_EXP",
     "SUMMARY_FIELDS",
     "TABLE_NAMES",
@@ -28,11 +39,6 @@ __all__ = [
 #: Smallest power-of-two delay bucket (2**-10 s, about 1 ms); smaller positive
 #: delays are clamped into it, delays <= 0 get bucket 0.0 ("immediate").
 MIN_DELAY_BUCKET_EXP = -10
-#: percentile_approx accuracy: rank error 1/accuracy, so "p99" is somewhere
-#: between p98.9 and p99.1.  10,000 cost 20% more of the whole aggregate.
-LATENESS_ACCURACY = 1_000
-#: Per-minute percentiles need less: 1/1000 of a minute's deliveries.
-MINUTE_ACCURACY = 1_000
 #: How many exceptions to keep per task in ``top_exceptions``.
 TOP_EXCEPTIONS = 10
 
@@ -49,6 +55,9 @@ SUMMARY_FIELDS: tuple[str, ...] = (
 TIMELINE_EVENTS: tuple[str, ...] = (
     "scheduled", "delivered", "succeeded", "retried", "failed", "parked", "cancelled",
 )
+
+#: Events that carry an exception (``top_exceptions`` counts each kind).
+_EXCEPTION_EVENTS: tuple[str, ...] = ("retried", "exhausted", "parked", "failed")
 
 #: Names of the tables :func:`build_tables` returns (also their output dirs).
 TABLE_NAMES: tuple[str, ...] = (
@@ -70,14 +79,6 @@ def _event() -> Column:
 
 def _delivered() -> Column:
     return F.col("event") == "delivered"
-
-
-def _lateness_ms() -> Column:
-    return (F.col("ts") - F.col("due_at")) * F.lit(1000.0)
-
-
-def _lateness_percentiles(accuracy: int = LATENESS_ACCURACY) -> Column:
-    return F.percentile_approx(F.when(_delivered(), _lateness_ms()), [0.5, 0.99], accuracy)
 
 
 def _minute() -> Column:
@@ -103,36 +104,89 @@ def delay_bucket(delay_s: Column) -> Column:
     return F.when(delay_s <= 0, F.lit(0.0)).otherwise(F.pow(F.lit(2.0), exp))
 
 
-def _scope_summary(events: DataFrame) -> DataFrame:
-    """Counts and lateness per task, per queue and overall, from one scan.
+def _reduce(events: DataFrame, *, sketches: bool = HAS_SKETCHES) -> tuple[DataFrame, Lateness]:
+    """Every count the report shows, and the deliveries' lateness, each from one scan of the events.
+
+    ``counts`` has one row per ``task_name``, ``queue``, ``minute_s``,
+    ``event``, ``attempt`` (of a ``succeeded`` event; null otherwise),
+    ``early`` (a delivery before its due time) and ``exception`` (of a
+    failure), with ``n`` events: tens of thousands of rows per day of
+    telemetry, so the per-scope, per-minute, retry, exception and attempt
+    tables are sums over it instead of scans of the events each.  Where pyspark has KLL sketches, the deliveries are reduced the
+    same way, to a lateness sketch per task, queue, minute and delay bucket.
+    Both are cached.  (One scan for both cost more: a sketch is allocated
+    for every group, deliveries or not.)
+    """
+    delivered = _delivered()
+    early = (delivered & (F.col("ts") < F.col("due_at"))).alias("early")
+    counts = events.groupBy(
+        "task_name",
+        "queue",
+        _minute().alias("minute_s"),
+        "event",
+        F.when(_event() == "succeeded", F.col("attempt")).alias("attempt"),
+        early,
+        # The exception's type name: a handful per task.
+        F.when(_event().isin(*_EXCEPTION_EVENTS), F.col("exception")).alias("exception"),
+    ).agg(F.count(F.lit(1)).alias("n")).cache()
+    deliveries = events.where(delivered).select(
+        "task_name",
+        "queue",
+        _minute().alias("minute_s"),
+        delay_bucket(F.col("delay_s")).alias("delay_bucket_s"),
+        early,
+        lateness_ms().alias(LATENESS),
+    )
+    if not sketches:
+        return counts, Lateness.of_deliveries(deliveries)
+    reduced = deliveries.groupBy(*KEYS, "early").agg(
+        F.count(F.lit(1)).alias("n"), sketch_of(F.col(LATENESS)).alias(SKETCH)
+    )
+    return counts, Lateness.of_sketches(reduced.cache())
+
+
+def _sum_where(condition: Column) -> Column:
+    """``n`` summed over the rows of :func:`_reduce` that match (0, not null, if none)."""
+    return F.sum(F.when(condition, F.col("n")).otherwise(F.lit(0)))
+
+
+def _scope_of(gid: Column) -> tuple[Column, Column]:
+    """``scope`` and ``name`` of a ``GROUPING SETS ((task_name), (queue), ())`` row.
+
+    grouping_id bits: task_name (2), queue (1); a set bit = not grouped by it.
+    """
+    scope = (
+        F.when(gid == 1, F.lit("task")).when(gid == 2, F.lit("queue")).otherwise(F.lit("overall"))
+    )
+    name = F.when(gid == 1, F.col("task_name")).when(gid == 2, F.col("queue"))
+    return scope.alias("scope"), name.alias("name")
+
+
+def _scope_summary(counts: DataFrame, source: Lateness) -> DataFrame:
+    """Counts and lateness per task, per queue and overall.
 
     Rows: ``scope`` (``task``, ``queue`` or ``overall``), ``name`` (the task
-    or queue name; null overall), then the event counts, ``_p50``, ``_p99``
-    and ``early``.
+    or queue name; null overall), then the event counts,
+    ``lateness_p50_ms``, ``lateness_p99_ms`` and ``early``.  The counts are
+    sums over ``counts``, the percentiles merges over ``source``.
     """
-    gid = F.grouping_id("task_name", "queue")
-    return (
-        events.groupingSets([["task_name"], ["queue"], []], "task_name", "queue")
-        .agg(
-            gid.alias("_gid"),
-            *(F.count_if(_event() == name).alias(name) for name in EVENT_TYPES),
-            _lateness_percentiles().alias("_pct"),
-            F.count_if(_delivered() & (F.col("ts") < F.col("due_at"))).alias("early"),
-        )
-        .select(
-            # grouping_id bits: task_name (2), queue (1); a set bit = not grouped by it.
-            F.when(F.col("_gid") == 1, F.lit("task"))
-            .when(F.col("_gid") == 2, F.lit("queue"))
-            .otherwise(F.lit("overall"))
-            .alias("scope"),
-            F.when(F.col("_gid") == 1, F.col("task_name"))
-            .when(F.col("_gid") == 2, F.col("queue"))
-            .alias("name"),
-            *EVENT_TYPES,
-            F.col("_pct").getItem(0).alias("lateness_p50_ms"),
-            F.col("_pct").getItem(1).alias("lateness_p99_ms"),
-            "early",
-        )
+    sets: tuple[list[list[str]], str, str] = ([["task_name"], ["queue"], []], "task_name", "queue")
+    totals = counts.groupingSets(*sets).agg(
+        F.grouping_id("task_name", "queue").alias("_gid"),
+        *(_sum_where(_event() == name).alias(name) for name in EVENT_TYPES),
+        _sum_where(F.col("early")).alias("early"),
+    ).select(*_scope_of(F.col("_gid")), *EVENT_TYPES, "early")
+    lateness = (
+        source.grouping_sets(*sets)
+        .agg(F.grouping_id("task_name", "queue").alias("_gid"), source.quantiles().alias("_pct"))
+        .select(*_scope_of(F.col("_gid")), *split(F.col("_pct")))
+    )
+    return totals.join(
+        lateness,
+        on=(totals["scope"] == lateness["scope"]) & totals["name"].eqNullSafe(lateness["name"]),
+        how="left",
+    ).select(
+        totals["scope"], totals["name"], *EVENT_TYPES, "lateness_p50_ms", "lateness_p99_ms", "early"
     )
 
 
@@ -160,11 +214,13 @@ def _recovery(events: DataFrame) -> DataFrame:
     )
 
 
-def _summaries(events: DataFrame) -> tuple[DataFrame, DataFrame]:
+def _summaries(
+    events: DataFrame, counts: DataFrame, source: Lateness
+) -> tuple[DataFrame, DataFrame]:
     """``(task_summary, queue_summary)`` (see :func:`build_tables`)."""
     # Both tables come from this one aggregate: cached (it is a few hundred
     # rows) so that writing the second one doesn't scan the events again.
-    scopes = _scope_summary(events).cache()
+    scopes = _scope_summary(counts, source).cache()
     recovery = _recovery(events)
     tasks = scopes.where(F.col("scope") != "queue")
     joined = tasks.join(
@@ -196,58 +252,44 @@ def _summaries(events: DataFrame) -> tuple[DataFrame, DataFrame]:
     return task_summary, queue_summary
 
 
-def _lateness_by_delay(events: DataFrame) -> DataFrame:
+def _lateness_by_delay(source: Lateness) -> DataFrame:
     return (
-        events.where(_delivered())
-        .groupBy(delay_bucket(F.col("delay_s")).alias("delay_bucket_s"))
+        source.group_by("delay_bucket_s")
         .agg(
-            F.count(F.lit(1)).alias("delivered"),
-            _lateness_percentiles().alias("_pct"),
-            F.count_if(F.col("ts") < F.col("due_at")).alias("early"),
+            source.delivered().alias("delivered"),
+            source.quantiles().alias("_pct"),
+            source.early().alias("early"),
         )
-        .select(
-            "delay_bucket_s",
-            "delivered",
-            F.col("_pct").getItem(0).alias("lateness_p50_ms"),
-            F.col("_pct").getItem(1).alias("lateness_p99_ms"),
-            "early",
-        )
+        .select("delay_bucket_s", "delivered", *split(F.col("_pct")), "early")
     )
 
 
-def _timeline(events: DataFrame) -> DataFrame:
+def _timeline(counts: DataFrame, source: Lateness) -> DataFrame:
     """Per minute: events of each kind and the lateness of that minute's deliveries."""
-    return (
-        events.groupBy(_minute().alias("minute_s"))
-        .agg(
-            *(F.count_if(_event() == name).alias(name) for name in TIMELINE_EVENTS),
-            _lateness_percentiles(MINUTE_ACCURACY).alias("_pct"),
-        )
-        .select(
-            "minute_s",
-            *TIMELINE_EVENTS,
-            F.col("_pct").getItem(0).alias("lateness_p50_ms"),
-            F.col("_pct").getItem(1).alias("lateness_p99_ms"),
-        )
+    per_minute = counts.groupBy("minute_s").agg(
+        *(_sum_where(_event() == name).alias(name) for name in TIMELINE_EVENTS)
+    )
+    lateness = source.group_by("minute_s").agg(source.quantiles().alias("_pct"))
+    return per_minute.join(lateness, on="minute_s", how="left").select(
+        "minute_s", *TIMELINE_EVENTS, *split(F.col("_pct"))
     )
 
 
-def _retries_per_minute(events: DataFrame) -> DataFrame:
+def _retries_per_minute(counts: DataFrame) -> DataFrame:
     return (
-        events.where(_event() == "retried")
-        .groupBy("task_name", _minute().alias("minute_s"))
-        .agg(F.count(F.lit(1)).alias("retries"))
+        counts.where(_event() == "retried")
+        .groupBy("task_name", "minute_s")
+        .agg(F.sum("n").alias("retries"))
     )
 
 
-def _top_exceptions(events: DataFrame, top_n: int) -> DataFrame:
+def _top_exceptions(counts: DataFrame, top_n: int) -> DataFrame:
     per_exception = (
-        events.where(_event().isin("retried", "exhausted", "parked", "failed"))
+        counts.where(_event().isin(*_EXCEPTION_EVENTS))
         .groupBy("task_name", "exception")
         .agg(
-            F.count(F.lit(1)).alias("count"),
-            *(F.count_if(_event() == name).alias(name)
-              for name in ("retried", "exhausted", "parked", "failed")),
+            F.sum("n").alias("count"),
+            *(_sum_where(_event() == name).alias(name) for name in _EXCEPTION_EVENTS),
         )
     )
     # Ties broken by name so the ranking is deterministic.
@@ -260,11 +302,11 @@ def _top_exceptions(events: DataFrame, top_n: int) -> DataFrame:
     )
 
 
-def _attempts_to_success(events: DataFrame) -> DataFrame:
+def _attempts_to_success(counts: DataFrame) -> DataFrame:
     return (
-        events.where(_event() == "succeeded")
+        counts.where(_event() == "succeeded")
         .groupBy("task_name", "attempt")
-        .agg(F.count(F.lit(1)).alias("count"))
+        .agg(F.sum("n").alias("count"))
     )
 
 
@@ -296,13 +338,14 @@ def build_tables(
     ``spark`` is accepted for API symmetry with :func:`read_events` (and
     future session-dependent tables); the tables only depend on ``df``.
     """
-    task_summary, queue_summary = _summaries(df)
+    counts, source = _reduce(df)
+    task_summary, queue_summary = _summaries(df, counts, source)
     return {
         "task_summary": task_summary,
         "queue_summary": queue_summary,
-        "lateness_by_delay": _lateness_by_delay(df),
-        "timeline": _timeline(df),
-        "retries_per_minute": _retries_per_minute(df),
-        "top_exceptions": _top_exceptions(df, top_exceptions),
-        "attempts_to_success": _attempts_to_success(df),
+        "lateness_by_delay": _lateness_by_delay(source),
+        "timeline": _timeline(counts, source),
+        "retries_per_minute": _retries_per_minute(counts),
+        "top_exceptions": _top_exceptions(counts, top_exceptions),
+        "attempts_to_success": _attempts_to_success(counts),
     }
