@@ -311,7 +311,11 @@ def _attempts_to_success(counts: DataFrame) -> DataFrame:
 
 
 def build_tables(
-    spark: SparkSession, df: DataFrame, *, top_exceptions: int = TOP_EXCEPTIONS
+    spark: SparkSession,
+    df: DataFrame,
+    *,
+    top_exceptions: int = TOP_EXCEPTIONS,
+    sketches: bool = HAS_SKETCHES,
 ) -> dict[str, DataFrame]:
     """Build the report tables from valid events (see :func:`read_events`).
 
@@ -335,10 +339,14 @@ def build_tables(
     * ``attempts_to_success``: ``task_name``, ``attempt`` (of the
       ``succeeded`` event, 0 = first run), ``count``.
 
+    Lateness percentiles merge KLL sketches; ``sketches=False`` (the
+    default where pyspark is older than 4.1.2) computes them with
+    ``percentile_approx`` instead (see :mod:`~celery_delayq.analytics.lateness`).
+
     ``spark`` is accepted for API symmetry with :func:`read_events` (and
     future session-dependent tables); the tables only depend on ``df``.
     """
-    counts, source = _reduce(df)
+    counts, source = _reduce(df, sketches=sketches)
     task_summary, queue_summary = _summaries(df, counts, source)
     return {
         "task_summary": task_summary,

@@ -16,6 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from celery_delayq.analytics import build_tables, read_events, run_report
+from celery_delayq.analytics.lateness import HAS_SKETCHES
 from celery_delayq.analytics.synthetic import generate
 from celery_delayq.analytics.tables import MIN_DELAY_BUCKET_EXP, delay_bucket
 from celery_delayq.telemetry import TelemetryRecorder, make_event
@@ -86,11 +87,15 @@ def events_dir(events, write_events):
     return write_events(events.values(), files=3)
 
 
-@pytest.fixture
-def tables(spark, events_dir):
+@pytest.fixture(params=[pytest.param(True, id="kll-sketches"),
+                        pytest.param(False, id="percentile_approx")])
+def tables(request, spark, events_dir):
+    """The tables, with each way of computing lateness percentiles (the same answers)."""
+    if request.param and not HAS_SKETCHES:
+        pytest.skip("this pyspark has no KLL sketches")
     valid, malformed = read_events(spark, events_dir)
     assert malformed == 0
-    yield build_tables(spark, valid)
+    yield build_tables(spark, valid, sketches=request.param)
     valid.unpersist()
 
 
