@@ -23,10 +23,9 @@ groupings run ``percentile_approx`` over the deliveries instead.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, GroupedData
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 __all__ = [
@@ -99,12 +98,6 @@ class Lateness:
         if self.sketched:
             return F.sum(F.when(F.col("early"), F.col("n")).otherwise(F.lit(0)))
         return F.count_if(F.col("early"))
-
-    def group_by(self, *keys: str) -> GroupedData:
-        return self.frame.groupBy(*keys)
-
-    def grouping_sets(self, sets: Sequence[Sequence[str]], *keys: str) -> GroupedData:
-        return self.frame.groupingSets([list(s) for s in sets], *keys)
 
 
 def split(quantiles: Column) -> tuple[Column, Column]:

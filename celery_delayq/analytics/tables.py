@@ -25,6 +25,7 @@ from celery_delayq.analytics.lateness import (
     split,
 )
 from celery_delayq.analytics.schema import EVENT_TYPES
+from celery_delayq.telemetry.recorder import FAILURE_EVENTS
 
 __all__ = [
     "MIN_DELAY_BUCKET_EXP",
@@ -55,9 +56,6 @@ SUMMARY_FIELDS: tuple[str, ...] = (
 TIMELINE_EVENTS: tuple[str, ...] = (
     "scheduled", "delivered", "succeeded", "retried", "failed", "parked", "cancelled",
 )
-
-#: Events that carry an exception (``top_exceptions`` counts each kind).
-_EXCEPTION_EVENTS: tuple[str, ...] = ("retried", "exhausted", "parked", "failed")
 
 #: Names of the tables :func:`build_tables` returns (also their output dirs).
 TABLE_NAMES: tuple[str, ...] = (
@@ -112,9 +110,10 @@ def _reduce(events: DataFrame, *, sketches: bool = HAS_SKETCHES) -> tuple[DataFr
     ``early`` (a delivery before its due time) and ``exception`` (of a
     failure), with ``n`` events: tens of thousands of rows per day of
     telemetry, so the per-scope, per-minute, retry, exception and attempt
-    tables are sums over it instead of scans of the events each.  Where pyspark has KLL sketches, the deliveries are reduced the
-    same way, to a lateness sketch per task, queue, minute and delay bucket.
-    Both are cached.  (One scan for both cost more: a sketch is allocated
+    tables are sums over it instead of scans of the events each.  Where
+    pyspark has KLL sketches, the deliveries are reduced the same way, to a
+    lateness sketch per task, queue, minute and delay bucket.  Both are
+    cached.  (One scan for both cost more: a sketch is allocated
     for every group, deliveries or not.)
     """
     delivered = _delivered()
@@ -127,7 +126,7 @@ def _reduce(events: DataFrame, *, sketches: bool = HAS_SKETCHES) -> tuple[DataFr
         F.when(_event() == "succeeded", F.col("attempt")).alias("attempt"),
         early,
         # The exception's type name: a handful per task.
-        F.when(_event().isin(*_EXCEPTION_EVENTS), F.col("exception")).alias("exception"),
+        F.when(_event().isin(*sorted(FAILURE_EVENTS)), F.col("exception")).alias("exception"),
     ).agg(F.count(F.lit(1)).alias("n")).cache()
     deliveries = events.where(delivered).select(
         "task_name",
@@ -177,7 +176,7 @@ def _scope_summary(counts: DataFrame, source: Lateness) -> DataFrame:
         _sum_where(F.col("early")).alias("early"),
     ).select(*_scope_of(F.col("_gid")), *EVENT_TYPES, "early")
     lateness = (
-        source.grouping_sets(*sets)
+        source.frame.groupingSets(*sets)
         .agg(F.grouping_id("task_name", "queue").alias("_gid"), source.quantiles().alias("_pct"))
         .select(*_scope_of(F.col("_gid")), *split(F.col("_pct")))
     )
@@ -254,7 +253,7 @@ def _summaries(
 
 def _lateness_by_delay(source: Lateness) -> DataFrame:
     return (
-        source.group_by("delay_bucket_s")
+        source.frame.groupBy("delay_bucket_s")
         .agg(
             source.delivered().alias("delivered"),
             source.quantiles().alias("_pct"),
@@ -269,7 +268,7 @@ def _timeline(counts: DataFrame, source: Lateness) -> DataFrame:
     per_minute = counts.groupBy("minute_s").agg(
         *(_sum_where(_event() == name).alias(name) for name in TIMELINE_EVENTS)
     )
-    lateness = source.group_by("minute_s").agg(source.quantiles().alias("_pct"))
+    lateness = source.frame.groupBy("minute_s").agg(source.quantiles().alias("_pct"))
     return per_minute.join(lateness, on="minute_s", how="left").select(
         "minute_s", *TIMELINE_EVENTS, *split(F.col("_pct"))
     )
@@ -285,11 +284,11 @@ def _retries_per_minute(counts: DataFrame) -> DataFrame:
 
 def _top_exceptions(counts: DataFrame, top_n: int) -> DataFrame:
     per_exception = (
-        counts.where(_event().isin(*_EXCEPTION_EVENTS))
+        counts.where(_event().isin(*sorted(FAILURE_EVENTS)))
         .groupBy("task_name", "exception")
         .agg(
             F.sum("n").alias("count"),
-            *(_sum_where(_event() == name).alias(name) for name in _EXCEPTION_EVENTS),
+            *(_sum_where(_event() == name).alias(name) for name in sorted(FAILURE_EVENTS)),
         )
     )
     # Ties broken by name so the ranking is deterministic.

@@ -32,7 +32,7 @@ def _per_task(source: Lateness) -> dict[str, tuple[float, float, int, int]]:
     from pyspark.sql import functions as F
 
     rows = (
-        source.group_by("task_name")
+        source.frame.groupBy("task_name")
         .agg(source.quantiles().alias("q"), source.delivered().alias("n"), source.early().alias("e"))
         .select("task_name", *split(F.col("q")), "n", "e")
         .collect()
