@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 import time
+import weakref
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
@@ -34,7 +36,7 @@ from .publisher import LadderPublisher, publisher_for
 from .queue_delays import default_delay, queue_delays_of
 from .typing import CeleryApp, Diversion
 
-__all__ = ["AppLadder", "native_unwrap", "exchange_name"]
+__all__ = ["AppLadder", "ladder_for", "forget_ladder", "native_unwrap", "exchange_name"]
 
 #: Celery's native ladder: 28 levels, top exchange ``[prefix_]celery_delayed_27``.
 _NATIVE_TOP = re.compile(r"^(?:(?P<prefix>.+)_)?celery_delayed_27$")
@@ -271,3 +273,29 @@ def _reaches(bound_exchange: Any, binding_key: str, exchange: str, routing_key: 
     if (bound_exchange.name or "") != exchange:
         return False
     return bool(key_matches(bound_exchange.type or "direct", binding_key, routing_key))
+
+
+_LADDERS: "weakref.WeakKeyDictionary[CeleryApp, AppLadder]" = weakref.WeakKeyDictionary()
+_LADDERS_LOCK = threading.Lock()
+
+
+def ladder_for(app: CeleryApp) -> AppLadder:
+    """The app's :class:`AppLadder` (settings, publisher), without hooking anything.
+
+    Use it to read the app's ladder settings or reach its publisher; use
+    :func:`celery_delayq.install` to make the app's publishes go through it.
+    One per app and process, built on first use.
+    """
+    ladder = _LADDERS.get(app)
+    if ladder is None:
+        with _LADDERS_LOCK:
+            ladder = _LADDERS.get(app)
+            if ladder is None:
+                ladder = _LADDERS[app] = AppLadder(app)
+    return ladder
+
+
+def forget_ladder(app: CeleryApp) -> None:
+    """Drop the app's :class:`AppLadder`, so the next :func:`ladder_for` reads its settings again."""
+    with _LADDERS_LOCK:
+        _LADDERS.pop(app, None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-from .integration import ladder_for
+from .app_ladder import ladder_for
 from .typing import CeleryApp
 
 __all__ = ["batch"]

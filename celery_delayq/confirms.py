@@ -92,14 +92,15 @@ class ConfirmChannel:
         return self.tracker.failures
 
     def publish(self, message: amqp.Message, exchange: str, routing_key: str,
-                tracker: Tracker | None = None) -> int:
+                tracker: Tracker | None = None, *, name: str | None = None) -> int:
         """Send with ``mandatory`` set; returns the delivery tag to wait for.
 
+        ``name`` is what a failure calls the message (default: :func:`message_name`).
         If this raises, the message is not tracked: the caller still owns it.
         """
         entry = message.application_headers.get(ENTRY, "")
         item = Pending(entry, message, exchange, routing_key, tracker or self.tracker,
-                       message_name(message, entry))
+                       name if name is not None else message_name(message, entry))
         tag = self._send(item)
         item.tracker.outstanding += 1
         return tag

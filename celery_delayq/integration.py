@@ -36,7 +36,8 @@ from celery import _state as celery_state
 
 from . import headers as H
 from . import signals
-from .app_ladder import AppLadder
+from .app_ladder import AppLadder, forget_ladder, ladder_for
+from .cancels import CancelStep, hook_revoke, stop_follower, unhook_revoke
 from .config import _lookup, warn_unknown_settings
 from .humanize import describe_ladder
 from .laps import LapRelay
@@ -49,26 +50,10 @@ __all__ = ["install", "uninstall", "ladder_for", "router_for", "is_installed", "
 
 log = logging.getLogger(__name__)
 
-_LADDERS: "weakref.WeakKeyDictionary[CeleryApp, AppLadder]" = weakref.WeakKeyDictionary()
 _INSTALLED: "weakref.WeakKeyDictionary[CeleryApp, AppLadder]" = weakref.WeakKeyDictionary()
 _WATCHED: "weakref.WeakSet[CeleryApp]" = weakref.WeakSet()
 _LOCK = threading.RLock()
 _FIXUP = "celery_delayq.integration:watch_app"
-
-
-def ladder_for(app: CeleryApp) -> AppLadder:
-    """The app's :class:`~celery_delayq.app_ladder.AppLadder` (settings, publisher), without hooking anything.
-
-    Use it to read the app's ladder settings or reach its publisher; use
-    :func:`install` to make the app's publishes go through it.
-    """
-    ladder = _LADDERS.get(app)
-    if ladder is None:
-        with _LOCK:
-            ladder = _LADDERS.get(app)
-            if ladder is None:
-                ladder = _LADDERS[app] = AppLadder(app)
-    return ladder
 
 
 def router_for(app: CeleryApp) -> AppLadder | None:
@@ -104,8 +89,6 @@ def install(app: CeleryApp) -> AppLadder:
             app.Task.Request = "celery_delayq.request:LadderRequest"
         if DelayqWorkerStep not in app.steps["consumer"]:
             app.steps["consumer"].add(DelayqWorkerStep)
-        from .cancels import CancelStep, hook_revoke
-
         app.steps["consumer"].add(CancelStep)  # durable cancels: load the log, follow it
         hook_revoke(app)  # Celery's revoke is recorded in the cancel log too
         _connect_worker_signals()
@@ -117,7 +100,7 @@ def uninstall(app: CeleryApp) -> None:
     """Undo :func:`install` (tests, mostly): the app's publishes go the plain Celery way again."""
     with _LOCK:
         ladder = _INSTALLED.pop(app, None)
-        _LADDERS.pop(app, None)  # a later install reads the settings again
+        forget_ladder(app)  # a later install reads the settings again
         if ladder is None:
             return
         amqp = app.amqp
@@ -125,8 +108,6 @@ def uninstall(app: CeleryApp) -> None:
         if isinstance(amqp._producer_pool, LadderProducerPool):
             amqp._producer_pool = None  # the next publish takes kombu's shared pool again
         app.steps["consumer"].discard(DelayqWorkerStep)
-        from .cancels import CancelStep, stop_follower, unhook_revoke
-
         app.steps["consumer"].discard(CancelStep)
         unhook_revoke(app)
         stop_follower(app)
@@ -228,6 +209,7 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
 
     def start(self, c: Any) -> None:  # c: Celery's worker Consumer (untyped)
         ladder = router_for(c.app)
+        c.delayq_ladder = ladder  # for the steps that require this one (CancelStep): no lookup up a layer
         if ladder is None:
             return
         topology = ladder.publisher.declare()

@@ -121,12 +121,12 @@ class LadderSpec:
             )
 
     # -- sizes ------------------------------------------------------------
-    @property
+    @functools.cached_property  # asked on every publish; the spec is immutable
     def max_units(self) -> int:
         """Largest delay the ladder holds, in units."""
         return int(self.radix**self.levels) - 1  # int ** int is typed Any (a negative power is a float)
 
-    @property
+    @functools.cached_property
     def max_delay_s(self) -> float:
         """Largest delay the ladder holds, in seconds."""
         return self.max_units * self.unit_ms / 1000.0

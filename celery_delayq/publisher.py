@@ -365,7 +365,11 @@ class LadderPublisher:
                                           queue_hint=None if lapping else queue_hint)
                 return dest
 
-            dest = self._io(tracker, prepare, this)
+            # A destination checked before needs no broker call: the publish's own _io connects.
+            topology = self.topology
+            dest = topology.ensured(*target) if topology is not None else None
+            if dest is None:
+                dest = self._io(tracker, prepare, this)
             # The clock is read after connecting and declaring: a first publish that
             # declared the ladder must not wait that long again inside it.
             now = self.clock()
@@ -382,7 +386,7 @@ class LadderPublisher:
             properties.setdefault("delivery_mode", 2)
             message = amqp.Message(body, content_type=content_type, content_encoding=content_encoding,
                                    application_headers=hdrs, **properties)
-            self._io(tracker, lambda c: c.publish(message, entry_x, ladder_key, tracker), this)
+            self._io(tracker, lambda c: c.publish(message, entry_x, ladder_key, tracker, name=this[0][0]), this)
             timeout = self.config.confirm_timeout
             if batch is not None:
                 batch.scheduled.append((sched, hdrs))

@@ -382,6 +382,14 @@ class Topology:
             dest = Destination(exchange, routing_key, token, self.spec.exit_queue(label, token))
         return dest
 
+    def ensured(self, exchange: str, routing_key: str) -> Destination | None:
+        """The destination if :meth:`ensure_exit` already checked it in this process, else ``None``.
+
+        The publish path's shortcut: a known destination needs no broker call,
+        so it needs no connection either before the publish itself.
+        """
+        return self._exits.get((exchange, routing_key))
+
     def _check_route(self, dest: Destination) -> None:
         """An exchange that exists may still route the key nowhere; ask the management API.
 

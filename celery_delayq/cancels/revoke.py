@@ -17,6 +17,8 @@ import functools
 import logging
 from typing import Any
 
+from .requests import record_cancels
+
 __all__ = ["hook_revoke", "unhook_revoke"]
 
 _ORIGINAL = "_delayq_original"
@@ -34,8 +36,6 @@ def hook_revoke(app: Any) -> None:
     @functools.wraps(original)
     def broadcast(command: str, arguments: dict[str, Any] | None = None, *args: Any, **kwargs: Any) -> Any:
         if command == "revoke" and arguments and arguments.get("task_id"):
-            from . import record_cancels
-
             ids = arguments["task_id"]
             ids = [ids] if isinstance(ids, str) else list(ids)
             try:

@@ -127,9 +127,7 @@ class CancelStep(bootsteps.StartStopStep):
     requires = ("celery_delayq.integration:DelayqWorkerStep",)
 
     def start(self, c: Any) -> None:
-        from ..integration import router_for
-
-        ladder = router_for(c.app)
+        ladder = getattr(c, "delayq_ladder", None)  # handed over by DelayqWorkerStep, which runs first
         if ladder is None or c.app in _FOLLOWERS:
             return
         layout = ladder.publisher.declare().index  # (declare() waits for the streams too)

@@ -168,7 +168,7 @@ def park_attempt(task: Any, request: Any, exc: BaseException, *, reason: str, op
         ParkingFailed: the message could not be parked (the task then fails with it).
     """
     from ..attempts import current_attempt, first_attempt_time  # the worker side, imported when used
-    from ..integration import ladder_for
+    from ..app_ladder import ladder_for
 
     attempt = current_attempt(request)
     if attempt.raw is None:

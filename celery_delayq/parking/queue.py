@@ -8,7 +8,7 @@ from typing import Any, Callable
 import kombu
 
 from ..errors import UnsupportedTransport
-from ..integration import ladder_for
+from ..app_ladder import ladder_for
 from ..publisher import LadderPublisher
 from .errors import ParkedMessageNotFound
 from .record import ParkedFilter, ParkedMessage

@@ -3,12 +3,14 @@
 * :mod:`.layout`: the index and cancel-log streams (names, bindings; pure).
 * :mod:`.frames`: the few header fields the index needs, read from raw AMQP frames (pure).
 * :mod:`.stream`: reading a stream to its end, fast, without changing it.
-* :mod:`.query`: :func:`pending` itself.
+* :mod:`.query`: reading the index (:func:`read_index`).
+* :mod:`.listing`: :func:`pending` itself: the index, less the cancelled tasks.
 """
 
 from __future__ import annotations
 
 from .layout import IndexLayout, index_layout
-from .query import IndexUnavailable, PendingTask, pending, read_index
+from .listing import pending
+from .query import IndexUnavailable, PendingTask, read_index
 
 __all__ = ["pending", "PendingTask", "IndexUnavailable", "IndexLayout", "index_layout", "read_index"]

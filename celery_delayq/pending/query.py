@@ -1,11 +1,11 @@
-"""``pending(app, ...)``: the delayed tasks and retries waiting in the ladder now, read from its index.
+"""Reading the index: the delayed tasks and retries waiting in the ladder now.
 
 The index holds one entry per pass through the ladder (see
 :mod:`~celery_delayq.pending.writer`). A task is waiting when the *latest*
 pass of its id is not due yet: a pass that is due (``due <= now``) has been
 delivered or is in its last hop, so it is never reported early; a retry
-adds a later pass, which then wins. Ids cancelled with
-:func:`celery_delayq.cancel` (or Celery's revoke) are left out.
+adds a later pass, which then wins. :func:`~celery_delayq.pending.pending`
+leaves out the ids cancelled with :func:`celery_delayq.cancel` (or Celery's revoke).
 
 Reading only looks: the index streams are read from the first entry that
 can still be waiting (``now - max delay``), the ladder's queues are not
@@ -15,7 +15,6 @@ touched. A lookup by task id reads one shard of the sixteen.
 from __future__ import annotations
 
 import concurrent.futures
-import fnmatch
 import re
 import time
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from .layout import IndexLayout, index_layout
 from .stream import BODY, StreamReader, reader_connection as _connection
 from .writer import ENTRIES, decode_entries, flush_buffers
 
-__all__ = ["PendingTask", "pending", "IndexUnavailable", "read_index", "open_layout", "iso"]
+__all__ = ["PendingTask", "IndexUnavailable", "read_index", "open_layout", "iso"]
 
 #: Connections read in parallel when all shards are read (2 cores here; the broker needs them too).
 _PARALLEL = 4
@@ -173,55 +172,3 @@ def read_index(ladder: Any, *, task_ids: Iterable[str] = (), now: float | None =
             for found in pool.map(one, shards):
                 latest.update(found)  # a task id lives in one shard only
     return latest
-
-
-def pending(app: Any, *, task: str | None = None, queue: str | None = None, task_id: str | None = None,
-            due_before: float | datetime | None = None, due_after: float | datetime | None = None,
-            now: float | None = None) -> list[PendingTask]:
-    """Every delayed task or retry waiting in ``app``'s ladder, soonest due first.
-
-    Args:
-        app: The Celery app (its ``delayq_*`` settings name the ladder).
-        task: Only task names matching this glob (``proj.tasks.*``).
-        queue: Only tasks for this queue (or, when the queue is not known, this routing key).
-        task_id: Only this task id (reads one index shard: the fast lookup).
-        due_before: Only tasks due before this time (epoch seconds or an aware datetime).
-        due_after: Only tasks due at or after this time.
-        now: The time "waiting" is judged at (default: now).
-
-    Raises:
-        IndexUnavailable: the ladder has no index (off, broker before 3.9, not declared).
-    """
-    from ..cancels import cancelled_ids
-    from ..integration import ladder_for
-
-    ladder = ladder_for(app)
-    now = time.time() if now is None else now
-    latest = read_index(ladder, task_ids=[task_id] if task_id else (), now=now)
-    waiting = [t for t in latest.values() if t.due > now]
-    if waiting:
-        gone = cancelled_ids(app, now=now)
-        waiting = [t for t in waiting if t.task_id not in gone]
-    before, after = _epoch(due_before), _epoch(due_after)
-    out = [t for t in waiting if _matches(t, task, queue, before, after)]
-    out.sort(key=lambda t: (t.due, t.task_id))
-    return out
-
-
-def _matches(t: PendingTask, task: str | None, queue: str | None, before: float | None,
-             after: float | None) -> bool:
-    if task is not None and not fnmatch.fnmatchcase(t.task_name or "", task):
-        return False
-    if queue is not None and (t.queue if t.queue is not None else t.routing_key) != queue:
-        return False
-    if before is not None and not t.due < before:
-        return False
-    return after is None or t.due >= after
-
-
-def _epoch(value: float | datetime | None) -> float | None:
-    if value is None or isinstance(value, (int, float)):
-        return value
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.timestamp()
