@@ -24,7 +24,7 @@ from celery_delayq import doctor as D
 from celery_delayq.cli import delayq
 from celery_delayq.doctor import ApiReach
 from celery_delayq.ladder import LadderSpec
-from celery_delayq.topology import Topology
+from celery_delayq.topology import Topology, broker_version
 from helpers import BROKER_HOST, management_url, running_worker
 
 pytestmark = pytest.mark.timeout(120)
@@ -126,6 +126,13 @@ def test_ladder_absent_then_complete_then_mismatched(small_app: Any, amqp_conn: 
     leaders = found["leaders"]
     assert leaders["status"] == "ok" and "single node" in leaders["summary"]
     assert sum(leaders["details"]["leaders"].values()) == 9  # 3 levels x 3 digits
+    handles = found["file_handles"]
+    if broker_version(amqp_conn) < (4, 0):  # 3.x: each single-node quorum queue reserves 2 + 1 file handles
+        node = next(iter(handles["details"]["limits"]))
+        assert handles["details"]["reserved"][node] >= 9 * 3
+        assert handles["status"] == "ok" and f"of its ~{handles['details']['limits'][node] - 100}" in handles["summary"]
+    else:
+        assert handles["status"] == "ok" and "reserves no file handles per queue" in handles["summary"]
 
     # Same names, another unit: every queue's TTL differs from what the app expects.
     small_app.conf.delayq_unit_ms = 500
@@ -413,6 +420,25 @@ def test_leaders_all_on_one_node_of_a_cluster_is_a_warning() -> None:
     others = D.leaders_finding([_q("unrelated", "rabbit@n0")], nodes, names, API)
     assert others.status == "ok" and "no ladder queues yet" in others.summary
     assert D.leaders_finding(None, None, names, NO_API).status == "warn"
+
+
+def test_quorum_queue_file_handle_reservations_on_3x() -> None:
+    nodes = {"rabbit@n0": 1024, "rabbit@n1": 1024, "rabbit@n2": 65536}
+    # A leader reserves 2 + members, a follower 2; classic queues reserve nothing.
+    queues = [_q(f"q{i}", f"rabbit@n{i % 2}") for i in range(4)] + [_q("c", "rabbit@n0", kind="classic")]
+    assert D.quorum_reservations(queues, nodes) == {"rabbit@n0": 5 + 5 + 2 + 2, "rabbit@n1": 14, "rabbit@n2": 8}
+    single = [_q(f"q{i}", "rabbit@n0", members=1) for i in range(150)]
+    ok = D.file_handles_finding((3, 10, 8), {"rabbit@n0": 1024}, single, API)
+    assert ok.status == "ok" and "reserve 450 of its ~924 file handles" in ok.summary
+    half = D.file_handles_finding((3, 10, 8), {"rabbit@n0": 1024}, single, API, missing_ladder_queues=45)
+    assert half.status == "warn" and "585 of its ~924" in half.summary and "45 ladder queues" in half.summary
+    full = D.file_handles_finding((3, 10, 8), {"rabbit@n0": 1024}, single * 2, API)
+    assert full.status == "error" and "LimitNOFILE" in full.next_step and "silently" in full.summary
+    roomy = D.file_handles_finding((3, 13, 7), {"rabbit@n0": 65536}, single * 2, API)
+    assert roomy.status == "ok"
+    gone = D.file_handles_finding((4, 3, 6), {"rabbit@n0": 1024}, single * 4, API)
+    assert gone.status == "ok" and "reserves no file handles" in gone.summary
+    assert D.file_handles_finding((3, 10, 8), None, None, NO_API).status == "warn"
 
 
 def test_plugin_exchanges_classification() -> None:

@@ -19,7 +19,8 @@ from ..topology import LadderState
 from .finding import ACTIVATION_RULE, ERROR, OK, WARN, ApiReach, Finding
 
 __all__ = [
-    "broker_finding", "feature_flags_finding", "ladder_finding", "leaders_finding", "parking_finding",
+    "broker_finding", "feature_flags_finding", "ladder_finding", "leaders_finding", "file_handles_finding",
+    "quorum_reservations", "parking_finding",
     "activation_finding", "worker_eta_finding", "native_finding", "plugin_finding", "native_queue_names",
     "REQUIRED_FLAGS", "NATIVE_LEVELS", "NATIVE_DELIVERY_EXCHANGE", "PLUGIN_GONE_FROM", "PLUGIN_MAX_DELAY_MS",
 ]
@@ -189,6 +190,70 @@ def leaders_finding(queues: list[dict[str, Any]] | None, nodes: list[str] | None
     shown = ", ".join(f"{node} {n}" for node, n in sorted(spread.items()))
     return Finding("leaders", OK, f"{len(mine)} ladder queue leaders spread over {len(spread)} of "
                    f"{len(running)} nodes ({shown}).", "Nothing to do.", details)
+
+
+#: First RabbitMQ version without per-queue file-handle reservations (its file-handle cache is gone).
+RESERVATIONS_GONE_FROM = (4, 0)
+
+
+def quorum_reservations(queues: Iterable[dict[str, Any]], nodes: Iterable[str]) -> dict[str, int]:
+    """File handles each node's quorum queue replicas reserve on RabbitMQ 3.x (pure).
+
+    ``rabbit_quorum_queue`` reserves ``2 + members`` for a leader and 2 for a
+    follower (``file_handle_leader_reservation``/``_other_reservation``),
+    granted always but counted against the node's limit; ``queues`` are
+    ``GET /api/queues`` rows (``type``, ``leader``/``node``, ``members``) of
+    every virtual host.
+    """
+    reserved = {node: 0 for node in nodes}
+    for q in queues:
+        if q.get("type") != "quorum":
+            continue
+        members = [str(m) for m in q.get("members") or ()]
+        leader = str(q.get("leader") or q.get("node") or "")
+        for member in set(members) | {leader}:
+            if member in reserved:
+                reserved[member] += 2 + len(members) if member == leader else 2
+    return reserved
+
+
+def file_handles_finding(version: tuple[int, ...], limits: dict[str, int] | None,
+                         queues: list[dict[str, Any]] | None, api: ApiReach, *,
+                         missing_ladder_queues: int = 0) -> Finding:
+    """Will the node's quorum queues use up RabbitMQ 3.x's file-handle budget?
+
+    Before 4.0 every quorum queue replica reserves file handles (see
+    :func:`quorum_reservations`). Past the node's limit (about 100 below its
+    open-files limit, ``fd_total``) the node keeps running but accepts no new
+    connection and answers no ``rabbitmqctl status``, and logs nothing: seen
+    here with 344 single-node quorum queues under Debian's default limit of
+    1,024. ``missing_ladder_queues`` counts the ladder's queues a first start
+    will add (each reserves 3 on one node, up to 2 + 3 members on a cluster).
+    """
+    if version >= RESERVATIONS_GONE_FROM:
+        return Finding("file_handles", OK, f"RabbitMQ {_version_text(version)} reserves no file handles per queue.",
+                       "Nothing to do.", {"version": _version_text(version)})
+    if limits is None or queues is None or not api.usable:
+        return Finding("file_handles", WARN, f"quorum queue file-handle reservations not checked: {api.why_not()}.",
+                       api.how_to_fix(), {"api": api.state})
+    reserved = quorum_reservations(queues, limits)
+    added = missing_ladder_queues * (2 + min(3, max(1, len(limits))))
+    worst = max(limits, key=lambda n: (reserved[n] + added) / max(1, limits[n]))
+    total, limit = reserved[worst] + added, limits[worst]
+    budget = max(1, limit - 100)
+    details = {"limits": limits, "reserved": reserved, "ladder_queues_to_add": missing_ladder_queues}
+    ratio = total / budget
+    fix = (f"Raise RabbitMQ's open-files limit (systemd `LimitNOFILE=65536` for rabbitmq-server, or `ulimit -n "
+           "65536` before starting it), or delete unused quorum queues. RabbitMQ 4.x reserves none.")
+    where = f"{worst}: quorum queue replicas reserve {total} of its ~{budget} file handles (open-files limit {limit}"
+    where += f", counting the {missing_ladder_queues} ladder queues still to declare)" if added else ")"
+    if ratio >= 0.8:
+        return Finding("file_handles", ERROR, f"{where}. Past the limit RabbitMQ 3.x silently stops accepting "
+                       "connections (the node stays up; `rabbitmqctl status` hangs).", fix, details)
+    if ratio >= 0.5:
+        return Finding("file_handles", WARN, f"{where}: over half; a few more ladders or queues and RabbitMQ 3.x "
+                       "silently stops accepting connections.", fix, details)
+    return Finding("file_handles", OK, f"{where}.", "Nothing to do.", details)
 
 
 def parking_finding(*, park: bool, name: str, exists: bool, messages: int | None, queue_type: str | None,

@@ -27,8 +27,9 @@ from ..management import ManagementAPI
 from ..plugin_compat import PLUGIN_TYPE
 from ..topology import LadderState, Topology, broker_version, resolve_queue_type
 from .checks import (
-    NATIVE_DELIVERY_EXCHANGE, activation_finding, broker_finding, feature_flags_finding, ladder_finding,
-    leaders_finding, native_finding, native_queue_names, parking_finding, plugin_finding, worker_eta_finding,
+    NATIVE_DELIVERY_EXCHANGE, RESERVATIONS_GONE_FROM, activation_finding, broker_finding, feature_flags_finding,
+    file_handles_finding, ladder_finding, leaders_finding, native_finding, native_queue_names, parking_finding,
+    plugin_finding, worker_eta_finding,
 )
 from .finding import ApiReach, Finding
 
@@ -49,6 +50,8 @@ class Observations:
     vhost: str
     flags: list[dict[str, Any]] | None
     nodes: list[str] | None
+    fd_limits: dict[str, int] | None
+    all_queues: list[dict[str, Any]] | None
     api_queues: list[dict[str, Any]] | None
     exchanges: list[dict[str, Any]] | None
     plugin_enabled: bool | None
@@ -209,12 +212,16 @@ def observe(app: Any, connection: Any, raw: amqp.Connection, config: Any, *, par
     base = ManagementAPI.for_connection(connection, config.management_url)
     api = None if base is None else _DoctorAPI(base.base_url, base.vhost, base.userid, base.password, base.timeout)
     reach, overview = _reach(api, raw)
-    flags = nodes = api_queues = exchanges = None
+    flags = nodes = api_queues = exchanges = fd_limits = all_queues = None
     plugin_enabled = None
     if api is not None and reach.usable:
         flags = api.get_list("/api/feature-flags")
-        found_nodes = api.get_list("/api/nodes?columns=name,running")
+        found_nodes = api.get_list("/api/nodes?columns=name,running,fd_total")
         nodes = None if found_nodes is None else [str(n["name"]) for n in found_nodes if n.get("running", True)]
+        if found_nodes is not None and version < RESERVATIONS_GONE_FROM:
+            fd_limits = {str(n["name"]): int(n["fd_total"]) for n in found_nodes
+                         if n.get("running", True) and isinstance(n.get("fd_total"), int)} or None
+            all_queues = api.get_list("/api/queues?columns=type,node,leader,members")  # every vhost
         api_queues = api.get_list(api.vhost_path("queues") + "?columns=name,type,node,leader,members,messages")
         exchanges = api.get_list(api.vhost_path("exchanges"))
         types = (overview or {}).get("exchange_types")
@@ -241,12 +248,21 @@ def observe(app: Any, connection: Any, raw: amqp.Connection, config: Any, *, par
     return Observations(
         version=version, queue_type=queue_type, spec=spec, declare=config.declare, ladder=state, mismatch=mismatch,
         api=reach, vhost=connection.virtual_host or "/", flags=flags, nodes=nodes, api_queues=api_queues,
+        fd_limits=fd_limits, all_queues=all_queues,
         exchanges=exchanges, plugin_enabled=plugin_enabled, park=config.park, parking_queue=parking_queue,
         parking_exists=parking_messages is not None, parking_messages=parking_messages, parking_risk=risk,
         enabled=enabled, installed=installed, ladder_tasks=ladder_tasks, plain_process=plain, scheduled=scheduled,
         inspect_timeout=inspect_timeout, native=native,
         native_delivery=_passive_exchange(raw, NATIVE_DELIVERY_EXCHANGE),
         quorum_app=_has_quorum_queue(app))
+
+
+def _missing(obs: Observations, ladder_queues: list[str]) -> int:
+    """Ladder level queues the API does not list yet (a first start declares them)."""
+    if obs.api_queues is None:
+        return 0
+    present = {q.get("name") for q in obs.api_queues}
+    return sum(1 for name in ladder_queues if name not in present)
 
 
 def classify(obs: Observations, *, now: float | None = None) -> list[Finding]:
@@ -259,6 +275,8 @@ def classify(obs: Observations, *, now: float | None = None) -> list[Finding]:
         feature_flags_finding(obs.flags, obs.api),
         ladder_finding(obs.ladder, spec, obs.queue_type, declare=obs.declare, mismatch=obs.mismatch),
         leaders_finding(obs.api_queues, obs.nodes, ladder_queues, obs.api, vhost=obs.vhost, namespace=spec.namespace),
+        file_handles_finding(obs.version, obs.fd_limits, obs.all_queues, obs.api,
+                             missing_ladder_queues=0 if obs.queue_type != "quorum" else _missing(obs, ladder_queues)),
         parking_finding(park=obs.park, name=obs.parking_queue, exists=obs.parking_exists,
                         messages=obs.parking_messages, queue_type=parking_row.get("type"),
                         node=parking_row.get("leader") or parking_row.get("node"), risk=obs.parking_risk,
