@@ -183,8 +183,8 @@ def test_flush_on_interval(recorder_factory, tmp_path):
     rec = recorder_factory(flush_every=1_000_000, flush_interval_s=0.05)
     root = tmp_path / "telemetry"
     rec.record(sample_event())
-    assert wait_for(lambda: root.exists() and len(read_lines(root)) == 1)
-    assert rec.written == 1
+    # The counter moves once the append has returned: wait for both, not for the line alone.
+    assert wait_for(lambda: root.exists() and len(read_lines(root)) == 1 and rec.written == 1)
 
 
 def test_concurrent_record_from_threads(recorder_factory, tmp_path):
