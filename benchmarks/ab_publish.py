@@ -24,6 +24,7 @@ cost scenario, ``index_cost``), to compare the publish path alone.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import sys
 import time
@@ -53,8 +54,8 @@ def main(mode: str, n: int, rounds: int, no_index: bool, url: str) -> None:
     checkout = os.path.dirname(os.path.dirname(os.path.abspath(celery_delayq.__file__)))
     prefix = "ab" + hashlib.sha1(f"{checkout}{no_index}".encode()).hexdigest()[:8]
     peer = DelayqPeer(url, **{**DEFAULT_LADDER, "prefix": prefix})
-    if no_index:
-        peer.settings["index"] = False
+    if no_index and "index" in inspect.signature(celery_delayq.DelayqConfig).parameters:
+        peer.settings["index"] = False  # (a checkout older than the index has none to turn off)
     peer.declare()
     publisher = peer.publisher(mode)
     due = time.time() + 600
