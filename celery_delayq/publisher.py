@@ -371,7 +371,9 @@ class LadderPublisher:
             if dest is None:
                 dest = self._io(tracker, prepare, this)
             # The clock is read after connecting and declaring: a first publish that
-            # declared the ladder must not wait that long again inside it.
+            # declared the ladder must not wait that long again inside it. (On the
+            # shortcut above, a reconnect happens in the publish's _io, after this:
+            # the message can only be that much later, never early.)
             now = self.clock()
             leg_due = min(due, now + self.spec.max_delay_s) if lapping else due
             units, entry_x, ladder_key, hops = plan(self.spec, dest, due=leg_due, now=now)

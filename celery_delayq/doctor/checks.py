@@ -243,7 +243,7 @@ def file_handles_finding(version: tuple[int, ...], limits: dict[str, int] | None
     budget = max(1, limit - 100)
     details = {"limits": limits, "reserved": reserved, "ladder_queues_to_add": missing_ladder_queues}
     ratio = total / budget
-    fix = (f"Raise RabbitMQ's open-files limit (systemd `LimitNOFILE=65536` for rabbitmq-server, or `ulimit -n "
+    fix = ("Raise RabbitMQ's open-files limit (systemd `LimitNOFILE=65536` for rabbitmq-server, or `ulimit -n "
            "65536` before starting it), or delete unused quorum queues. RabbitMQ 4.x reserves none.")
     where = f"{worst}: quorum queue replicas reserve {total} of its ~{budget} file handles (open-files limit {limit}"
     where += f", counting the {missing_ladder_queues} ladder queues still to declare)" if added else ")"

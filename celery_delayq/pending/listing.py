@@ -33,7 +33,8 @@ def pending(app: Any, *, task: str | None = None, queue: str | None = None, task
     Raises:
         IndexUnavailable: the ladder has no index (off, broker before 3.9, not declared).
     """
-    from ..app_ladder import ladder_for  # (the publisher writes the index: imported on use)
+    # On use: app_ladder imports the publisher, whose index writer imports this package.
+    from ..app_ladder import ladder_for
     from ..cancels.requests import cancelled_ids
 
     ladder = ladder_for(app)
