@@ -42,6 +42,11 @@ class DelayqConfig:
             up to ~31 days while the top TTL stays within Erlang's 2^32 ms timers.
         radix: Digit base of the ladder (2 = binary; 4 measured twice as fast at
             saturation with fewer hops, see README "Design trade-offs").
+        shards: Parallel copies of the ladder's levels; each task takes the one its
+            id hashes to, so tasks due together spread over that many times the
+            queues, dead-letter workers and (on a cluster) leader nodes. It pays only
+            where one queue's dead-letter worker is the limit and the broker has idle
+            cores; measured on 2 cores it does not (README "Sharded ladders"). 1 = unsharded.
         queue_type: ``auto`` (quorum where the broker supports TTL on it, else
             classic), ``quorum`` or ``classic``.
         declare: Declare the ladder (idempotent). ``False`` = verify only.
@@ -93,6 +98,7 @@ class DelayqConfig:
     unit_ms: int = 10
     levels: int = 14
     radix: int = 4
+    shards: int = 1
     queue_type: str = "auto"
     declare: bool = True
     confirm_timeout: float = 30.0
@@ -143,7 +149,8 @@ class DelayqConfig:
     @property
     def spec(self) -> LadderSpec:
         """The ladder shape these settings describe."""
-        return LadderSpec(prefix=self.prefix, unit_ms=self.unit_ms, levels=self.levels, radix=self.radix)
+        return LadderSpec(prefix=self.prefix, unit_ms=self.unit_ms, levels=self.levels, radix=self.radix,
+                          shards=self.shards)
 
     @classmethod
     def from_app(cls, app: CeleryApp) -> "DelayqConfig":

@@ -129,10 +129,12 @@ def plan(topo: Topology, *, exits: Iterable[Destination] = (),
         for name in topo.index.shard_queues:
             keys[("queue", name)] = "index_" + _identifier(name[len(s.namespace) + len(".index."):])
         keys[("queue", topo.index.cancel_queue)] = "cancels"
-    for k in range(s.levels):
-        keys[("exchange", s.level_exchange(k))] = f"level{k:02d}"
-    for k, d, name in s.level_queues():
-        keys[("queue", name)] = f"level{k:02d}_d{d}"
+    for shard in range(s.shards):  # shard 0 keeps the unsharded keys
+        tag = f"s{shard}_" if shard else ""
+        for k in range(s.levels):
+            keys[("exchange", s.level_exchange(k, shard))] = f"{tag}level{k:02d}"
+    for q in s.level_queues():
+        keys[("queue", q.name)] = f"{'s%d_' % q.shard if q.shard else ''}level{q.level:02d}_d{q.digit}"
 
     exchanges: list[Entity] = []
     queues: list[Entity] = []

@@ -67,6 +67,8 @@ def describe_ladder(spec: LadderSpec, queue_type: str | None = None) -> str:
         f"unit {human_duration(spec.unit_ms / 1000)}",
         f"one pass {human_duration(spec.max_delay_s)} (longer delays lap)",
     ]
+    if spec.shards > 1:
+        parts.insert(2, f"{spec.shards} shards")
     if queue_type:
         parts.append(queue_type)
     return f"ladder {spec.prefix!r}: " + ", ".join(parts)

@@ -27,7 +27,7 @@ def ladder_occupancy(connection: amqp.Connection, spec: LadderSpec, *, nonempty:
     rows: list[LevelOccupancy] = []
     ch = connection.channel()
     try:
-        for k, d, name in spec.level_queues():
+        for k, d, name, _shard in spec.level_queues():
             try:
                 count = ch.queue_declare(name, passive=True).message_count
             except amqp.NotFound:

@@ -82,10 +82,11 @@ class Scheduled:
     destination: Destination
 
 
-def plan(spec: LadderSpec, destination: Destination, *, due: float, now: float) -> tuple[int, str, str, int]:
-    """Pure: ``(units, entry exchange, ladder routing key, hops)`` for a due time."""
+def plan(spec: LadderSpec, destination: Destination, *, due: float, now: float,
+         shard: int = 0) -> tuple[int, str, str, int]:
+    """Pure: ``(units, entry exchange, ladder routing key, hops)`` for a due time (in shard ``shard``)."""
     units = spec.units_for(due - now)
-    return (units, *spec.route(units, destination.token))
+    return (units, *spec.route(units, destination.token, shard))
 
 
 @dataclass(eq=False)
@@ -327,8 +328,10 @@ class LadderPublisher:
         topology.ensure_exit(self.raw_connection(), dest, declare=self.config.declare)
         now = self.clock()
         due = now + delay
-        _units, entry_exchange, ladder_key, hops = plan(self.spec, dest, due=due, now=now)
-        H.stamp_pass(headers, due=due, delay=delay, entry=uuid.uuid4().hex, hops=hops,
+        entry = uuid.uuid4().hex
+        _units, entry_exchange, ladder_key, hops = plan(self.spec, dest, due=due, now=now,
+                                                        shard=self.spec.shard_of(str(headers.get("id") or entry)))
+        H.stamp_pass(headers, due=due, delay=delay, entry=entry, hops=hops,
                      exchange=exchange, routing_key=routing_key, now=now)
         if "eta" in headers:  # a Celery message: request.eta tells the task when it is due
             headers["eta"] = datetime.fromtimestamp(due, tz=timezone.utc).isoformat()
@@ -376,7 +379,8 @@ class LadderPublisher:
             # the message can only be that much later, never early.)
             now = self.clock()
             leg_due = min(due, now + self.spec.max_delay_s) if lapping else due
-            units, entry_x, ladder_key, hops = plan(self.spec, dest, due=leg_due, now=now)
+            units, entry_x, ladder_key, hops = plan(self.spec, dest, due=leg_due, now=now,
+                                                    shard=self.spec.shard_of(this[0][0]))
             sched = Scheduled(entry, due, delay, units, hops, entry_x, ladder_key, dest)
             hdrs = H.stamp_pass(H.strip_broker_headers(headers), due=due, delay=delay, entry=entry, hops=hops,
                                 exchange=exchange, routing_key=routing_key, now=now)

@@ -87,13 +87,13 @@ def held_on_two_looks(api: Any, prefix: str, *, held_for: float = HELD_FOR_S,
 
 
 def touch_pattern(prefix: str) -> str:
-    """The policy pattern: the ladder's level and exit queues, not its streams (pure).
+    """The policy pattern: the ladder's level queues (every shard's) and exit queues, not its streams (pure).
 
     A policy change on a stream goes through the stream coordinator, which is
     slow right after a restart: a touch that included the 17 index and cancel
     streams took longer than 10 s on 3.10.8.
     """
-    return rf"^{re.escape(prefix)}\.([0-9]+x[0-9]+\.L[0-9]|exit\.)"
+    return rf"^{re.escape(prefix)}\.([0-9]+x[0-9]+\.(s[0-9]+\.)?L[0-9]|exit\.)"
 
 
 @dataclass

@@ -172,9 +172,9 @@ class Topology:
             args["x-overflow"] = "reject-publish"
         return args
 
-    def level_queue_args(self, k: int, digit: int) -> dict[str, Any]:
-        """Arguments of ladder queue ``(k, digit)``."""
-        return self._queue_args(self.spec.queue_ttl_ms(k, digit), self.spec.dead_letter_target(k))
+    def level_queue_args(self, k: int, digit: int, shard: int = 0) -> dict[str, Any]:
+        """Arguments of ladder queue ``(k, digit)`` of shard ``shard``."""
+        return self._queue_args(self.spec.queue_ttl_ms(k, digit), self.spec.dead_letter_target(k, shard))
 
     def exit_queue_args(self, exchange: str, routing_key: str) -> dict[str, Any]:
         """Arguments of an exit queue: expire at once into the original exchange and key."""
@@ -191,10 +191,10 @@ class Topology:
             # return to a quorum queue counts towards its delivery limit (20).
             ("queue", s.laps_queue, {"x-queue-type": "classic"}),
         ]
-        for k in range(s.levels):
-            plan.append(("exchange:topic", s.level_exchange(k), {}))
-        for k, d, name in s.level_queues():
-            plan.append(("queue", name, self.level_queue_args(k, d)))
+        for name in s.level_exchanges():
+            plan.append(("exchange:topic", name, {}))
+        for q in s.level_queues():
+            plan.append(("queue", q.name, self.level_queue_args(q.level, q.digit, q.shard)))
         if self.index is not None:
             plan += self.index.entities()
         return plan
@@ -247,7 +247,8 @@ class Topology:
         assert self.placement is not None
         s = self.spec
         with _Channels(connection) as chans:
-            if _probe(chans, "queue", s.level_queue(s.levels - 1, s.radix - 1)).exists:
+            # The last shard's: a ladder that gains shards places the new ones.
+            if _probe(chans, "queue", s.level_queue(s.levels - 1, s.radix - 1, s.shards - 1)).exists:
                 return
         # The exchanges first: a quorum queue's at-least-once dead-letter worker that starts
         # without its target exchange holds what expires until a 180 s timer (RabbitMQ < 4.3).
@@ -256,7 +257,7 @@ class Topology:
                 if kind.startswith("exchange"):
                     _declare(ch, kind, name, args, nowait=True)
             ch.exchange_declare(s.delivery_exchange, "topic", passive=True)  # the barrier
-        queues = [(name, self.level_queue_args(k, d)) for k, d, name in s.level_queues()]
+        queues = [(q.name, self.level_queue_args(q.level, q.digit, q.shard)) for q in s.level_queues()]
         queues.append((s.unroutable_queue, {"x-queue-type": self.queue_type}))
         try:
             self.placement(queues)
@@ -342,9 +343,11 @@ class Topology:
         """
         s = self.spec
         deleted: list[str] = []
-        queues = [name for _k, _d, name in s.level_queues()] + ([] if keep_shared else [s.unroutable_queue, s.laps_queue])
+        queues = [q.name for q in s.level_queues()] + ([] if keep_shared else [s.unroutable_queue, s.laps_queue])
         queues += list(exit_queues) + [d.exit_queue for d in self._exits.values()]
-        exchanges = [s.level_exchange(k) for k in range(s.levels)] + [s.delivery_exchange]
+        if not keep_shared:  # the laps queue's own exit queue goes with it
+            queues.append(self.destination("", s.laps_queue).exit_queue)
+        exchanges = s.level_exchanges() + [s.delivery_exchange]
         exchanges += [] if keep_shared else [s.unroutable_exchange]
         streams = self.index.streams if self.index is not None else []
         queues += streams

@@ -79,6 +79,22 @@ def running_worker(app: Any, **kwargs: Any) -> Iterator[Any]:
         yield worker
 
 
+def entity_exists(conn: amqp.Connection, kind: str, name: str) -> bool:
+    """Whether a queue or (topic) exchange exists (passive declare on a channel of its own)."""
+    ch = conn.channel()
+    try:
+        if kind == "queue":
+            ch.queue_declare(name, passive=True)
+        else:
+            ch.exchange_declare(name, "topic", passive=True)
+        return True
+    except amqp.NotFound:
+        return False
+    finally:
+        if ch.is_open:
+            ch.close()
+
+
 def queue_depth(conn: amqp.Connection, name: str) -> int:
     """Ready messages in a queue (passive declare)."""
     ch = conn.channel()

@@ -402,7 +402,7 @@ def _q(name: str, leader: str, members: int = 3, kind: str = "quorum") -> dict[s
 
 def test_leaders_all_on_one_node_of_a_cluster_is_a_warning() -> None:
     spec = LadderSpec(prefix="shop", levels=3)
-    names = [name for _k, _d, name in spec.level_queues()]
+    names = [q.name for q in spec.level_queues()]
     nodes = ["rabbit@n0", "rabbit@n1", "rabbit@n2"]
     together = D.leaders_finding([_q(n, "rabbit@n0") for n in names], nodes, names, API, vhost="/",
                                  namespace=spec.namespace)

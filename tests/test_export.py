@@ -117,6 +117,19 @@ def test_resource_names_come_from_the_ladder_not_from_positions() -> None:
     assert names < taller and {"rabbitmq_exchange.level03", "rabbitmq_queue.level03_d1"} <= taller
 
 
+def test_a_sharded_ladder_exports_every_shard_and_keeps_shard_zero_names() -> None:
+    plain = set(_resources(export.terraform(_topology())))
+    topo = Topology(LadderSpec(prefix="iac", levels=3, shards=2), "quorum")
+    res = _resources(export.terraform(topo))
+    assert plain < set(res)  # shard 0 keeps its resource names: adding shards renames nothing
+    assert {"rabbitmq_exchange.s1_level02", "rabbitmq_queue.s1_level02_d3", "rabbitmq_binding.s1_level02_d0"} <= set(res)
+    # shard 1 dead-letters within shard 1, and its last level into the shared delivery exchange
+    assert "rabbitmq_exchange.s1_level01.name" in res["rabbitmq_queue.s1_level02_d3"]["settings"][0]["arguments_json"]
+    assert "rabbitmq_exchange.deliver.name" in res["rabbitmq_queue.s1_level00_d1"]["settings"][0]["arguments_json"]
+    assert res["rabbitmq_queue.s1_level02_d3"]["name"] == "iac.3x4.s1.L02.d3"
+    load(export.terraform(topo))
+
+
 def _exit_key(topo: Topology, queue: str) -> str:
     return "exit_default_" + queue + "_" + topo.destination("", queue).token
 

@@ -93,13 +93,13 @@ def test_worker_holds_nothing_while_tasks_wait(make_app, amqp_conn, collector: C
         assert len(state.reserved_requests) == 0
         assert len(consumer.timer.queue) < 5  # no ETA entries scheduled in the worker
         spec = celery_delayq.router_for(app).config.spec
-        held = sum(queue_depth(amqp_conn, name) for _k, _d, name in spec.level_queues())
+        held = sum(queue_depth(amqp_conn, name) for _k, _d, name, _s in spec.level_queues())
         assert held >= n  # everything waits in the broker
         assert queue_depth(amqp_conn, app.conf.task_default_queue) == 0
     assert len(collector) == 0
     # leave the shared ladder clean for other tests
     ch = amqp_conn.channel()
-    for _k, _d, name in spec.level_queues():
+    for _k, _d, name, _s in spec.level_queues():
         ch.queue_purge(name)
 
 

@@ -35,13 +35,13 @@ def topic_match(pattern: str, key: str) -> bool:
     return m(0, 0)
 
 
-def simulate(spec: LadderSpec, units: int, token: str) -> tuple[list[str], int]:
+def simulate(spec: LadderSpec, units: int, token: str, shard: int = 0) -> tuple[list[str], int]:
     """Follow the declared bindings and dead-letter targets like the broker would."""
     key = spec.routing_key(units, token)
     bindings = spec.bindings()
-    ttl = {name: spec.queue_ttl_ms(k, d) for k, d, name in spec.level_queues()}
-    dlx = {name: spec.dead_letter_target(k) for k, d, name in spec.level_queues()}
-    exchange, path, waited = spec.entry_exchange(units), [], 0
+    ttl = {name: spec.queue_ttl_ms(k, d) for k, d, name, _s in spec.level_queues()}
+    dlx = {name: spec.dead_letter_target(k, s) for k, d, name, s in spec.level_queues()}
+    exchange, path, waited = spec.entry_exchange(units, shard), [], 0
     for _ in range(4 * spec.levels + 4):
         if exchange == spec.delivery_exchange:
             assert topic_match(spec.exit_binding_key(token), key)
@@ -169,3 +169,51 @@ def test_route_is_entry_exchange_routing_key_and_hops_in_one_pass(spec: LadderSp
     units = data.draw(st.integers(min_value=0, max_value=spec.max_units))
     token = "t" * 16
     assert spec.route(units, token) == (spec.entry_exchange(units), spec.routing_key(units, token), spec.hops(units))
+
+
+# -- shards -------------------------------------------------------------------
+
+
+@settings(max_examples=150, deadline=None)
+@given(spec=specs(), shards=st.integers(min_value=1, max_value=5), data=st.data())
+def test_every_shard_waits_exactly_the_delay_in_its_own_queues(spec: LadderSpec, shards: int,
+                                                              data: st.DataObject) -> None:
+    sharded = LadderSpec(prefix=spec.prefix, unit_ms=spec.unit_ms, levels=spec.levels, radix=spec.radix, shards=shards)
+    shard = data.draw(st.integers(min_value=0, max_value=shards - 1))
+    units = data.draw(st.integers(min_value=0, max_value=sharded.max_units))
+    path, waited = simulate(sharded, units, destination_token("", "q"), shard)
+    assert waited == units * sharded.unit_ms
+    assert path == sharded.path(units, shard)
+    mine = {name for _k, _d, name, s in sharded.level_queues() if s == shard}
+    assert set(path) <= mine  # a message never crosses into another shard
+
+
+def test_shard_zero_keeps_the_unsharded_names_and_bindings() -> None:
+    plain, sharded = LadderSpec(prefix="p"), LadderSpec(prefix="p", shards=3)
+    assert [q.name for q in sharded.level_queues() if q.shard == 0] == [q.name for q in plain.level_queues()]
+    assert set(plain.bindings()) <= set(sharded.bindings())
+    assert len(sharded.bindings()) == 3 * len(plain.bindings())
+    assert len(sharded.level_exchanges()) == 3 * plain.levels
+    assert sharded.level_queue(3, 2, 1) == "p.14x4.s1.L03.d2"
+    assert sharded.delivery_exchange == plain.delivery_exchange  # all shards deliver through one exchange
+
+
+def test_shard_of_is_stable_and_spreads_ids() -> None:
+    spec = LadderSpec(prefix="p", shards=4)
+    ids = [f"task-{i}" for i in range(4000)]
+    picked = [spec.shard_of(i) for i in ids]
+    assert picked == [LadderSpec(prefix="p", shards=4).shard_of(i) for i in ids]  # same id, same shard, any process
+    counts = [picked.count(s) for s in range(4)]
+    assert min(counts) > 800, counts  # within 20 % of an even 1,000 each
+    assert {LadderSpec(prefix="p").shard_of(i) for i in ids} == {0}
+
+
+@pytest.mark.parametrize("bad", [0, -1, 65, 2.0, True, "4"])
+def test_invalid_shard_counts_are_rejected(bad: object) -> None:
+    with pytest.raises(ValueError, match="shards must be an integer from 1 to 64"):
+        LadderSpec(prefix="p", shards=bad)  # type: ignore[arg-type]
+
+
+def test_a_shard_outside_the_ladder_is_an_error() -> None:
+    with pytest.raises(ValueError, match="shard 2 is outside 0..1"):
+        LadderSpec(prefix="p", shards=2).level_queue(0, 1, 2)

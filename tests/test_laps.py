@@ -13,7 +13,7 @@ import pytest
 
 from celery_delayq import DelayTooLong
 from celery_delayq.ladder import LadderSpec
-from helpers import running_worker
+from helpers import entity_exists, running_worker
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -26,10 +26,12 @@ def small_prefix(uid: str, amqp_conn):
     yield prefix
     from celery_delayq.topology import Topology
 
-    try:
-        Topology(LadderSpec(prefix=prefix, levels=3, unit_ms=10, radix=4), "quorum").delete(amqp_conn, if_empty=False)
-    except Exception:
-        pass
+    topo = Topology(LadderSpec(prefix=prefix, levels=3, unit_ms=10, radix=4), "quorum")
+    laps_exit = topo.destination("", topo.spec.laps_queue).exit_queue
+    existed = entity_exists(amqp_conn, "queue", laps_exit)
+    deleted = topo.delete(amqp_conn, if_empty=False)
+    assert (f"queue {laps_exit}" in deleted) == existed  # the laps queue's own exit queue goes with the ladder
+    assert not entity_exists(amqp_conn, "queue", laps_exit)
 
 
 def test_a_delay_longer_than_the_ladder_laps_and_is_never_early(make_app, collector, small_prefix: str) -> None:

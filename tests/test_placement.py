@@ -9,7 +9,7 @@ from celery_delayq.placement import amqp_addresses, leader_counts, spread
 
 
 def test_spread_gives_every_node_an_equal_share_and_neighbours_different_nodes() -> None:
-    names = [name for _k, _d, name in LadderSpec(prefix="p").level_queues()]
+    names = [q.name for q in LadderSpec(prefix="p").level_queues()]
     plan = spread(names, ["n3", "n1", "n2"])
     counts = {node: list(plan.values()).count(node) for node in ("n1", "n2", "n3")}
     assert counts == {"n1": 14, "n2": 14, "n3": 14}

@@ -71,6 +71,7 @@ def test_the_touch_pattern_takes_level_and_exit_queues_but_no_stream() -> None:
 
     pattern = re.compile(touch_pattern("my.app"))
     assert pattern.match("my.app.14x4.L03.d2") and pattern.match("my.app.8x2.L00")
+    assert pattern.match("my.app.14x4.s3.L03.d2")  # a shard's level queue
     assert pattern.match("my.app.exit.default_q.6f5c722c826da0b4")
     assert not pattern.match("my.app.14x4.index.0a") and not pattern.match("my.app.14x4.cancels")
     assert not pattern.match("myXapp.14x4.L03.d2") and not pattern.match("my.app.parking")

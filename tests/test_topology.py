@@ -10,21 +10,10 @@ import pytest
 from celery_delayq.errors import BrokerTooOld, TopologyError, TopologyMismatch, TopologyMissing
 from celery_delayq.ladder import LadderSpec
 from celery_delayq.topology import Topology, broker_version, resolve_queue_type
+from helpers import entity_exists
 
 
-def _exists(conn: amqp.Connection, kind: str, name: str) -> bool:
-    ch = conn.channel()
-    try:
-        if kind == "queue":
-            ch.queue_declare(name, passive=True)
-        else:
-            ch.exchange_declare(name, "topic", passive=True)
-        return True
-    except amqp.NotFound:
-        return False
-    finally:
-        if ch.is_open:
-            ch.close()
+_exists = entity_exists
 
 
 @pytest.mark.parametrize("queue_type", ["quorum", "classic"])
@@ -33,7 +22,7 @@ def test_declare_is_idempotent_and_complete(amqp_conn: amqp.Connection, private_
     spec = topo.spec
     topo.declare(amqp_conn)
     topo.declare(amqp_conn)  # a second worker starting: no error, no change
-    for _k, _d, name in spec.level_queues():
+    for _k, _d, name, _s in spec.level_queues():
         assert _exists(amqp_conn, "queue", name)
     for k in range(spec.levels):
         assert _exists(amqp_conn, "exchange", spec.level_exchange(k))

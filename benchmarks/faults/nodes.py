@@ -22,6 +22,7 @@ Needs root. Usage::
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -30,9 +31,9 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
-__all__ = ["Flavour", "Node", "Cluster", "FLAVOURS", "NodeError", "unavailable"]
+__all__ = ["Flavour", "Node", "Cluster", "FLAVOURS", "NodeError", "unavailable", "usable_flavours"]
 
 
 class NodeError(RuntimeError):
@@ -85,6 +86,20 @@ def unavailable(flavour: str) -> str | None:
     if fl.root and not Path(fl.root, "proc/self").exists():
         return f"{fl.root}/proc is not mounted (../shared/rmq4/start.sh mounts it)"
     return None
+
+
+def usable_flavours(only: str | None = None, *, say: Callable[[str], None] = print) -> list[str]:
+    """The flavours to run (``only`` one, or both), minus those this machine cannot run (``say`` tells why)."""
+    out = []
+    for flavour in ("host", "rmq4"):
+        if only and flavour != only:
+            continue
+        why = unavailable(flavour)
+        if why:
+            say(f"skipping {flavour}: {why}")
+            continue
+        out.append(flavour)
+    return out
 
 
 def _port_open(port: int) -> bool:
@@ -232,6 +247,27 @@ class Node:
         self.ctl("start_app")
         self.wait_up()
 
+    def cut_off(self, others: Sequence["Node"]) -> None:
+        """Partition this node from ``others``: Erlang distribution between them drops and cannot reconnect.
+
+        No iptables here, and every node listens on 127.0.0.1, so the cut is made
+        where RabbitMQ's nodes meet: this node is told a wrong cookie for the
+        others and the connections are dropped. Every reconnection attempt then
+        fails its handshake, exactly as it would behind a dead link, while
+        clients and the CLI (which use the real cookie) still reach both sides.
+        """
+        for o in others:  # one side only: both sides with the same wrong cookie would agree again
+            self.ctl("eval", f"erlang:set_cookie('{o.nodename}', delayq_partition), "
+                             f"erlang:disconnect_node('{o.nodename}').")
+        for o in others:
+            o.ctl("eval", f"erlang:disconnect_node('{self.nodename}').")
+
+    def reconnect(self, others: Sequence["Node"]) -> None:
+        """Heal :meth:`cut_off`: the real cookie again on both sides, then connect."""
+        for o in others:
+            self.ctl("eval", f"erlang:set_cookie('{o.nodename}', erlang:get_cookie()).", check=False)
+            self.ctl("eval", f"net_kernel:connect_node('{o.nodename}').", check=False)
+
     def shutdown(self) -> None:
         """Stop the node; a node that does not stop within 30 s is killed."""
         if self.ctl("shutdown", timeout=30, check=False).returncode != 0 and self.beam_pids():
@@ -278,11 +314,19 @@ class Cluster:
         return iter(self.nodes)
 
     def running(self) -> list[str]:
-        """Names of the running nodes, as the first reachable node sees them."""
-        for node in self.nodes:
-            done = node.ctl("eval", "rabbit_nodes:list_running().", check=False, timeout=20)
+        """Names of the running nodes, as the first node that answers sees them (``cluster_status``)."""
+        return self.running_as_seen_by(*self.nodes)
+
+    @staticmethod
+    def running_as_seen_by(*nodes: Node) -> list[str]:
+        """Running nodes per the first of ``nodes`` that answers (3.10 and 4.x alike)."""
+        for node in nodes:
+            done = node.ctl("cluster_status", "--formatter", "json", check=False, timeout=20)
             if done.returncode == 0:
-                return [n.strip(" '") for n in done.stdout.strip().strip("[]").split(",") if n.strip()]
+                try:
+                    return sorted(json.loads(done.stdout).get("running_nodes") or [])
+                except ValueError:
+                    continue
         return []
 
     def shutdown(self) -> None:

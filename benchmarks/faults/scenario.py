@@ -93,21 +93,24 @@ class Arrivals(threading.Thread):
             if msg is None:
                 time.sleep(0.02)
                 continue
-            now = time.time()
-            task_id = msg.headers["id"]
-            if task_id in self.seen:
-                self.dupes += 1
-            else:
-                self.seen[task_id] = (float(json.loads(msg.body)[0][0]), now)
+            self.record(msg, time.time())
+
+    def record(self, msg: Any, now: float) -> None:
+        """One arrival of a task whose first argument is its due time; a task seen before is a duplicate."""
+        task_id = msg.headers["id"]
+        if task_id in self.seen:
+            self.dupes += 1
+        else:
+            self.seen[task_id] = (float(json.loads(msg.body)[0][0]), now)
 
 
-def _app_file(workdir: Path, url: str, mgmt_url: str, prefix: str) -> None:
+def _app_file(workdir: Path, url: str, mgmt_url: str, prefix: str, shards: int = 1) -> None:
     (workdir / "faultapp.py").write_text(textwrap.dedent(f"""
         from celery import Celery
         import celery_delayq  # noqa: F401 - the ladder turns on where the package is imported
         app = Celery("faultapp", broker={url!r})
         app.conf.update(delayq_enabled=True, delayq_prefix={prefix!r}, delayq_management_url={mgmt_url!r},
-                        task_default_queue={prefix + "-dest"!r})
+                        task_default_queue={prefix + "-dest"!r}, delayq_shards={shards!r})
 
         @app.task(name="faultapp.noop")
         def noop(due):
@@ -139,7 +142,7 @@ except celery_delayq.PublishError as exc:
 def run_fault(cluster: Cluster, *, fault: str = "kill9", victim: int = 0, n: int = 1000,
               delays: tuple[float, float] = (4.0, 25.0), hit_after: float = 3.0, down_for: float = 5.0,
               recover: bool = True, workdir: Path, settle_s: float = 120.0) -> FaultResult:
-    """Publish, hit node ``victim`` with ``fault`` (``kill9`` or ``stop_app``), bring it back, time every arrival."""
+    """Publish, hit node ``victim`` with ``fault`` (``kill9``, ``stop_app`` or ``partition``), bring it back, time every arrival."""
     prefix = f"fault{uuid.uuid4().hex[:6]}"
     entry = cluster.nodes[0] if victim != 0 or len(cluster.nodes) == 1 else cluster.nodes[1]
     _app_file(workdir, entry.url, entry.mgmt_url, prefix)
@@ -163,6 +166,12 @@ def run_fault(cluster: Cluster, *, fault: str = "kill9", victim: int = 0, n: int
         target.stop_app()
         time.sleep(down_for)
         target.start_app()
+    elif fault == "partition":  # the victim alone on one side; it pauses under pause_minority
+        others = [n for n in cluster.nodes if n is not target]
+        target.cut_off(others)
+        time.sleep(down_for)
+        target.reconnect(others)
+        _wait_rejoined(cluster)
     else:
         raise ValueError(f"unknown fault {fault!r}")
     outage = time.time() - down_at
@@ -188,6 +197,16 @@ def run_fault(cluster: Cluster, *, fault: str = "kill9", victim: int = 0, n: int
         duplicates=arrivals.dupes, early=sum(1 for x in late if x < 0), outage_s=round(outage, 1),
         late_p50_s=round(q[49], 3), late_p99_s=round(q[98], 3), late_max_s=round(late[-1], 3) if late else float("nan"),
         recover_said=said)
+
+
+def _wait_rejoined(cluster: Cluster, timeout: float = 120.0) -> None:
+    """Until every node is running and sees all the others (a paused minority restarts by itself)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(len(cluster.running_as_seen_by(n)) == len(cluster.nodes) for n in cluster.nodes):
+            return
+        time.sleep(1.0)
+    raise RuntimeError(f"the cluster did not heal within {timeout:.0f} s: running {cluster.running()}")
 
 
 def _version(node: Any) -> str:

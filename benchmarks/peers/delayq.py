@@ -56,13 +56,16 @@ def ladder_settings(opts: dict[str, Any]) -> dict[str, Any]:
     }
     if opts.get("batch_window"):
         out["batch_window"] = int(opts["batch_window"])
+    if int(opts.get("shards", 1)) > 1:
+        out["shards"] = int(opts["shards"])
     return out
 
 
 def variant_label(opts: dict[str, Any]) -> str:
     """``r2 u10ms quorum (29 levels)`` style description of a ladder variant."""
     s = ladder_settings(opts)
-    return f"radix {s['radix']}, unit {s['unit_ms']} ms, {s['queue_type']}, {s['levels']} levels"
+    sharded = f", {s['shards']} shards" if s.get("shards", 1) > 1 else ""
+    return f"radix {s['radix']}, unit {s['unit_ms']} ms, {s['queue_type']}, {s['levels']} levels{sharded}"
 
 
 class DelayqPeer(Peer):
@@ -88,7 +91,8 @@ class DelayqPeer(Peer):
         from celery_delayq import LadderSpec
 
         s = self.settings
-        return LadderSpec(prefix=s["prefix"], unit_ms=s["unit_ms"], levels=s["levels"], radix=s["radix"])
+        return LadderSpec(prefix=s["prefix"], unit_ms=s["unit_ms"], levels=s["levels"], radix=s["radix"],
+                          shards=s.get("shards", 1))
 
     def config(self) -> Any:
         """The :class:`celery_delayq.DelayqConfig` the app would resolve."""
@@ -130,7 +134,7 @@ class DelayqPeer(Peer):
 
     def queues(self) -> list[str]:
         spec = self.spec
-        return [name for _k, _d, name in spec.level_queues()] + [self.dest_queue]
+        return [q.name for q in spec.level_queues()] + [self.dest_queue]
 
     def expected_hops(self, delay_s: float) -> float:
         spec = self.spec
@@ -206,8 +210,9 @@ def describe(opts: dict[str, Any]) -> dict[str, Any]:
     from celery_delayq import LadderSpec
 
     s = ladder_settings(opts)
-    spec = LadderSpec(prefix=s["prefix"], unit_ms=s["unit_ms"], levels=s["levels"], radix=s["radix"])
-    return {**s, "queues": (s["radix"] - 1) * s["levels"], "max_delay_days": round(spec.max_delay_s / 86400, 1),
+    spec = LadderSpec(prefix=s["prefix"], unit_ms=s["unit_ms"], levels=s["levels"], radix=s["radix"],
+                      shards=s.get("shards", 1))
+    return {**s, "queues": (s["radix"] - 1) * s["levels"] * spec.shards, "max_delay_days": round(spec.max_delay_s / 86400, 1),
             "label": variant_label(opts)}
 
 

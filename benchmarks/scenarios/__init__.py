@@ -32,13 +32,16 @@ def shipped_ladder() -> dict[str, Any]:
 DEFAULT_LADDER: dict[str, Any] = shipped_ladder()
 
 
-def _variants(*shapes: tuple[int, int, str]) -> tuple[dict[str, Any], ...]:
-    """Trade-off variants ``(radix, unit_ms, queue_type)``, minus the shipped default."""
+def _variants(*shapes: tuple[int, ...] | tuple[int, int, str] | tuple[int, int, str, int]) -> tuple[dict[str, Any], ...]:
+    """Trade-off variants ``(radix, unit_ms, queue_type[, shards])``, minus the shipped default."""
     out = []
-    for radix, unit, qtype in shapes:
-        v = {"radix": radix, "unit_ms": unit, "queue_type": qtype}
+    for radix, unit, qtype, *more in shapes:
+        shards = int(more[0]) if more else 1
+        v: dict[str, Any] = {"radix": radix, "unit_ms": unit, "queue_type": qtype}
+        if shards > 1:
+            v["shards"] = shards
         if not (radix == DEFAULT_LADDER["radix"] and unit == DEFAULT_LADDER["unit_ms"]
-                and qtype == DEFAULT_LADDER["queue_type"]):
+                and qtype == DEFAULT_LADDER["queue_type"] and shards == 1):
             out.append(v)
     return tuple(out)
 
@@ -99,8 +102,8 @@ QUICK = ModeConfig(
     lat_duration=2.5, lat_delay=(1.0, 5.0), lat_rates=(200, 1000, 3000), lat_worker_rates=(1000,),
     lat_other_rates=(200, 1000), rss_pending=20_000, hol_long=20.0,
     sat_n=8_000, sat_d0=3.0, sat_width=1.0, dl_n=15_000,
-    variants=_variants((8, 10, "quorum"), (4, 10, "quorum"), (2, 10, "quorum"), (2, 10, "classic"),
-                       (2, 1, "quorum")),
+    variants=_variants((4, 10, "quorum", 4), (8, 10, "quorum"), (4, 10, "quorum"), (2, 10, "quorum"),
+                       (2, 10, "classic"), (2, 1, "quorum")),
     variant_lateness=False, capacity_n=0, profile_calls=1500, profile_rounds=1, profile_whatifs=False,
     overlap=(("hol", "worker_rss"),),
 )
@@ -111,7 +114,7 @@ FULL = ModeConfig(
     lat_worker_rates=(200, 1000, 3000), lat_other_rates=(200, 500, 1000, 2000, 3000),
     rss_pending=100_000, rss_systems=("classic", "delayq", "native"), hol_long=60.0,
     sat_n=60_000, sat_d0=12.0, sat_width=2.0, dl_n=60_000,
-    variants=_variants((2, 10, "quorum"), (4, 10, "quorum"), (8, 10, "quorum"), (16, 10, "quorum"),
+    variants=_variants((4, 10, "quorum", 4), (2, 10, "quorum"), (4, 10, "quorum"), (8, 10, "quorum"), (16, 10, "quorum"),
                        (2, 10, "classic"), (8, 10, "classic"), (2, 1, "quorum"), (4, 1, "quorum")),
     variant_lateness=True, capacity_n=1_000_000, capacity_procs=4,
     profile_calls=5000, profile_rounds=2,

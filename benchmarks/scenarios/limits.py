@@ -116,7 +116,7 @@ def job_raw_ladder(proto: Any, job: dict[str, Any]) -> dict[str, Any]:
     while acked[0] < n:
         conn.drain_events(timeout=30)
     t1 = time.time()
-    for _k, _d, name in spec.level_queues():
+    for _k, _d, name, _s in spec.level_queues():
         ch.queue_purge(name)
     conn.close()
     pub.close()

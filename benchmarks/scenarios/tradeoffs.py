@@ -46,7 +46,7 @@ def _default_row(ctx: Ctx) -> dict[str, Any]:
 
 def measure_variant(ctx: Ctx, opts: dict[str, Any], *, lateness: bool) -> dict[str, Any]:
     c = ctx.cfg
-    label = f"r{opts['radix']}u{opts['unit_ms']}{opts['queue_type'][0]}"
+    label = f"r{opts['radix']}u{opts['unit_ms']}{opts['queue_type'][0]}" + (f"s{opts['shards']}" if opts.get("shards") else "")
     opts = dict(opts, prefix=f"dqv{label}")
     row: dict[str, Any] = {"variant": describe(opts), "default": False}
     with vhost(f"var-{label}") as vh:

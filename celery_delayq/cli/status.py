@@ -21,7 +21,7 @@ ever added, never renamed or removed):
 ``broker``
     The broker URL, password masked.
 ``ladder``
-    ``prefix``, ``namespace``, ``radix``, ``levels``, ``unit_ms``,
+    ``prefix``, ``namespace``, ``radix``, ``levels``, ``shards``, ``unit_ms``,
     ``max_delay_s`` and ``max_delay`` (in words).
 ``exists``, ``complete``
     Whether any part of this ladder's shape / every exchange and queue of
@@ -34,7 +34,7 @@ ever added, never renamed or removed):
     ``unroutable`` (messages in those queues); 0 where a queue is absent.
 ``levels``
     Top level first: ``level``, ``messages``, ``due_within_s`` (``null``
-    when empty) and ``queues``, each with ``queue``, ``digit``, ``ttl_s``,
+    when empty) and ``queues`` (shard by shard), each with ``queue``, ``digit``, ``shard``, ``ttl_s``,
     ``due_within_s``, ``exists`` and ``messages``.
 ``parking``, ``unroutable``
     ``queue``, ``exists``, ``messages``.
@@ -105,7 +105,7 @@ def ladder_status(app: AppContext, raw: amqp.Connection, *, now: float | None = 
     topo = app.topology(raw)
     state = topo.inspect(raw, extra_queues=[app.parking_queue])
     api = app.api(raw) if state.exists else None
-    level_names = [name for _k, _d, name in spec.level_queues()]
+    level_names = [q.name for q in spec.level_queues()]
     every = api.queues() if api is not None else None
     wanted = set(level_names)
     rows = [r for r in every if r.get("name") in wanted] if every is not None else None
@@ -115,11 +115,13 @@ def ladder_status(app: AppContext, raw: amqp.Connection, *, now: float | None = 
     levels: list[dict[str, Any]] = []
     for k in range(spec.levels - 1, -1, -1):
         queues: list[dict[str, Any]] = []
-        for d in range(1, spec.radix):
-            found = state.queue(spec.level_queue(k, d))
-            queues.append({"queue": found.name, "digit": d, "ttl_s": spec.queue_ttl_ms(k, d) / 1000.0,
-                           "due_within_s": _due_within_s(spec, k, d), "exists": found.exists,
-                           "messages": found.messages or 0, "leader": leader_of.get(found.name)})
+        for shard in range(spec.shards):
+            for d in range(1, spec.radix):
+                found = state.queue(spec.level_queue(k, d, shard))
+                queues.append({"queue": found.name, "digit": d, "shard": shard,
+                               "ttl_s": spec.queue_ttl_ms(k, d) / 1000.0,
+                               "due_within_s": _due_within_s(spec, k, d), "exists": found.exists,
+                               "messages": found.messages or 0, "leader": leader_of.get(found.name)})
         busy = [float(q["due_within_s"]) for q in queues if q["messages"]]
         levels.append({"level": k, "messages": sum(q["messages"] for q in queues),
                        "due_within_s": max(busy) if busy else None, "queues": queues})
@@ -132,7 +134,7 @@ def ladder_status(app: AppContext, raw: amqp.Connection, *, now: float | None = 
         "observed_at": _iso(now),
         "broker": app.uri,
         "ladder": {"prefix": spec.prefix, "namespace": spec.namespace, "radix": spec.radix, "levels": spec.levels,
-                   "unit_ms": spec.unit_ms, "max_delay_s": spec.max_delay_s,
+                   "shards": spec.shards, "unit_ms": spec.unit_ms, "max_delay_s": spec.max_delay_s,
                    "max_delay": human_duration(spec.max_delay_s)},
         "exists": state.exists,
         "complete": all(e.exists for e in ladder_parts),
@@ -154,7 +156,8 @@ def ladder_status(app: AppContext, raw: amqp.Connection, *, now: float | None = 
 def _render(doc: dict[str, Any], ctx: click.Context) -> None:
     out = console(ctx)
     spec = LadderSpec(prefix=doc["ladder"]["prefix"], unit_ms=doc["ladder"]["unit_ms"],
-                      levels=doc["ladder"]["levels"], radix=doc["ladder"]["radix"])
+                      levels=doc["ladder"]["levels"], radix=doc["ladder"]["radix"],
+                      shards=doc["ladder"].get("shards", 1))
     table = Table(title=f"{describe_ladder(spec)}\n{doc['broker']}", title_justify="left")
     table.add_column("level", justify="right")
     table.add_column("waits", justify="right")
@@ -182,6 +185,12 @@ def _render(doc: dict[str, Any], ctx: click.Context) -> None:
     if totals["unroutable"]:
         unroutable = f"[yellow]{unroutable}[/yellow] (in {doc['unroutable']['queue']}: no exit queue for their destination)"
     out.print(f"waiting {totals['waiting']:,} · {parked} · {unroutable}")
+    if spec.shards > 1:
+        per_shard = [0] * spec.shards
+        for lv in doc["levels"]:
+            for q in lv["queues"]:
+                per_shard[q.get("shard", 0)] += q["messages"]
+        out.print("waiting per shard: " + " · ".join(f"s{i} {n:,}" for i, n in enumerate(per_shard)))
     bounds = [lv["due_within_s"] for lv in doc["levels"] if lv["due_within_s"] is not None]
     if bounds:
         out.print(f"due: the next within {human_duration(min(bounds))}, all within {human_duration(max(bounds))} "

@@ -105,7 +105,7 @@ def _leaders_warning(app: AppContext, raw: amqp.Connection) -> str | None:
     api = app.api(raw)
     if api is None:
         return None
-    names = [name for _k, _d, name in app.spec.level_queues()]
+    names = [q.name for q in app.spec.level_queues()]
     rows, nodes = api.queues(names), api.running_nodes()
     if rows is None or nodes is None or len(nodes) < 2:
         return None

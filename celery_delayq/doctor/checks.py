@@ -93,8 +93,8 @@ def ladder_finding(state: LadderState, spec: LadderSpec, queue_type: str, *, dec
                    mismatch: str | None = None) -> Finding:
     """Is the app's ladder on the broker, complete, and declared with the app's arguments?"""
     described = describe_ladder(spec, queue_type)
-    waiting = sum(e.messages or 0 for e in state.entities if e.kind == "queue" and e.exists
-                  and e.name.startswith(f"{spec.namespace}.L"))
+    levels = {q.name for q in spec.level_queues()}
+    waiting = sum(e.messages or 0 for e in state.entities if e.kind == "queue" and e.exists and e.name in levels)
     details: dict[str, Any] = {"prefix": spec.prefix, "namespace": spec.namespace, "exists": state.exists,
                                "complete": state.complete, "missing": [f"{e.kind} {e.name}" for e in state.missing],
                                "waiting": waiting, "max_delay_s": spec.max_delay_s, "mismatch": mismatch}

@@ -268,7 +268,7 @@ def _missing(obs: Observations, ladder_queues: list[str]) -> int:
 def classify(obs: Observations, *, now: float | None = None) -> list[Finding]:
     """Every finding for ``obs``, in :data:`CHECKS` order (pure)."""
     spec = obs.spec
-    ladder_queues = [name for _k, _d, name in spec.level_queues()]
+    ladder_queues = [q.name for q in spec.level_queues()]
     parking_row = next((q for q in obs.api_queues or () if q.get("name") == obs.parking_queue), {})
     return [
         broker_finding(obs.version, obs.queue_type),

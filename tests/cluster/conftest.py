@@ -22,8 +22,9 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     why = why_not(request.param)
     if why:
         pytest.skip(why)
-    with Cluster.start(request.param, size=3, base_port=BASE_PORTS[request.param],
-                       prefix=f"dq{request.param[0]}") as started:
+    # pause_minority: RabbitMQ's advice for 3-node clusters, and what the partition test needs.
+    with Cluster.start(request.param, size=3, base_port=BASE_PORTS[request.param], prefix=f"dq{request.param[0]}",
+                       rabbit_advanced="{cluster_partition_handling, pause_minority}") as started:
         yield started
 
 

@@ -1,4 +1,4 @@
-"""Faults on private brokers: nothing lost, nothing early, late by at most the outage + 30 s.
+"""Faults on private brokers (kill -9, a partition): nothing lost, nothing early, late by at most the outage + 30 s.
 
 On RabbitMQ 3.10 a restarted node recovers its queues before its exchanges, and
 quorum queues' dead-letter workers then hold messages for 180 s
@@ -43,3 +43,11 @@ def test_kill_9_of_a_single_node(single: Cluster, tmp_path: Path) -> None:
 @pytest.mark.timeout(900)
 def test_kill_9_of_one_node_of_three(cluster: Cluster, tmp_path: Path) -> None:
     _check(run_fault(cluster, fault="kill9", victim=0, n=400, workdir=tmp_path, settle_s=SETTLE_S))
+
+
+@pytest.mark.timeout(900)
+def test_a_node_partitioned_from_the_other_two(cluster: Cluster, tmp_path: Path) -> None:
+    # Node 1 alone on one side (pause_minority pauses it), healed after 5 s; nothing lost or early.
+    result = run_fault(cluster, fault="partition", victim=0, n=400, workdir=tmp_path, settle_s=SETTLE_S)
+    assert cluster.running() == sorted(n.nodename for n in cluster.nodes)  # healed: all three run again
+    _check(result)
