@@ -283,11 +283,15 @@ class Cluster:
     @classmethod
     def start(cls, flavour: str = "host", *, size: int = 3, base_port: int = 5690, prefix: str = "dq",
               management: bool = True, rabbit_advanced: str = "") -> "Cluster":
-        """Wipe, start and cluster ``size`` nodes; AMQP on ``base_port + i``, management on ``15600 + base_port % 100 + i``."""
+        """Wipe, start and cluster ``size`` nodes; AMQP on ``base_port + i`` (5670-5699), management on ``15000 + base_port % 1000 * 10 + i``."""
+        if not 5670 <= base_port <= 5699 - (size - 1):
+            raise ValueError(f"base_port must leave its {size} node(s) within 5670-5699 (the port plan), got {base_port}")
         fl = FLAVOURS[flavour]
-        nodes = [Node(fl, f"{prefix}{i + 1}", base_port + i, 26000 + base_port % 1000 * 10 + i,
+        # Distribution and CLI ports stay below Linux's ephemeral range (32768-60999): a client socket
+        # that happened to get one as its local port made a node fail to boot (dist_port_already_used).
+        nodes = [Node(fl, f"{prefix}{i + 1}", base_port + i, 24000 + base_port % 1000 * 10 + i,
                       (15000 + base_port % 1000 * 10 + i) if management else 0, rabbit_advanced,
-                      (40000 + (base_port - 5600) * 60 + 20 * i, 40000 + (base_port - 5600) * 60 + 20 * i + 19))
+                      (31000 + (base_port - 5670) * 50 + 20 * i, 31000 + (base_port - 5670) * 50 + 20 * i + 19))
                  for i in range(size)]
         cluster = cls(nodes)
         try:
