@@ -102,8 +102,8 @@ QUICK = ModeConfig(
     lat_duration=2.5, lat_delay=(1.0, 5.0), lat_rates=(200, 1000, 3000), lat_worker_rates=(1000,),
     lat_other_rates=(200, 1000), rss_pending=20_000, hol_long=20.0,
     sat_n=8_000, sat_d0=3.0, sat_width=1.0, dl_n=15_000,
-    variants=_variants((4, 10, "quorum", 4), (8, 10, "quorum"), (4, 10, "quorum"), (2, 10, "quorum"),
-                       (2, 10, "classic"), (2, 1, "quorum")),
+    variants=_variants((8, 10, "quorum"), (4, 10, "quorum"), (2, 10, "quorum"), (2, 10, "classic"),
+                       (2, 1, "quorum"), (4, 10, "quorum", 4)),
     variant_lateness=False, capacity_n=0, profile_calls=1500, profile_rounds=1, profile_whatifs=False,
     overlap=(("hol", "worker_rss"),),
 )
