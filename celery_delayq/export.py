@@ -129,12 +129,14 @@ def plan(topo: Topology, *, exits: Iterable[Destination] = (),
         for name in topo.index.shard_queues:
             keys[("queue", name)] = "index_" + _identifier(name[len(s.namespace) + len(".index."):])
         keys[("queue", topo.index.cancel_queue)] = "cancels"
-    for shard in range(s.shards):  # shard 0 keeps the unsharded keys
-        tag = f"s{shard}_" if shard else ""
+    def tag(shard: int) -> str:  # shard 0 keeps the unsharded keys
+        return f"s{shard}_" if shard else ""
+
+    for shard in range(s.shards):
         for k in range(s.levels):
-            keys[("exchange", s.level_exchange(k, shard))] = f"{tag}level{k:02d}"
+            keys[("exchange", s.level_exchange(k, shard))] = f"{tag(shard)}level{k:02d}"
     for q in s.level_queues():
-        keys[("queue", q.name)] = f"{'s%d_' % q.shard if q.shard else ''}level{q.level:02d}_d{q.digit}"
+        keys[("queue", q.name)] = f"{tag(q.shard)}level{q.level:02d}_d{q.digit}"
 
     exchanges: list[Entity] = []
     queues: list[Entity] = []
