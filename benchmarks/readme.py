@@ -1,8 +1,8 @@
-"""Copy the benchmark results into the README (between the BENCHMARKS markers).
+"""Copy the benchmark results into docs/benchmarks.md (BENCHMARKS markers) and the README's headline table (GLANCE markers).
 
     python benchmarks/readme.py
 
-The README shows the quick run's header, targets and main tables from
+docs/benchmarks.md shows the quick run's header, targets and main tables from
 ``benchmarks/results/latest.md``, and, when ``benchmarks/results/full/latest.md``
 exists, the full-size scenarios (worker RSS with 100,000 pending, 1,000,000
 pending) from that run. Nothing is typed in by hand: rerun the benchmark, then
@@ -84,26 +84,30 @@ def glance(doc: dict[str, object]) -> str:
     started = str(doc.get("started", ""))[:10]
     rows += ["", f"`./dev bench --quick` ({doc.get('mode')} mode, {started}, this 2-core machine: broker, "
                  "publishers and workers share it). Every peer runs in the same run; the full tables are "
-                 "under *Benchmarks* below."]
+                 "in [docs/benchmarks.md](docs/benchmarks.md)."]
     return "\n".join(rows)
 
 
 @click.command()
-@click.option("--readme", type=click.Path(path_type=Path), default=ROOT / "README.md", show_default=True)
+@click.option("--readme", type=click.Path(path_type=Path), default=ROOT / "README.md", show_default=True,
+              help="Where the headline table goes (GLANCE markers).")
+@click.option("--tables", "tables_path", type=click.Path(path_type=Path), default=ROOT / "docs/benchmarks.md",
+              show_default=True, help="Where the full tables go (BENCHMARKS markers).")
 @click.option("--quick", "quick_path", type=click.Path(path_type=Path),
               default=ROOT / "benchmarks/results/latest.md", show_default=True)
 @click.option("--full", "full_path", type=click.Path(path_type=Path),
               default=ROOT / "benchmarks/results/full/latest.md", show_default=True)
-def main(readme: Path, quick_path: Path, full_path: Path) -> None:
-    """Rewrite the README's benchmark block from the results files."""
-    text = readme.read_text()
-    if START not in text or END not in text:
-        raise click.ClickException(f"{readme} has no {START} ... {END} block")
+def main(readme: Path, tables_path: Path, quick_path: Path, full_path: Path) -> None:
+    """Rewrite the benchmark tables and the README's headline table from the results files."""
+    tables = tables_path.read_text()
+    if START not in tables or END not in tables:
+        raise click.ClickException(f"{tables_path} has no {START} ... {END} block")
     full_md = full_path.read_text() if full_path.exists() else None
     new = block(quick_path.read_text(), full_md)
-    before, rest = text.split(START, 1)
+    before, rest = tables.split(START, 1)
     _, after = rest.split(END, 1)
-    text = f"{before}{START}\n{new}\n{END}{after}"
+    tables_path.write_text(f"{before}{START}\n{new}\n{END}{after}")
+    text = readme.read_text()
     json_path = quick_path.with_suffix(".json")
     if GLANCE_START in text and json_path.exists():
         import json
@@ -112,7 +116,7 @@ def main(readme: Path, quick_path: Path, full_path: Path) -> None:
         _, tail = rest.split(GLANCE_END, 1)
         text = f"{head}{GLANCE_START}\n{glance(json.loads(json_path.read_text()))}\n{GLANCE_END}{tail}"
     readme.write_text(text)
-    click.echo(f"updated {readme} from {quick_path}" + (f" and {full_path}" if full_md else ""))
+    click.echo(f"updated {tables_path} and {readme} from {quick_path}" + (f" and {full_path}" if full_md else ""))
 
 
 if __name__ == "__main__":
