@@ -305,6 +305,23 @@ def test_a_unique_prefix_resolves_and_an_ambiguous_one_lists_its_candidates(make
 
 
 # -- a cancel lasts until its task's due time, however far ---------------------------------
+def test_celery_revoke_of_a_40_day_task_holds_until_it_is_due(make_app) -> None:
+    from celery_delayq.cancels.requests import cancel_book
+
+    app = make_app(delayq_enabled=True)
+
+    @app.task(name=f"{app.main}.job")
+    def job() -> None: ...
+
+    far = job.apply_async(countdown=40 * 86400)
+    [waiting] = pending(app, task_id=far.id)
+    far.revoke()  # Celery's revoke, recorded in the cancel log first
+    book = cancel_book(app)
+    assert book.cancelled(far.id, now=waiting.due - 60)  # not only for the ladder's 31 days
+    assert book.due(far.id) == waiting.due
+
+
+
 def _log_entries(app: Any, task_id: str) -> list[dict[str, Any]]:
     ladder = celery_delayq.ladder_for(app)
     with reader_connection(ladder) as raw:

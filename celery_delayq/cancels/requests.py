@@ -100,7 +100,10 @@ def record_cancels(app: Any, task_ids: Iterable[str], *, lookup: bool = False,
     now = time.time()
     found: dict[str, PendingTask] = {}
     if lookup and ladder.config.index:
-        found = {k: v for k, v in read_index(ladder, task_ids=ids, now=now).items() if v.due > now}
+        try:
+            found = {k: v for k, v in read_index(ladder, task_ids=ids, now=now).items() if v.due > now}
+        except IndexUnavailable:  # not declared yet: record as given, for the longest delay
+            found = {}
     return _record(app, [(i, i, found.get(i)) for i in ids], reason, now)
 
 
