@@ -30,7 +30,7 @@ from .batching import batch
 from .parking import ParkedMessage, ParkedMessageNotFound, ParkingError, ParkingFailed, ParkingQueue, UnsafeToBrowse
 from .policies import RetryAfter, RetryPolicy
 from .queue_delays import DelayedQueue
-from .pending import IndexUnavailable, PendingTask, pending
+from .pending import AmbiguousTaskId, IndexUnavailable, PendingTask, TaskIdError, TaskIdNotFound, pending
 from .cancels import CancelResult, cancel
 
 # Grouped as docs/api.md is; tests/test_api.py checks that every name is documented there.
@@ -54,6 +54,7 @@ __all__ = [
     "TopologyMismatch", "BrokerTooOld", "BrokerUnavailable", "UnsupportedTransport", "UnroutableDestination",
     "PublishError", "PublishNacked", "PublishReturned", "PublishTimeout",
     "ParkingError", "ParkingFailed", "ParkedMessageNotFound", "UnsafeToBrowse", "IndexUnavailable",
+    "TaskIdError", "TaskIdNotFound", "AmbiguousTaskId",
 ]
 
 __version__ = "0.1.0"

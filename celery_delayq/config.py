@@ -91,6 +91,10 @@ class DelayqConfig:
         metrics_port: Serve Prometheus metrics (:mod:`celery_delayq.metrics`) on this port
             from each worker's main process (``None`` = off). With the prefork pool,
             retries and parks happen in the children and are not counted there.
+        metrics_address: The address the metrics exporter binds (``delayq_metrics_port``
+            and ``delayq metrics``). Loopback by default, so the metrics are not
+            served to the network unless asked: ``0.0.0.0`` (every IPv4 interface),
+            ``::`` or one interface's address is that explicit choice.
     """
 
     enabled: bool = False
@@ -118,6 +122,7 @@ class DelayqConfig:
     dedup_ttl: float = 86400.0
     index: bool = True
     metrics_port: int | None = None
+    metrics_address: str = "127.0.0.1"
     leader_placement: str = "spread"
 
     def __post_init__(self) -> None:

@@ -226,8 +226,8 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
         if self.metrics is None and ladder.config.metrics_port is not None:
             from .metrics import serve
 
-            self.metrics = serve(c.app, int(ladder.config.metrics_port))
-            log.info("delayq: metrics on port %s", self.metrics.port)
+            self.metrics = serve(c.app, int(ladder.config.metrics_port), ladder.config.metrics_address)
+            log.info("delayq: metrics on %s port %s", ladder.config.metrics_address, self.metrics.port)
 
     def stop(self, c: Any) -> None:
         """Celery stops consumer steps on a lost broker connection too: relaying pauses,

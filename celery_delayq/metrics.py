@@ -1,7 +1,9 @@
 """Prometheus metrics: what waits on the broker, and what this process saw happen.
 
 Two kinds of numbers, served together by :func:`serve` (``celery -A APP
-delayq metrics``, or inside a worker with ``delayq_metrics_port``):
+delayq metrics``, or inside a worker with ``delayq_metrics_port``), on
+``127.0.0.1`` unless ``delayq_metrics_address`` (or ``--addr``) names
+another address: serving the network is an explicit choice.
 
 * **Broker state**, read at scrape time with passive declares through the
   same function as ``delayq status --json``
@@ -182,11 +184,17 @@ class MetricsServer:
         self.thread.join(5)
 
 
-def serve(app: CeleryApp, port: int, addr: str = "0.0.0.0") -> MetricsServer:
+def serve(app: CeleryApp, port: int, addr: str | None = None) -> MetricsServer:
     """Serve the app's delayq metrics at ``http://addr:port/metrics`` from a daemon thread.
+
+    ``addr`` defaults to the app's ``delayq_metrics_address`` (``127.0.0.1``).
 
     Raises ``OSError`` when the port is taken, as binding does.
     """
+    if addr is None:
+        from .config import DelayqConfig
+
+        addr = DelayqConfig.from_app(app).metrics_address
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(app))
     counters = EventCounters(registry)

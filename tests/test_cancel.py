@@ -22,9 +22,12 @@ from typing import Any, Iterator
 import pytest
 
 import celery_delayq
-from celery_delayq import cancel, pending, signals
+from celery_delayq import AmbiguousTaskId, TaskIdNotFound, cancel, pending, signals
 from celery_delayq.cancels import CancelBook, cancelled_ids
+from celery_delayq.cancels.log import AT, CANCEL, REASON, UNTIL, record
 from celery_delayq.pending.layout import MARGIN_S
+from celery_delayq.pending.query import open_layout
+from celery_delayq.pending.stream import StreamReader, reader_connection
 from helpers import Collector, running_worker
 
 
@@ -124,12 +127,12 @@ def test_celery_revoke_is_durable_without_any_worker(make_app, backend: str, col
     assert kept.state == "SUCCESS"
 
 
-def test_cancel_of_an_unknown_id_holds_for_the_longest_delay(make_app) -> None:
+def test_forced_cancel_of_an_unknown_id_holds_for_the_longest_delay(make_app) -> None:
     app = make_app(delayq_enabled=True)
     celery_delayq.install(app).publisher.declare()
     unknown = str(uuid.uuid4())
     before = time.time()
-    [result] = cancel(app, unknown)
+    [result] = cancel(app, unknown, force=True)
     spec = celery_delayq.ladder_for(app).config.spec
     assert result.found is None
     assert before + spec.max_delay_s + MARGIN_S <= result.until <= time.time() + spec.max_delay_s + MARGIN_S
@@ -233,7 +236,7 @@ def test_cli_cancel(make_app, broker_url: str, prefix: str, tmp_path: Path) -> N
         return subprocess.run([sys.executable, "-m", "celery", "-A", name, "delayq", *args], cwd=tmp_path,
                               capture_output=True, text=True, timeout=120, env=dict(os.environ, COLUMNS="200"))
 
-    out = cli("cancel", waiting.id, unknown, "--json")
+    out = cli("cancel", waiting.id, unknown, "--json", "--force")
     assert out.returncode == 0, out.stderr
     doc = {d["task_id"]: d for d in json.loads(out.stdout)}
     assert doc[waiting.id]["waiting"] is True and doc[waiting.id]["task"] == f"{name}.later"
@@ -243,3 +246,141 @@ def test_cli_cancel(make_app, broker_url: str, prefix: str, tmp_path: Path) -> N
     text = cli("cancel", waiting.id)
     assert text.returncode == 0 and "it will not run" in text.stdout
     assert cli("cancel").returncode == 2  # an id is required
+
+
+# -- safety: unknown ids, prefixes ---------------------------------------------------------
+def test_book_renews_a_cancel_that_outlives_its_entry() -> None:
+    keep, day, t0 = 32 * 86400.0, 86400.0, 1.8e9
+    book = CancelBook()
+    book.add("long", until=t0 + 41 * day, written=t0, due=t0 + 40 * day)
+    book.add("short", until=t0 + 20 * day, written=t0)  # its entry outlives it: never renewed
+    book.add("old", until=t0 + 60 * day)  # an entry without a write time (an older version): renewed at once
+    assert book.renewals(keep, now=t0 + 10) == [("old", t0 + 60 * day)]
+    assert book.renewals(keep, now=t0 + 16 * day) == [("long", t0 + 41 * day), ("old", t0 + 60 * day)]
+    book.add("long", until=t0 + 41 * day, written=t0 + 16 * day)  # renewed: the newer entry counts
+    assert [r for r in book.renewals(keep, now=t0 + 40 * day) if r[0] == "long"] == []  # lasts to day 48
+    assert book.still_due(now=t0 + 39 * day) == {"long"} and book.still_due(now=t0 + 40 * day) == set()
+
+
+def test_cancel_of_an_unknown_id_is_an_error_and_records_nothing(make_app, uid: str) -> None:
+    app = make_app(delayq_enabled=True)
+
+    @app.task(name=f"{app.main}.later")
+    def later() -> None: ...
+
+    waiting = later.apply_async(countdown=3600, task_id=f"{uid}-waiting-{uuid.uuid4()}")
+    typo = waiting.id[:-1] + ("0" if waiting.id[-1] != "0" else "1")
+    with pytest.raises(TaskIdNotFound) as raised:
+        cancel(app, waiting.id, typo)  # one good id, one typo: nothing is recorded
+    assert raised.value.task_ids == [typo] and "waiting task" in str(raised.value)
+    assert celery_delayq.ladder_for(app).config.spec.namespace in str(raised.value)  # names what it read
+    assert "--force" in str(raised.value)
+    assert not {waiting.id, typo} & cancelled_ids(app)
+    assert [t.task_id for t in pending(app, task_id=waiting.id)] == [waiting.id]
+    [forced] = cancel(app, typo, force=True)
+    assert forced.task_id == typo and forced.found is None and typo in cancelled_ids(app)
+
+
+def test_a_unique_prefix_resolves_and_an_ambiguous_one_lists_its_candidates(make_app, uid: str) -> None:
+    app = make_app(delayq_enabled=True)
+
+    @app.task(name=f"{app.main}.later")
+    def later() -> None: ...
+
+    stem = f"{uid}{uuid.uuid4().hex[:6]}"
+    one, two = (later.apply_async(countdown=3600, task_id=f"{stem}{n}-{uuid.uuid4()}") for n in ("a", "b"))
+    assert [t.task_id for t in pending(app, task_id=f"{stem}a")] == [one.id]  # pending --id PREFIX
+    with pytest.raises(AmbiguousTaskId) as raised:
+        pending(app, task_id=stem)
+    assert sorted(raised.value.candidates) == sorted([one.id, two.id])
+    with pytest.raises(AmbiguousTaskId) as raised:
+        cancel(app, stem)
+    assert sorted(raised.value.candidates) == sorted([one.id, two.id]) and one.id in str(raised.value)
+    assert not {one.id, two.id} & cancelled_ids(app)
+    [result] = cancel(app, f"{stem}b")
+    assert result.task_id == two.id and result.given == f"{stem}b" and result.found is not None
+    assert [t.task_id for t in pending(app, task_id=stem)] == [one.id]  # the cancelled one is not waiting
+    with pytest.raises(TaskIdNotFound):
+        cancel(app, two.id[:3])  # under four characters: never taken as a prefix
+
+
+# -- a cancel lasts until its task's due time, however far ---------------------------------
+def test_celery_revoke_of_a_40_day_task_holds_until_it_is_due(make_app) -> None:
+    from celery_delayq.cancels.requests import cancel_book
+
+    app = make_app(delayq_enabled=True)
+
+    @app.task(name=f"{app.main}.job")
+    def job() -> None: ...
+
+    far = job.apply_async(countdown=40 * 86400)
+    [waiting] = pending(app, task_id=far.id)
+    far.revoke()  # Celery's revoke, recorded in the cancel log first
+    book = cancel_book(app)
+    assert book.cancelled(far.id, now=waiting.due - 60)  # not only for the ladder's 31 days
+    assert book.due(far.id) == waiting.due
+
+
+
+def _log_entries(app: Any, task_id: str) -> list[dict[str, Any]]:
+    ladder = celery_delayq.ladder_for(app)
+    with reader_connection(ladder) as raw:
+        layout = open_layout(ladder, raw)
+        reader = StreamReader(raw, layout.cancel_queue)
+        return [h for _o, h, _m in reader.read("first", (CANCEL, UNTIL, AT, REASON)) if h.get(CANCEL) == task_id]
+
+
+def test_a_40_day_cancel_outlives_the_logs_retention(tmp_path: Path, broker_url: str, prefix: str, uid: str,
+                                                     backend: str, make_app) -> None:
+    """The cancel log keeps entries ~32 days; a 40-day task's cancel is written again by workers in time.
+
+    Stands for a cancel made 20 days ago (its entry says so) and a worker started now: on the old
+    code the entry would leave the stream at day 32 and a worker started after that would run the task.
+    """
+    name = f"l{uid}"
+    (tmp_path / f"{name}.py").write_text(WORKER_APP.format(name=name))
+    log = tmp_path / "runs.jsonl"
+    env = dict(os.environ, K_BROKER=broker_url, K_BACKEND=backend, K_QUEUE=f"l.{uid}", K_PREFIX=prefix,
+               K_LOG=str(log), PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    app = make_app(delayq_enabled=True, result_backend=backend, task_default_queue=f"l.{uid}")
+
+    @app.task(name=f"{name}.job")
+    def job(tag: str) -> str:
+        return tag
+
+    far = job.apply_async(("far",), countdown=40 * 86400)  # laps: longer than the ladder's 31 days
+    [result] = cancel(app, far.id)
+    assert result.found is not None and result.until >= result.found.due + MARGIN_S - 1e-6
+    ladder = celery_delayq.ladder_for(app)
+    with reader_connection(ladder) as raw:
+        layout = open_layout(ladder, raw)
+        keep = layout.max_age_s
+        assert result.until > time.time() + keep  # the entry alone would not last: renewal is needed
+        twenty_days_ago = time.time() - 20 * 86400
+        record(raw, layout, [(far.id, result.until, "cancelled")], at=twenty_days_ago)
+    # Only the old-looking entry may count: drop the fresh one by checking what a worker does
+    # with the log as it is now (fresh + old), then with an old entry only.
+    old_only = f"{uid}-old-{uuid.uuid4()}"
+    until = time.time() + 40 * 86400
+    with reader_connection(ladder) as raw:
+        record(raw, open_layout(ladder, raw), [(old_only, until, "cancelled")], at=twenty_days_ago)
+    started = time.time()
+    worker = _start_worker(env, tmp_path, name)
+    try:
+        job.apply_async(("warm-up",))
+        _wait_ran(log, "warm-up", timeout=60)  # the worker loaded the log (and renewed) before consuming
+        renewed = [e for e in _log_entries(app, old_only) if e.get(REASON) == "renewed"]
+        assert renewed and float(renewed[-1][AT]) >= started and float(renewed[-1][UNTIL]) == until
+        assert not [e for e in _log_entries(app, far.id) if e.get(REASON) == "renewed"]  # its entry is fresh
+        # The 40-day task arrives (its id, straight to its queue, as the ladder would deliver it).
+        job.apply_async(("far",), task_id=far.id)
+        job.apply_async(("after",))
+        _wait_ran(log, "after", timeout=40)
+        assert _wait_state(far, "REVOKED", timeout=20) == "REVOKED"
+        assert "far" not in [r["tag"] for r in _runs(log)]
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()

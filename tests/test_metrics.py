@@ -122,6 +122,74 @@ def test_cli_serves_the_broker_state(make_app: Callable[..., Any], broker_url: s
         assert v(got, name) == 0, name
 
 
+def _reachable(host: str, port: int) -> bool:
+    """Does ``http://host:port/metrics`` answer (a whole request, so no half-open connection is left)?"""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def _outside_address() -> str:
+    """An address of this host that is not loopback (what another machine would connect to)."""
+    out = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+    v4 = [a for a in out if "." in a and not a.startswith("127.")]
+    if not v4:
+        pytest.skip("this host has no non-loopback IPv4 address to connect from")
+    return v4[0]
+
+
+def test_the_exporter_listens_on_loopback_unless_told(make_app: Callable[..., Any], vhost: str) -> None:
+    from celery_delayq.metrics import serve
+
+    outside = _outside_address()
+    default = serve(make_app(), 0)
+    try:
+        assert default.httpd.server_address[0] == "127.0.0.1"
+        assert _reachable("127.0.0.1", default.port) and not _reachable(outside, default.port)
+        assert v(scrape(default.port), "delayq_broker_up") is not None
+    finally:
+        default.close()
+    chosen = serve(make_app(delayq_metrics_address="0.0.0.0"), 0)  # the explicit choice, as a setting
+    try:
+        assert chosen.httpd.server_address[0] == "0.0.0.0" and _reachable(outside, chosen.port)
+    finally:
+        chosen.close()
+
+
+def test_cli_exporter_binds_loopback_by_default_and_addr_when_given(
+        make_app: Callable[..., Any], broker_url: str, vhost: str, uid: str, tmp_path: Path) -> None:
+    outside = _outside_address()
+    name = f"ma{uid}"
+    (tmp_path / f"{name}.py").write_text(f"from celery import Celery\napp = Celery({name!r}, broker={broker_url!r})\n"
+                                         f"app.conf.delayq_prefix = 'ma{uid}'\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    for extra, on_outside in (((), False), (("--addr", "0.0.0.0"), True)):
+        port = _free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", name, "delayq", "metrics", "--port", str(port),
+                                 *extra], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            deadline = time.time() + 30
+            while not _reachable("127.0.0.1", port) and time.time() < deadline:
+                time.sleep(0.2)
+            assert _reachable("127.0.0.1", port), proc.stderr.read() if proc.poll() is not None else "not listening"
+            assert _reachable(outside, port) is on_outside, extra
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=20)
+
+
+def test_worker_exporter_binds_loopback_by_default(make_app: Callable[..., Any], vhost: str, uid: str) -> None:
+    outside = _outside_address()
+    port = _free_port()
+    app = make_app(delayq_enabled=True, delayq_prefix=f"mw{uid}", delayq_levels=3, delayq_unit_ms=1000,
+                   delayq_metrics_port=port)
+    with ladder_cleanup(app, vhost), running_worker(app):
+        wait_for(port, lambda s: v(s, "delayq_broker_up") == 1)
+        assert not _reachable(outside, port)
+
+
 def test_cli_reports_a_taken_port(make_app: Callable[..., Any], vhost: str) -> None:
     from celery.bin.base import CLIContext
     from click.testing import CliRunner

@@ -8,9 +8,12 @@ cancel holds however long the delay, across worker restarts (``kill -9``
 included) and broker restarts, unlike Celery's in-memory ``revoke``, which
 :func:`celery_delayq.install` makes durable the same way (:mod:`.revoke`).
 
-An entry holds until its task's due time plus a margin (one day), or, when
-the task is not found waiting in the index, for the ladder's maximum delay
-plus the margin; then it expires.
+Each id given to :func:`cancel` must name a waiting task, fully or by a
+unique start (:mod:`celery_delayq.pending.ids`); ``force=True`` records the
+others as given. An entry holds until its task's due time plus a margin (one
+day), however far away (workers write it again before the log's retention
+drops it, :mod:`.worker`), or, when the task is not found waiting in the
+index, for the ladder's maximum delay plus the margin; then it expires.
 """
 
 from __future__ import annotations

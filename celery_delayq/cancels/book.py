@@ -1,4 +1,10 @@
-"""The cancelled task ids a worker knows, each until its entry expires (in memory, pure)."""
+"""The cancelled task ids a worker knows, each until its entry expires (in memory, pure).
+
+The book also knows when the entry carrying each cancel was written, so a
+worker can tell which cancels outlive their entry on the broker (the cancel
+log keeps an entry for its retention only, :mod:`.log`) and write them again
+in time (:meth:`CancelBook.renewals`).
+"""
 
 from __future__ import annotations
 
@@ -21,14 +27,28 @@ class CancelBook:
 
     def __init__(self) -> None:
         self._until: dict[str, float] = {}
+        #: When the entry that set ``_until`` was written (0: not known, an entry of an older version).
+        self._written: dict[str, float] = {}
+        #: The task's due time, when the cancel found it waiting (``delayq status`` counts those still due).
+        self._due: dict[str, float] = {}
         self._lock = threading.Lock()
         self._added = 0
 
-    def add(self, task_id: str, until: float) -> None:
-        """Record a cancel of ``task_id``, holding until ``until`` (the later of two cancels wins)."""
+    def add(self, task_id: str, until: float, written: float = 0.0, due: float | None = None) -> None:
+        """Record a cancel of ``task_id``, holding until ``until`` (the later of two cancels wins).
+
+        ``written`` is when its log entry was written (0 when not known);
+        ``due`` the task's due time when the cancel found it waiting.
+        """
         with self._lock:
-            if until > self._until.get(task_id, 0.0):
+            if due is not None:
+                self._due[task_id] = due
+            current = self._until.get(task_id, 0.0)
+            if until > current:
                 self._until[task_id] = until
+                self._written[task_id] = written
+            elif until == current:  # the same cancel written again (a renewal): the newer entry counts
+                self._written[task_id] = max(written, self._written.get(task_id, 0.0))
             self._added += 1
             if self._added >= self.PRUNE_EVERY:
                 self._added = 0
@@ -44,9 +64,36 @@ class CancelBook:
         now = time.time() if now is None else now
         return {task_id for task_id, until in list(self._until.items()) if until > now}
 
+    def still_due(self, now: float | None = None) -> set[str]:
+        """The cancelled ids whose task was found waiting and is not due yet: still in the ladder's queues."""
+        now = time.time() if now is None else now
+        return {task_id for task_id, due in list(self._due.items()) if due > now and self.cancelled(task_id, now)}
+
+    def due(self, task_id: str) -> float | None:
+        """The due time the cancel of ``task_id`` found, if it found the task waiting."""
+        return self._due.get(task_id)
+
+    def renewals(self, keep_s: float, now: float | None = None) -> list[tuple[str, float]]:
+        """``(task_id, until)`` of the cancels to write again now, so that they outlive their entries.
+
+        An entry is kept on the broker for at least ``keep_s`` after it was
+        written. A cancel that must hold longer than that is due for renewal
+        once half of ``keep_s`` has passed, so a worker that runs at any
+        time in the second half renews it before its entry can go.
+        """
+        now = time.time() if now is None else now
+        out = []
+        for task_id, until in list(self._until.items()):
+            written = self._written.get(task_id, 0.0)
+            if until > now and until > written + keep_s and now >= written + keep_s / 2:
+                out.append((task_id, until))
+        return sorted(out)
+
     def __len__(self) -> int:
         return len(self._until)
 
     def _prune(self, now: float) -> None:
         for task_id in [t for t, until in self._until.items() if until <= now]:
             del self._until[task_id]
+            self._written.pop(task_id, None)
+            self._due.pop(task_id, None)

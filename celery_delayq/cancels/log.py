@@ -8,6 +8,16 @@ cancel holds (its task's due time plus a margin, or the ladder's maximum
 delay plus the margin when the due time is not known). Workers ignore
 expired entries, and the stream's own retention (the maximum delay plus the
 margin, see :mod:`celery_delayq.pending.layout`) removes them from disk.
+
+A cancel can hold longer than that retention: a task due in 40 days laps
+through a 31-day ladder, and its cancel holds until its due time plus the
+margin, while the stream drops entries after about 32 days. So every entry
+also says when it was written (:data:`AT`), and workers write such a cancel
+again once half the retention has passed (:meth:`.book.CancelBook.renewals`,
+:class:`celery_delayq.cancels.worker.CancelFollower`). Before this, the entry
+of a 40-day cancel left the stream after 32 days, a worker started after that
+never heard of it, and the cancelled task ran. The stream's arguments are not
+changed (a redeclare with other arguments fails on existing ladders).
 """
 
 from __future__ import annotations
@@ -16,7 +26,7 @@ import contextlib
 import time
 import uuid
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import amqp
 
@@ -26,7 +36,7 @@ from ..pending.layout import IndexLayout
 from ..pending.stream import StreamReader
 from .book import CancelBook
 
-__all__ = ["CANCEL", "UNTIL", "REASON", "record", "load"]
+__all__ = ["CANCEL", "UNTIL", "REASON", "AT", "DUE", "record", "load", "add"]
 
 #: Header: the cancelled task id.
 CANCEL = "x-delayq-cancel"
@@ -34,11 +44,20 @@ CANCEL = "x-delayq-cancel"
 UNTIL = "x-delayq-cancel-until"
 #: Header: why (``cancelled`` by ``delayq cancel``, ``revoked`` through Celery's revoke).
 REASON = "x-delayq-cancel-reason"
+#: Header: epoch seconds at which the entry was written (its retention counts from then).
+AT = "x-delayq-cancel-at"
+#: Header: the task's due time, when the cancel found it waiting (it stays in the ladder's queues till then).
+DUE = "x-delayq-cancel-due"
 
 
 def record(raw: amqp.Connection, layout: IndexLayout, items: Sequence[tuple[str, float, str]], *,
-           timeout: float = 30.0) -> None:
+           timeout: float = 30.0, at: float | None = None, dues: Mapping[str, float] | None = None) -> None:
     """Append ``(task_id, until, reason)`` entries to the cancel log; returns once the broker confirmed all.
+
+    ``dues`` gives the due time of the tasks found waiting.
+
+    ``at`` is the write time the entries state (default: now); only tests
+    that stand for an entry written long ago give another.
 
     Raises:
         PublishError: naming every task id whose cancel may not be recorded.
@@ -46,11 +65,15 @@ def record(raw: amqp.Connection, layout: IndexLayout, items: Sequence[tuple[str,
     from ..publisher import combine
 
     confirm = ConfirmChannel(raw)
+    written = time.time() if at is None else float(at)
     try:
         tracker = Tracker()
         for task_id, until, reason in items:
-            message = amqp.Message(b"", delivery_mode=2, message_id=task_id, application_headers={
-                CANCEL: task_id, UNTIL: float(until), REASON: reason, ENTRY: uuid.uuid4().hex})
+            headers: dict[str, Any] = {CANCEL: task_id, UNTIL: float(until), REASON: reason, AT: written,
+                                       ENTRY: uuid.uuid4().hex}
+            if dues and task_id in dues:
+                headers[DUE] = float(dues[task_id])
+            message = amqp.Message(b"", delivery_mode=2, message_id=task_id, application_headers=headers)
             confirm.publish(message, "", layout.cancel_queue, tracker)
         confirm.wait(tracker=tracker, timeout=timeout)
         failures = tracker.take_failures()
@@ -67,7 +90,7 @@ def load(raw: amqp.Connection, layout: IndexLayout, book: CancelBook, *, now: fl
     # Never a start in the future: the reader would never reach its end marker.
     start = datetime.fromtimestamp(max(0.0, min(now, time.time()) - layout.max_age_s), tz=timezone.utc)
     reader = StreamReader(raw, layout.cancel_queue)
-    for _offset, headers, _mid in reader.read(start, (CANCEL, UNTIL)):
+    for _offset, headers, _mid in reader.read(start, (CANCEL, UNTIL, AT, DUE)):
         add(book, headers)
     return reader.end_offset
 
@@ -77,5 +100,6 @@ def add(book: CancelBook, headers: dict[str, Any]) -> str | None:
     task_id, until = headers.get(CANCEL), headers.get(UNTIL)
     if not task_id or until is None:
         return None
-    book.add(str(task_id), float(until))
+    due = headers.get(DUE)
+    book.add(str(task_id), float(until), float(headers.get(AT) or 0.0), float(due) if due is not None else None)
     return str(task_id)

@@ -39,7 +39,8 @@ def hook_revoke(app: Any) -> None:
             ids = arguments["task_id"]
             ids = [ids] if isinstance(ids, str) else list(ids)
             try:
-                record_cancels(app, ids, reason="revoked")
+                # Looked up, so a revoke of a task due beyond the ladder's span holds until it is due.
+                record_cancels(app, ids, lookup=True, reason="revoked")
             except Exception as exc:  # noqa: BLE001 - Celery's own revoke still goes out, as without us
                 log.error("delayq: revoke of %s is NOT durable (the cancel log could not record it: %s); "
                           "workers that restart, or that are down now, will not know it", ", ".join(ids), exc)

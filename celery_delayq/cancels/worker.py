@@ -13,6 +13,14 @@
   ``revoke``: the task does not run, the message is acknowledged, the
   result backend shows ``REVOKED`` and ``task_revoked`` is sent.
 
+* The follower also keeps long cancels alive: a cancel that must hold
+  longer than the cancel log keeps its entries (a task due in 40 days, a
+  log kept about 32 days) is written again once half that retention has
+  passed (:meth:`CancelFollower.renew`: at start, then hourly), so a worker
+  started any time before the task arrives still knows it. This needs a
+  worker of the app to run at some point in each half-retention (about 16
+  days by default); a lapped task needs a running worker to go on anyway.
+
 A cancel takes effect in a worker once its follower has read it, within
 milliseconds while connected; a task due within that time of the cancel,
 or while the follower reconnects, may still run.
@@ -21,7 +29,9 @@ or while the follower reconnects, may still run.
 from __future__ import annotations
 
 import logging
+import random
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -32,11 +42,15 @@ from ..following import QueueFollower
 from ..pending.layout import MARKER, IndexLayout
 from ..pending.stream import OFFSET, reader_connection
 from .book import CancelBook
-from .log import add, load
+from .log import add, load, record
 
 __all__ = ["CancelFollower", "CancelStep", "mark_if_cancelled", "follower_for", "stop_follower"]
 
 log = logging.getLogger(__name__)
+
+#: Seconds between two renewal checks of a running worker (with up to as much again of jitter,
+#: so the workers of an app rarely renew the same cancel twice).
+RENEW_EVERY_S = 3600.0
 
 _FOLLOWERS: "weakref.WeakKeyDictionary[Any, CancelFollower]" = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
@@ -54,15 +68,50 @@ class CancelFollower(QueueFollower):
         self.layout = layout
         self.book = CancelBook()
         self._next: int | str = "next"
+        self._renewer: threading.Thread | None = None
 
     def start(self) -> None:
-        """Load the whole log (blocking), then follow it in a daemon thread."""
+        """Load the whole log (blocking), renew what is due, then follow it and renew hourly (daemon threads)."""
         # A worker must not start without its cancels: a slow broker gets about a minute.
         with reader_connection(self.ladder, retries=15) as raw:
             end = load(raw, self.layout, self.book)
         self._next = end + 1 if end is not None else "next"
         log.info("delayq: %d cancelled task id(s) loaded from %s", len(self.book), self.layout.cancel_queue)
+        self._renew_quietly()
         super().start()
+        if self._renewer is None or not self._renewer.is_alive():
+            self._renewer = threading.Thread(target=self._renew_loop, name="delayq-cancel-renewal", daemon=True)
+            self._renewer.start()
+
+    def renew(self, now: float | None = None) -> list[str]:
+        """Write again, confirmed, every cancel that would outlive its log entry (see :mod:`.log`).
+
+        Returns the renewed task ids. ``now`` stands for a later time in tests.
+        """
+        due = self.book.renewals(self.layout.max_age_s, now)
+        if not due:
+            return []
+        with reader_connection(self.ladder) as raw:
+            dues = {task_id: d for task_id, _until in due if (d := self.book.due(task_id)) is not None}
+            record(raw, self.layout, [(task_id, until, "renewed") for task_id, until in due],
+                   timeout=self.ladder.config.confirm_timeout, dues=dues)
+        written = time.time()
+        for task_id, until in due:  # the follower reads them too; no second renewal meanwhile
+            self.book.add(task_id, until, written)
+        log.info("delayq: %d long cancel(s) written again to %s, so they outlive the log's retention",
+                 len(due), self.layout.cancel_queue)
+        return [task_id for task_id, _until in due]
+
+    def _renew_quietly(self) -> None:
+        try:
+            self.renew()
+        except Exception as exc:  # noqa: BLE001 - retried at the next check, long before any entry goes
+            log.warning("delayq: could not renew long cancels in %s (%r); retrying in about an hour",
+                        self.layout.cancel_queue, exc)
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(RENEW_EVERY_S * (1.0 + random.random())):
+            self._renew_quietly()
 
     def consume_arguments(self) -> dict[str, Any]:
         """Resume after the last entry read (the whole log was loaded at start)."""

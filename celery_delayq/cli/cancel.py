@@ -5,6 +5,11 @@ broker before the command returns; workers drop the task when it arrives
 (the result backend shows ``REVOKED``), however long it still waits and
 across worker and broker restarts. Like ``celery control revoke``, it acts
 on the ids given without asking.
+
+Each id must name a task waiting in the ladder: its full id, or the start of
+exactly one waiting id (``delayq pending`` lists them). An id that names no
+waiting task (a typo) is an error, exit status 1, and nothing is recorded,
+unless ``--force`` says to record it as given (a task not published yet).
 """
 
 from __future__ import annotations
@@ -24,15 +29,18 @@ __all__ = ["cancel"]
 
 @click.command(name="cancel")
 @click.argument("task_ids", nargs=-1, required=True, metavar="TASK_ID...")
+@click.option("--force", is_flag=True,
+              help="Also record ids that name no waiting task, as given (a task not published yet); each holds "
+                   "for the ladder's maximum delay plus a day.")
 @click.option("--no-lookup", is_flag=True,
-              help="Do not look the ids up in the index first (faster; each cancel then holds for the "
-                   "ladder's maximum delay plus a day instead of until its task's due time plus a day).")
+              help="Do not look the ids up in the index first (no check, no prefixes: every id is recorded as "
+                   "given and holds for the ladder's maximum delay plus a day).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per id.")
 @click.pass_context
-def cancel(ctx: click.Context, task_ids: tuple[str, ...], no_lookup: bool, as_json: bool) -> None:
-    """Cancel delayed tasks by id: they will not run, even after worker restarts."""
+def cancel(ctx: click.Context, task_ids: tuple[str, ...], force: bool, no_lookup: bool, as_json: bool) -> None:
+    """Cancel delayed tasks by id (or a unique start of it): they will not run, even after worker restarts."""
     app = app_context(ctx)
-    results = cancel_tasks(app.app, *task_ids, lookup=not no_lookup)
+    results = cancel_tasks(app.app, *task_ids, lookup=not no_lookup, force=force)
     if as_json:
         click.echo(json.dumps([r.as_dict() for r in results]))
         return
@@ -45,5 +53,5 @@ def cancel(ctx: click.Context, task_ids: tuple[str, ...], no_lookup: bool, as_js
         elif no_lookup:
             out.print(f"cancelled {r.task_id}: it will not run if it arrives before {iso(r.until)}")
         else:
-            out.print(f"cancelled {r.task_id}: not waiting in the ladder now; it will not run if it "
+            out.print(f"cancelled {r.task_id} (--force): not waiting in the ladder now; it will not run if it "
                       f"arrives before {iso(r.until)}")

@@ -4,6 +4,8 @@ The broker gauges (waiting per level, parked, unroutable) are read at each
 scrape; see :mod:`celery_delayq.metrics` for every name. Event counters of a
 standalone exporter stay at 0 (it publishes and consumes nothing): set
 ``delayq_metrics_port`` to run the exporter inside each worker for those.
+It listens on ``delayq_metrics_address`` (``127.0.0.1`` by default) unless
+``--addr`` names another address.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ __all__ = ["metrics"]
 
 @click.command()
 @click.option("--port", type=click.IntRange(0, 65535), required=True, help="TCP port to serve /metrics on.")
-@click.option("--addr", default="0.0.0.0", show_default=True, help="Address to bind.")
+@click.option("--addr", default=None,
+              help="Address to bind (default: delayq_metrics_address, 127.0.0.1; 0.0.0.0 serves every interface).")
 @click.pass_context
-def metrics(ctx: click.Context, port: int, addr: str) -> None:
+def metrics(ctx: click.Context, port: int, addr: str | None) -> None:
     """Serve the ladder's Prometheus metrics (waiting per level, parked, unroutable) until Ctrl-C."""
     app = app_context(ctx)
+    addr = addr or app.config.metrics_address
     try:
         server = serve(app.app, port, addr)
     except OSError as exc:

@@ -117,7 +117,7 @@ def _candidates(pq: ParkingQueue, prefix: str, found: list[ParkedMessage], *, mo
     lines = [f"{len(found)}{'+' if more else ''} parked messages in {pq.name!r} have an id starting with "
              f"{prefix!r}; give more of the id:"]
     for p in found[:_CANDIDATES]:
-        lines.append(f"  {p.parked_id}  {_when(p.parked_at)}  {p.task}  {p.exc_type.rsplit('.', 1)[-1]}")
+        lines.append(f"  {p.parked_id}  {_when(p.parked_at)}  {p.task} [{p.task_id}]  {p.exc_type.rsplit('.', 1)[-1]}")
     return click.ClickException("\n".join(lines))
 
 
@@ -163,21 +163,21 @@ def list_(ctx: click.Context, queue: str | None, task: str | None, exception: st
 
 
 @parking.command(name="inspect")
-@click.argument("parked_id")
+@click.argument("parked_id", metavar="ID")
 @click.option("-q", "--queue", default=None, help="Parking queue (default: the app's delayq_parking_queue).")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON, with headers, properties and body.")
 @click.pass_context
 def inspect_(ctx: click.Context, parked_id: str, queue: str | None, as_json: bool) -> None:
     """Show one parked message: metadata, traceback, headers and body.
 
-    PARKED_ID may be the start of an id, as `list` shows it; when it fits
-    several messages they are listed.
+    ID is the parked id or the task id (`list` shows both), or the start of
+    either; when it fits several messages they are listed.
     """
     with _open(app_context(ctx), queue) as pq:
-        found = pq.list(ParkedFilter(ids=(parked_id,)), limit=_CANDIDATES + 1)
+        found = pq.list(ParkedFilter(ids=(parked_id,), task_ids=(parked_id,)), limit=_CANDIDATES + 1)
     if not found:
-        raise click.ClickException(f"no parked message in {pq.name!r} has an id starting with {parked_id!r}; "
-                                   "`celery -A APP delayq parking list` shows the ids")
+        raise click.ClickException(f"no parked message in {pq.name!r} has a parked id or a task id starting with "
+                                   f"{parked_id!r}; `celery -A APP delayq parking list` shows the ids")
     if len(found) > 1:
         raise _candidates(pq, parked_id, found, more=len(found) > _CANDIDATES)
     parked = found[0]

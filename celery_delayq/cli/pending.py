@@ -61,7 +61,8 @@ def _when_option(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.command(name="pending")
 @click.option("--task", "task_glob", metavar="GLOB", help="Only task names matching this glob (proj.tasks.*).")
 @click.option("--queue", metavar="NAME", help="Only tasks for this queue (or routing key, when the queue is not known).")
-@click.option("--id", "task_id", metavar="TASK_ID", help="Only this task id (the fast lookup: one index shard).")
+@click.option("--id", "task_id", metavar="TASK_ID",
+              help="Only this task: its id (the fast lookup: one index shard) or a unique start of one.")
 @click.option("--due-before", metavar="WHEN", callback=_when_option,
               help="Only tasks due before WHEN: ISO 8601 (UTC unless an offset is given) or from now (10m, 2h, 3d).")
 @click.option("--due-after", metavar="WHEN", callback=_when_option, help="Only tasks due at or after WHEN.")

@@ -32,6 +32,10 @@ ever added, never renamed or removed):
 ``totals``
     ``waiting`` (ready messages in the level queues), ``parked`` and
     ``unroutable`` (messages in those queues); 0 where a queue is absent.
+    ``cancelled``: of ``waiting``, the tasks cancelled while waiting and not
+    due yet (from the cancel log): they stay in the ladder's queues until
+    they arrive and are dropped then, and ``delayq pending`` does not list
+    them; ``null`` when the cancel log cannot be read.
 ``levels``
     Top level first: ``level``, ``messages``, ``due_within_s`` (``null``
     when empty) and ``queues`` (shard by shard), each with ``queue``, ``digit``, ``shard``, ``ttl_s``,
@@ -184,7 +188,11 @@ def _render(doc: dict[str, Any], ctx: click.Context) -> None:
     unroutable = f"unroutable {totals['unroutable']:,}"
     if totals["unroutable"]:
         unroutable = f"[yellow]{unroutable}[/yellow] (in {doc['unroutable']['queue']}: no exit queue for their destination)"
-    out.print(f"waiting {totals['waiting']:,} · {parked} · {unroutable}")
+    waiting = f"waiting {totals['waiting']:,}"
+    if totals.get("cancelled"):
+        waiting += (f" (of which {totals['cancelled']:,} cancelled, dropped when they arrive; "
+                    f"`delayq pending` lists the other {max(0, totals['waiting'] - totals['cancelled']):,})")
+    out.print(f"{waiting} · {parked} · {unroutable}")
     if spec.shards > 1:
         per_shard = [0] * spec.shards
         for lv in doc["levels"]:
@@ -215,6 +223,16 @@ def _render(doc: dict[str, Any], ctx: click.Context) -> None:
                   "`celery -A APP delayq topology verify` names them all")
 
 
+def _cancelled_waiting(app: AppContext) -> int | None:
+    """Cancelled tasks still in the ladder's queues (found waiting, not due yet); None when unreadable."""
+    from ..cancels.requests import cancel_book
+
+    try:
+        return len(cancel_book(app.app).still_due())
+    except Exception:  # noqa: BLE001 - no streams, no cancel log yet: status still answers
+        return None
+
+
 def _short_node(node: str | None) -> str:
     """A node name's part before ``@``, to keep the table narrow (the line below it names nodes in full)."""
     return "?" if not node else node.split("@", 1)[0]
@@ -234,6 +252,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     with app.connected() as raw:
         doc = ladder_status(app, raw)
         missing_text = None if doc["exists"] else no_ladder(app, raw)
+    doc["totals"]["cancelled"] = _cancelled_waiting(app) if doc["exists"] else None
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         if missing_text:

@@ -151,6 +151,8 @@ class ParkedFilter:
         since: Parked at or after this epoch time.
         until: Parked before this epoch time.
         ids: Parked-id prefixes (as the list shows them).
+        task_ids: Task-id prefixes (a full task id is its own prefix). With ``ids``
+            too, a message matches when either fits.
     """
 
     task: str | None = None
@@ -158,6 +160,7 @@ class ParkedFilter:
     since: float | None = None
     until: float | None = None
     ids: tuple[str, ...] = ()
+    task_ids: tuple[str, ...] = ()
 
     def __call__(self, message: ParkedMessage) -> bool:
         if self.task and not fnmatch.fnmatchcase(message.task, self.task):
@@ -172,7 +175,8 @@ class ParkedFilter:
             return False
         if self.until is not None and (at is None or at >= self.until):
             return False
-        if self.ids and not any(message.parked_id.startswith(p) for p in self.ids):
+        if (self.ids or self.task_ids) and not (any(message.parked_id.startswith(p) for p in self.ids)
+                                                or any(message.task_id.startswith(p) for p in self.task_ids)):
             return False
         return True
 

@@ -11,6 +11,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
+from .ids import resolve_ids
 from .query import PendingTask, read_index
 
 __all__ = ["pending"]
@@ -25,13 +26,15 @@ def pending(app: Any, *, task: str | None = None, queue: str | None = None, task
         app: The Celery app (its ``delayq_*`` settings name the ladder).
         task: Only task names matching this glob (``proj.tasks.*``).
         queue: Only tasks for this queue (or, when the queue is not known, this routing key).
-        task_id: Only this task id (reads one index shard: the fast lookup).
+        task_id: Only this task: its id (reads one index shard: the fast lookup) or the
+            start of exactly one waiting id (reads every shard), as ``cancel`` takes it.
         due_before: Only tasks due before this time (epoch seconds or an aware datetime).
         due_after: Only tasks due at or after this time.
         now: The time "waiting" is judged at (default: now).
 
     Raises:
         IndexUnavailable: the ladder has no index (off, broker before 3.9, not declared).
+        AmbiguousTaskId: ``task_id`` is the start of several waiting ids (they are listed).
     """
     # On use: app_ladder imports the publisher, whose index writer imports this package.
     from ..app_ladder import ladder_for
@@ -39,8 +42,11 @@ def pending(app: Any, *, task: str | None = None, queue: str | None = None, task
 
     ladder = ladder_for(app)
     now = time.time() if now is None else now
-    latest = read_index(ladder, task_ids=[task_id] if task_id else (), now=now)
-    waiting = [t for t in latest.values() if t.due > now]
+    if task_id is not None:
+        resolved = resolve_ids(ladder, [task_id], now=now, cancelled=lambda: cancelled_ids(app, now=now))
+        waiting = list(resolved.found.values())
+    else:
+        waiting = [t for t in read_index(ladder, now=now).values() if t.due > now]
     if waiting:
         gone = cancelled_ids(app, now=now)
         waiting = [t for t in waiting if t.task_id not in gone]

@@ -74,6 +74,17 @@ def test_inspect_shows_metadata_traceback_once_and_body(cli, broker_url, parking
     assert missing.exit_code == 1 and "no parked message" in missing.output
 
 
+def test_inspect_takes_the_task_id(cli, broker_url, parking_name, dest) -> None:
+    (pid,) = park_synthetic(broker_url, parking_name, 1, exc=KeyError("k"), dest=dest)
+    task_id = json.loads(cli("list", "--json").output)[0]["task_id"]
+    assert task_id and task_id != pid
+    data = json.loads(cli("inspect", task_id, "--json").output)
+    assert data["parked_id"] == pid and data["task_id"] == task_id
+    assert pid in cli("inspect", task_id[:8]).output  # the start of a task id, as for a parked id
+    missing = cli("inspect", "feedface-nothing", ok=False)
+    assert missing.exit_code == 1 and "parked id or a task id" in missing.output
+
+
 def _shared_prefix(ids: list[str]) -> str:
     """A one-character prefix that at least two ids share (17 hex ids always have one)."""
     return next(ch for ch, n in Counter(i[0] for i in ids).items() if n > 1)
