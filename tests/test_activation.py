@@ -67,6 +67,13 @@ def _add_defaults_after_load(s: dict[str, Any]) -> Celery:
     return app
 
 
+def _conf_update_after_load(s: dict[str, Any]) -> Celery:
+    app = Celery("act", set_as_current=False)
+    assert app.conf.task_serializer  # the configuration is loaded now
+    app.conf.update(s)
+    return app
+
+
 def _test_app(s: dict[str, Any]) -> Celery:
     app: Celery = TestApp(config=s)  # how Celery's own test helpers build an app
     return app
@@ -79,7 +86,7 @@ def noop() -> None:
 PATHS: dict[str, Callable[[dict[str, Any]], Celery]] = {
     "conf.update": _conf_update, "config_from_object": _config_from_object, "config_source": _config_source,
     "add_defaults before load": _add_defaults_before_load, "add_defaults after load": _add_defaults_after_load,
-    "TestApp": _test_app,
+    "conf.update after load": _conf_update_after_load, "TestApp": _test_app,
 }
 
 
@@ -129,6 +136,19 @@ def test_is_installed_reads_the_configuration_it_needs(broker_url: str, prefix: 
     assert not on.configured  # nothing has read app.conf yet
     assert celery_delayq.is_installed(on)
     assert not celery_delayq.is_installed(off)
+
+
+def test_a_setting_added_after_the_ladder_read_the_settings_is_seen(
+        broker_url: str, prefix: str, queue: str, uid: str, amqp_conn: amqp.Connection, apps: list[Celery]) -> None:
+    settings = _settings(broker_url, prefix, queue)
+    del settings["delayq_enabled"]
+    app = _conf_update(settings)
+    apps.append(app)
+    ladder = celery_delayq.install(app)  # as a DelayedRetryTask does when it is bound
+    assert not ladder.config.enabled  # read now, with the setting still off
+    app.add_defaults({"delayq_enabled": True})
+    assert ladder.config.enabled
+    _delayed_publish_goes_through_the_ladder(app, amqp_conn, queue, uid)
 
 
 # -- Celery's pytest plugin: a user's test suite configures its app through celery_config --
