@@ -154,14 +154,15 @@ def test_a_publisher_that_never_imports_the_package_still_gets_the_ladder(projec
     assert "import celery_delayq" in warning and "celery_delayq.install(app)" in warning
 
 
-def test_a_task_cancelled_while_it_waits_after_the_takeover_does_not_run(project: dict[str, str]) -> None:
+def test_a_task_cancelled_or_revoked_while_it_waits_after_the_takeover_does_not_run(project: dict[str, str]) -> None:
     countdown = 6.0
     with celery_worker_process(project) as log:
-        keep, drop = publish(project, ["keep", "drop"], countdown)
+        keep, cancelled, revoked = publish(project, ["keep", "cancelled", "revoked"], countdown)
         deadline = time.time() + 20
-        while drop not in {row["task_id"] for row in json.loads(cli(project, "delayq", "pending", "--json"))}:
-            assert time.time() < deadline, f"{drop} never reached the ladder:\n{log.read_text()}"
-        cli(project, "delayq", "cancel", drop)
+        while not {cancelled, revoked} <= {row["task_id"] for row in json.loads(cli(project, "delayq", "pending", "--json"))}:
+            assert time.time() < deadline, f"the tasks never reached the ladder:\n{log.read_text()}"
+        cli(project, "delayq", "cancel", cancelled)
+        cli(project, "control", "revoke", revoked)  # Celery's own revoke, broadcast to the workers
         wait_for_runs(project, 1, timeout=countdown + 30)
         time.sleep(2.0)
         got = runs(project)
