@@ -11,11 +11,13 @@ The mechanism, step by step:
 
 * Importing celery_delayq registers :func:`watch_app` as a Celery *fixup*
   (Celery's per-app extension point; its Django support is one) and runs it
-  on the apps that already exist. It changes nothing by itself: it watches
-  the app's configuration, however it is given (``conf.update``,
-  ``config_from_object``, ``config_source``, ``add_defaults`` before or after
-  the load, Celery's ``TestApp`` and pytest ``celery_config``), and
-  :func:`is_installed` loads it to answer.
+  on the apps that already exist. It changes nothing about how the app
+  publishes: it watches the app's configuration, however it is given
+  (``conf.update``, ``config_from_object``, ``config_source``,
+  ``add_defaults`` before or after the load, Celery's ``TestApp`` and pytest
+  ``celery_config``; to see a late ``add_defaults`` it wraps that one method
+  of the app, because Celery announces nothing else), and :func:`is_installed`
+  loads it to answer.
 * If ``delayq_enabled`` is set, :func:`install` points the app's two
   producer seams at :class:`~celery_delayq.producer.LadderProducer`: its
   producer pool (``apply_async``, ``send_task``, canvas, retries) and
