@@ -24,7 +24,7 @@ A message with a future ``eta`` of a task whose delays belong in the ladder
 It arrives when due (the ladder never delivers early) and runs then, as a
 ladder delivery; ``inspect scheduled`` never lists it. What it does not take
 over is left to Celery's own strategy, unchanged: a message that came out of
-the ladder, one due within :data:`HOLD_BELOW_S`, one already revoked or
+the ladder (its eta is the due time the ladder stamped), one due within :data:`HOLD_BELOW_S`, one already revoked or
 cancelled (Celery drops it as usual), or one the ladder refuses or cannot
 take now (broker down, over ``delayq_max_delay``: logged, then held as
 Celery would; nothing is lost). Revokes and cancels made while the task waits
@@ -96,12 +96,14 @@ class Takeover:
     def due_of(self, headers: dict[str, Any]) -> float | None:
         """When a message that bypassed the ladder is due, if the ladder should take it; else None."""
         eta = headers.get("eta")
-        if not eta or H.ENTRY in headers or not self.ladder.wants(headers):
-            return None  # undelayed, out of the ladder already, or not a ladder task
+        if not eta or not self.ladder.wants(headers):
+            return None  # undelayed, or not a ladder task
         try:
             due = parse_eta(eta)
         except InvalidDelay:
             return None  # Celery's strategy reports an eta it cannot read
+        if _left_the_ladder(headers, due):
+            return None  # due by construction; only clock skew can make it look early
         if due - self.clock() < HOLD_BELOW_S:
             return None
         task_id = headers.get("id")
@@ -169,6 +171,21 @@ class Takeover:
         else:
             log.info("delayq: moved task %s[%s] from %s into the ladder", headers.get("task"),
                      headers.get("id"), origin)
+
+
+def _left_the_ladder(headers: dict[str, Any], due: float) -> bool:
+    """Is this a ladder delivery? Its eta is the due time the ladder stamped on this pass.
+
+    The entry header alone does not tell: a retry published by a process without
+    the package copies the previous pass's ``x-delayq-*`` headers with a new eta.
+    """
+    stamped = headers.get(H.DUE)
+    if H.ENTRY not in headers or stamped is None:
+        return False
+    try:
+        return abs(float(stamped) - due) < 0.001  # the eta is written from the due time, to the microsecond
+    except (TypeError, ValueError):
+        return False
 
 
 def _revoked_or_cancelled(consumer: Any, ladder: AppLadder, task_id: str) -> bool:

@@ -53,6 +53,10 @@ print(json.dumps({{"ids": ids, "imported": "celery_delayq" in sys.modules}}))
 
 WARNING = "outside the ladder"
 
+#: Long enough for the checks to run while the tasks wait, on a loaded 2-core machine
+#: (each ``celery`` CLI call there took up to 10 s with six test suites running).
+COUNTDOWN = 40.0
+
 
 @pytest.fixture
 def project(tmp_path: Path, broker_url: str, prefix: str, uid: str, amqp_conn: amqp.Connection) -> Iterator[dict[str, str]]:
@@ -91,6 +95,19 @@ def celery_worker_process(env: dict[str, str]) -> Iterator[Path]:
             proc.wait()
 
 
+@pytest.fixture
+def observer(project: dict[str, str], make_app: Any) -> Any:
+    """An app in the test process with the project's settings, to read the index and inspect the worker."""
+    return make_app(delayq_enabled=True, broker_url=project["BROKER"], delayq_prefix=project["PREFIX"],
+                    task_default_queue=project["QUEUE"])
+
+
+def listed(observer: Any) -> set[str]:
+    from celery_delayq import pending
+
+    return {p.task_id for p in pending(observer)}
+
+
 def publish(env: dict[str, str], tags: list[str], countdown: float) -> list[str]:
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(PUBLISH.format(tags=tags, countdown=countdown))],
                           cwd=env["CWD"], env=env, capture_output=True, text=True, timeout=60)
@@ -123,28 +140,29 @@ def wait_for_runs(env: dict[str, str], n: int, timeout: float) -> list[dict[str,
     return runs(env)
 
 
-def test_a_publisher_that_never_imports_the_package_still_gets_the_ladder(project: dict[str, str]) -> None:
-    # Long enough for the checks below to run before the tasks are due, on a loaded 2-core machine.
-    countdown = 25.0
+def test_a_publisher_that_never_imports_the_package_still_gets_the_ladder(project: dict[str, str],
+                                                                         observer: Any) -> None:
     with celery_worker_process(project) as log:
         published = time.time()
-        first = publish(project, ["a", "b"], countdown)
-        second = publish(project, ["c"], countdown)  # a second process on the same host
+        first = publish(project, ["a", "b"], COUNTDOWN)
+        second = publish(project, ["c"], COUNTDOWN)  # a second process on the same host
         ids = first + second
 
         # Waiting in the ladder: the index lists every one of them ...
-        listed: set[str] = set()
-        while not set(ids) <= listed:  # the worker moves them as it receives them
-            assert time.time() < published + countdown, \
-                f"delayq pending does not list {set(ids) - listed}:\n{log.read_text()}"
-            listed = {row["task_id"] for row in json.loads(cli(project, "delayq", "pending", "--json"))}
+        while not set(ids) <= listed(observer):  # the worker moves them as it receives them
+            assert time.time() < published + COUNTDOWN, \
+                f"the index does not list {set(ids) - listed(observer)}:\n{log.read_text()}"
+            time.sleep(0.2)
+        rows = {row["task_id"] for row in json.loads(cli(project, "delayq", "pending", "--json"))}
+        assert set(ids) <= rows, f"delayq pending does not list {set(ids) - rows}"
         # ... and the worker holds none of them.
-        scheduled = json.loads(cli(project, "inspect", "scheduled", "--json", "--timeout", "5"))
+        scheduled = observer.control.inspect(timeout=5).scheduled()
+        assert scheduled, "no worker answered inspect scheduled"
         held = [entry for replies in scheduled.values() for entry in (replies or [])]
         assert held == [], f"the worker holds {len(held)} task(s) as classic ETA"
-        assert time.time() < published + countdown, "the checks ran after the tasks were due: they prove nothing"
+        assert time.time() < published + COUNTDOWN, "the checks ran after the tasks were due: they prove nothing"
 
-        got = wait_for_runs(project, len(ids), timeout=countdown + 30)
+        wait_for_runs(project, len(ids), timeout=COUNTDOWN + 30)
         time.sleep(2.0)  # a duplicate would come right behind
         got = runs(project)
         text = log.read_text()
@@ -159,18 +177,20 @@ def test_a_publisher_that_never_imports_the_package_still_gets_the_ladder(projec
     assert "import celery_delayq" in warning and "celery_delayq.install(app)" in warning
 
 
-def test_a_task_cancelled_or_revoked_while_it_waits_after_the_takeover_does_not_run(project: dict[str, str]) -> None:
-    countdown = 25.0  # the cancel and the revoke must land while the tasks wait, even on a loaded machine
+def test_a_task_cancelled_or_revoked_while_it_waits_after_the_takeover_does_not_run(
+        project: dict[str, str], observer: Any) -> None:
+    from celery_delayq import cancel
+
     with celery_worker_process(project) as log:
         published = time.time()
-        keep, cancelled, revoked = publish(project, ["keep", "cancelled", "revoked"], countdown)
-        deadline = time.time() + 20
-        while not {cancelled, revoked} <= {row["task_id"] for row in json.loads(cli(project, "delayq", "pending", "--json"))}:
-            assert time.time() < deadline, f"the tasks never reached the ladder:\n{log.read_text()}"
-        cli(project, "delayq", "cancel", cancelled)
-        cli(project, "control", "revoke", revoked)  # Celery's own revoke, broadcast to the workers
-        assert time.time() < published + countdown, "the cancel and revoke came after the tasks were due"
-        wait_for_runs(project, 1, timeout=countdown + 30)
+        keep, cancelled, revoked = publish(project, ["keep", "cancelled", "revoked"], COUNTDOWN)
+        while not {keep, cancelled, revoked} <= listed(observer):
+            assert time.time() < published + COUNTDOWN, f"the tasks never reached the ladder:\n{log.read_text()}"
+            time.sleep(0.2)
+        cancel(observer, cancelled)
+        observer.control.revoke(revoked)  # Celery's own revoke, broadcast to the workers
+        assert time.time() < published + COUNTDOWN, "the cancel and revoke came after the tasks were due"
+        wait_for_runs(project, 1, timeout=COUNTDOWN + 30)
         time.sleep(2.0)
         got = runs(project)
     assert [r["tag"] for r in got] == ["keep"]
