@@ -6,9 +6,10 @@ non-zero digit d, holding d * radix^k units, so a message waits only in the
 levels of its delay's non-zero digits, and the last stage hands it to the
 queue it was meant for.
 
-An app whose ``delayq_enabled`` is true switches its own producers to the
-ladder when it loads its configuration, in every process that has imported
-celery_delayq; :func:`install` does the same explicitly.
+``delayq_enabled = True`` alone turns it on: processes that imported
+celery_delayq publish into the ladder themselves; a worker of the app moves
+any other delayed task into the ladder on arrival and tells you which
+publisher to fix. :func:`install` does the same explicitly.
 """
 
 from __future__ import annotations

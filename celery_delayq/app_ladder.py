@@ -36,7 +36,7 @@ from .publisher import LadderPublisher, publisher_for
 from .queue_delays import default_delay, queue_delays_of
 from .typing import CeleryApp, Diversion
 
-__all__ = ["AppLadder", "ladder_for", "forget_ladder", "native_unwrap", "exchange_name"]
+__all__ = ["AppLadder", "ladder_for", "forget_ladder", "refresh_ladder", "native_unwrap", "exchange_name"]
 
 #: Celery's native ladder: 28 levels, top exchange ``[prefix_]celery_delayed_27``.
 _NATIVE_TOP = re.compile(r"^(?:(?P<prefix>.+)_)?celery_delayed_27$")
@@ -140,6 +140,19 @@ class AppLadder:
         except Exception:  # pragma: no cover - no transport, no native delivery
             return False
         return bool(detect_quorum_queues(self.app, driver)[0])
+
+    def reread(self) -> None:
+        """Read the app's settings again if they were read; keep what did not change.
+
+        A setting may arrive after the ladder first read them (``add_defaults`` or
+        ``conf.update`` on a loaded configuration); the app's producers keep this
+        same object, so it is refreshed in place.
+        """
+        if self._config is None:
+            return
+        fresh = DelayqConfig.from_app(self.app)
+        if fresh != self._config:
+            self._config, self._publisher, self._queue_delays = fresh, None, None
 
     def wants(self, headers: dict[str, Any]) -> bool:
         """Does this task's delay belong in the ladder (``delayq_enabled``, or a ladder task)?"""
@@ -299,3 +312,10 @@ def forget_ladder(app: CeleryApp) -> None:
     """Drop the app's :class:`AppLadder`, so the next :func:`ladder_for` reads its settings again."""
     with _LADDERS_LOCK:
         _LADDERS.pop(app, None)
+
+
+def refresh_ladder(app: CeleryApp) -> None:
+    """The app's settings may have changed: let its :class:`AppLadder`, if it has one, read them again."""
+    ladder = _LADDERS.get(app)
+    if ladder is not None:
+        ladder.reread()

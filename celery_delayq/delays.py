@@ -14,7 +14,7 @@ from typing import Any
 
 from .errors import InvalidDelay
 
-__all__ = ["due_from", "parse_eta"]
+__all__ = ["due_from", "parse_eta", "check_countdown", "OLDEST_COUNTDOWN_S"]
 
 
 def parse_eta(eta: Any) -> float:
@@ -37,12 +37,23 @@ def parse_eta(eta: Any) -> float:
     raise InvalidDelay(f"eta must be a datetime, an ISO-8601 string or epoch seconds, got {eta!r}")
 
 
-def _check_countdown(countdown: Any) -> float:
+#: The most negative countdown accepted (100 years ago). A negative countdown means
+#: "run now", as in Celery; one beyond this is a bug upstream, and Celery itself fails on
+#: it with an OverflowError or "countdown is out of range" depending on its size.
+OLDEST_COUNTDOWN_S = -100 * 365.25 * 86400
+
+
+def check_countdown(countdown: Any) -> float:
+    """A countdown as seconds; ``InvalidDelay`` for anything that is not a usable number of seconds."""
     if isinstance(countdown, bool) or not isinstance(countdown, (int, float)):
         raise InvalidDelay(f"countdown must be a number of seconds, got {countdown!r}")
     if math.isnan(countdown) or math.isinf(countdown):
         raise InvalidDelay(f"countdown must be a finite number of seconds, got {countdown!r}")
+    if countdown < OLDEST_COUNTDOWN_S:
+        raise InvalidDelay(f"countdown {countdown!r} is more than 100 years in the past; "
+                           "pass 0 (or no countdown) to run the task now")
     return float(countdown)
+
 
 
 def due_from(countdown: Any = None, eta: Any = None, *, now: float) -> float | None:
@@ -53,7 +64,7 @@ def due_from(countdown: Any = None, eta: Any = None, *, now: float) -> float | N
     if eta is not None:
         due = parse_eta(eta)
     elif countdown is not None:
-        due = now + _check_countdown(countdown)
+        due = now + check_countdown(countdown)
     else:
         return None
     return due if due > now else None

@@ -1,30 +1,45 @@
-"""Turning the ladder on for a Celery app: activation, the producer hook, the worker step.
+"""Turning the ladder on for a Celery app: activation, the producer hook, the worker steps.
 
-How an app's delayed publishes reach the ladder, in one sentence: **an app
-whose** ``delayq_enabled`` **is true switches its own producers to the
-ladder when it loads its configuration, in every process that has imported
-celery_delayq (web, script, beat or worker); or call** :func:`install`
-**yourself.** ``DelayedRetryTask`` tasks install it for their app when they
-are bound.
+How an app's delayed publishes reach the ladder, in one sentence: **the
+setting alone turns it on: processes that imported celery_delayq publish
+into the ladder themselves; a worker of the app moves any other delayed
+task into the ladder on arrival and tells you which publisher to fix.**
+:func:`install` does the same explicitly; ``DelayedRetryTask`` tasks install
+it for their app when they are bound.
 
 The mechanism, step by step:
 
 * Importing celery_delayq registers :func:`watch_app` as a Celery *fixup*
   (Celery's per-app extension point; its Django support is one) and runs it
-  on the apps that already exist. It changes nothing by itself: it asks the
-  app to call back once its configuration is loaded (``app.add_defaults``,
-  at once if it already is).
-* If ``delayq_enabled`` is set then, :func:`install` points the app's two
+  on the apps that already exist. It changes nothing about how the app
+  publishes: it watches the app's configuration, however it is given
+  (``conf.update``, ``config_from_object``, ``config_source``,
+  ``add_defaults`` before or after the load, Celery's ``TestApp`` and pytest
+  ``celery_config``; to see a late ``add_defaults`` it wraps that one method
+  of the app, because Celery announces nothing else), and :func:`is_installed`
+  loads it to answer.
+* If ``delayq_enabled`` is set, :func:`install` points the app's two
   producer seams at :class:`~celery_delayq.producer.LadderProducer`: its
   producer pool (``apply_async``, ``send_task``, canvas, retries) and
-  ``app.amqp.Producer`` (celery beat). No other app, pool or producer in the
-  process is touched, and nothing is patched on import.
+  ``app.amqp.Producer`` (celery beat); and ``app.amqp.create_task_message``
+  at :class:`~celery_delayq.message_check.CheckedTaskMessage`, so a bad
+  countdown or eta is an ``InvalidDelay`` before anything is sent. No other
+  app, pool or producer in the process is touched, and nothing is patched on
+  import.
 * The app loads its configuration before its first publish (Celery reads
   ``task_routes`` first), so the first publish already goes through the ladder.
+* A process that never imports celery_delayq has no hook (Celery 5.7 builds
+  fixups from a fixed list and runs no installed package's code on the
+  publishing side without an import). A worker of the app (``celery worker``
+  loads the package through its CLI plugin) takes over: its
+  :class:`~celery_delayq.takeover.TakeoverStep` moves such a task into the
+  ladder before acknowledging it, and warns once per publishing host with the
+  line that fixes the publisher.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -36,12 +51,14 @@ from celery import _state as celery_state
 
 from . import headers as H
 from . import signals
-from .app_ladder import AppLadder, forget_ladder, ladder_for
+from .app_ladder import AppLadder, forget_ladder, ladder_for, refresh_ladder
 from .cancels import CancelStep, hook_revoke, stop_follower, unhook_revoke
 from .config import _lookup, warn_unknown_settings
 from .humanize import describe_ladder
 from .laps import LapRelay
+from .message_check import CheckedTaskMessage
 from .producer import LadderProducerPool, producer_factory
+from .takeover import TakeoverStep
 from .typing import CeleryApp
 from . import telemetry
 
@@ -62,8 +79,12 @@ def router_for(app: CeleryApp) -> AppLadder | None:
 
 
 def is_installed(app: CeleryApp) -> bool:
-    """Do ``app``'s publishes go through the ladder in this process?"""
-    return app in _INSTALLED
+    """Do ``app``'s publishes go through the ladder in this process?
+
+    Right even before anything has read ``app.conf``: the app's configuration
+    is loaded to answer, and the ladder installed if ``delayq_enabled`` is set.
+    """
+    return activate(app)
 
 
 def install(app: CeleryApp) -> AppLadder:
@@ -89,6 +110,8 @@ def install(app: CeleryApp) -> AppLadder:
             app.Task.Request = "celery_delayq.request:LadderRequest"
         if DelayqWorkerStep not in app.steps["consumer"]:
             app.steps["consumer"].add(DelayqWorkerStep)
+        # Delayed tasks from publishers that never loaded celery_delayq go into the ladder too.
+        app.steps["consumer"].add(TakeoverStep)
         app.steps["consumer"].add(CancelStep)  # durable cancels: load the log, follow it
         hook_revoke(app)  # Celery's revoke is recorded in the cancel log too
         _connect_worker_signals()
@@ -105,10 +128,12 @@ def uninstall(app: CeleryApp) -> None:
             return
         amqp = app.amqp
         amqp.__dict__.pop("Producer", None)
+        amqp.__dict__.pop("create_task_message", None)
         if isinstance(amqp._producer_pool, LadderProducerPool):
             amqp._producer_pool = None  # the next publish takes kombu's shared pool again
         app.steps["consumer"].discard(DelayqWorkerStep)
         app.steps["consumer"].discard(CancelStep)
+        app.steps["consumer"].discard(TakeoverStep)
         unhook_revoke(app)
         stop_follower(app)
         telemetry.detach(app)
@@ -126,9 +151,11 @@ def _attach_telemetry(app: CeleryApp) -> None:
 
 
 def _hook_producers(app: CeleryApp, ladder: AppLadder) -> None:
-    """Point the app's producer pool and ``app.amqp.Producer`` at the ladder's producer."""
+    """Point the app's producer pool and ``app.amqp.Producer`` at the ladder's producer, check delays first."""
     amqp = app.amqp
     amqp.Producer = producer_factory(ladder)
+    # Celery's own cached attribute (from task_protocols): a bad countdown/eta fails before a message exists.
+    amqp.__dict__["create_task_message"] = CheckedTaskMessage(amqp, ladder)
     connections = app.pool
     amqp._producer_pool = LadderProducerPool(connections, limit=connections.limit, routing=ladder)
 
@@ -146,26 +173,102 @@ def enabled_in(app: CeleryApp) -> bool:
     return bool(_lookup(app.conf, "delayq_enabled"))
 
 
+def activate(app: CeleryApp) -> bool:
+    """Install the ladder on ``app`` if its configuration says so; is it installed now?
+
+    Reads ``app.conf``, which loads the app's configuration if nothing has yet.
+    """
+    if app not in _INSTALLED and enabled_in(app):
+        install(app)
+    return app in _INSTALLED
+
+
 def watch_app(app: CeleryApp) -> None:
-    """Install the ladder on ``app`` once its configuration is loaded, if ``delayq_enabled`` is set.
+    """Install the ladder on ``app`` whenever its configuration turns ``delayq_enabled`` on.
 
     Registered as a Celery fixup for every app created after celery_delayq is
-    imported, and called on the apps that already existed then.
+    imported, and called on the apps that already existed then. Celery runs
+    fixups before it creates the app's signals, and gives no signal for a
+    setting added after the configuration is loaded, so the app is watched
+    at three points:
+
+    * ``on_after_configure``: sent once every way of configuring the app has
+      been applied (``conf.update``, ``config_from_object``, ``config_source``
+      and every ``add_defaults`` made before the load, which is how
+      ``celery.contrib.testing``'s ``TestApp`` and the pytest plugin's
+      ``celery_config`` configure an app), and again when
+      ``config_from_object`` replaces a loaded configuration. The receiver is
+      connected from a lazy default (``add_defaults(callable)``), the first
+      thing Celery evaluates while it loads the configuration;
+    * ``conf.update`` after the load: Celery's own observer (``conf.bind_to``);
+    * ``add_defaults`` after the load: the one call Celery applies with no
+      notice, so the app's ``add_defaults`` is wrapped (on this app only).
+
+    A setting assigned as an attribute after the load (``app.conf.delayq_enabled
+    = True``) is seen by :func:`is_installed` and by the app's workers, which
+    move every delayed task of the app into the ladder (:mod:`celery_delayq.takeover`).
     """
     if app in _WATCHED:
         return
     _WATCHED.add(app)
     ref = weakref.ref(app)
+    _wrap_add_defaults(app, ref)
+    if getattr(app, "on_after_configure", None) is not None:
+        app.on_after_configure.connect(_on_after_configure, sender=app, weak=False)
+        if app.configured:
+            _on_after_configure(sender=app, source=app.conf)
+        return
 
-    def on_configured() -> dict[str, Any]:
+    def connect_when_loading() -> dict[str, Any]:
         target = ref()
         if target is not None:
-            warn_unknown_settings(target)  # a typo such as delayq_enable must not pass silently
-            if enabled_in(target):
-                install(target)
+            target.on_after_configure.connect(_on_after_configure, sender=target, weak=False)
         return {}  # no defaults: Django's CELERY_DELAYQ_* must keep precedence
 
-    app.add_defaults(on_configured)
+    app.add_defaults(connect_when_loading)
+
+
+_BOUND_CONF: "weakref.WeakKeyDictionary[CeleryApp, int]" = weakref.WeakKeyDictionary()
+
+
+def _on_after_configure(sender: Any = None, source: Any = None, **_: Any) -> None:
+    """The app's configuration is loaded (or reloaded): warn about typos, activate, watch updates."""
+    app = sender
+    if app is None:
+        return
+    warn_unknown_settings(app)  # a typo such as delayq_enable must not pass silently
+    if source is not None and _BOUND_CONF.get(app) != id(source) and hasattr(source, "bind_to"):
+        _BOUND_CONF[app] = id(source)
+        ref = weakref.ref(app)
+
+        def on_update(*args: Any, **kwargs: Any) -> None:
+            target = ref()
+            keys = [*kwargs, *(k for a in args if isinstance(a, dict) for k in a)]
+            if target is not None and any("delayq" in str(k).lower() for k in keys):
+                _settings_changed(target)
+
+        source.bind_to(on_update)
+    _settings_changed(app)
+
+
+def _settings_changed(app: CeleryApp) -> None:
+    """``delayq_*`` settings may have changed: re-read a ladder that read them, install if enabled."""
+    refresh_ladder(app)
+    activate(app)
+
+
+def _wrap_add_defaults(app: CeleryApp, ref: "weakref.ReferenceType[CeleryApp]") -> None:
+    original = app.add_defaults
+
+    @functools.wraps(original)
+    def add_defaults(fun: Any) -> Any:
+        result = original(fun)
+        target = ref()
+        if target is not None and target.configured:  # applied at once, with no signal
+            _settings_changed(target)
+        return result
+
+    app.add_defaults = add_defaults  # type: ignore[method-assign]
 
 
 def _register_fixup() -> None:

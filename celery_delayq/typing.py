@@ -77,6 +77,16 @@ class CeleryApp(Protocol):
         """Register a callback run once the app's configuration is loaded."""
         ...
 
+    @property
+    def configured(self) -> bool:
+        """Has the app loaded its configuration?"""
+        ...
+
+    @property
+    def on_after_configure(self) -> Any:
+        """Celery's signal sent once the configuration is loaded (``None`` while the app is built)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Diversion:

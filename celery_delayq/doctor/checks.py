@@ -311,7 +311,7 @@ def activation_finding(*, enabled: bool, installed: bool, ladder_tasks: int = 0,
                    else "imports celery_delayq but the hook was not installed")
             return Finding("activation", WARN, "delayq_enabled is on and active here (the delayq command imported "
                            f"celery_delayq), but a process that only imports the app {why}: its delayed publishes "
-                           "stay worker ETAs.",
+                           "reach the ladder only through a worker, which moves them there on arrival.",
                            "Add `import celery_delayq` next to the app's definition (Django: 'celery_delayq.django' "
                            "in INSTALLED_APPS). " + ACTIVATION_RULE, details)
         return Finding("activation", OK, "delayq_enabled is on, and the ladder is active in this process and in a "

@@ -14,9 +14,9 @@ CHECKS = ("broker", "feature_flags", "ladder", "leaders", "file_handles", "parki
           "native_delayed_delivery", "plugin_exchanges")
 
 #: How an app's delayed publishes reach the ladder (the integration module's rule, in one sentence).
-ACTIVATION_RULE = ("An app whose delayq_enabled is true switches its own producers to the ladder when it loads "
-                   "its configuration, in every process that has imported celery_delayq (web, script, beat or "
-                   "worker); a process that never imports celery_delayq keeps publishing worker ETAs.")
+ACTIVATION_RULE = ("The setting alone turns it on: processes that imported celery_delayq publish into the ladder "
+                   "themselves; a worker of the app moves any other delayed task into the ladder on arrival and "
+                   "tells you which publisher to fix.")
 
 @dataclass(frozen=True)
 class Finding:
