@@ -42,6 +42,23 @@ from typing import Any
 from .nodes import Cluster
 from .scenario import Arrivals, _version
 
+
+class AckedArrivals(Arrivals):
+    """:class:`Arrivals` that acks each message after recording it.
+
+    A ``no_ack`` get whose reply dies with a failing-over connection would be
+    a loss of the reader's own; acked, it comes again and counts as a duplicate.
+    """
+
+    def _drain(self, ch: Any) -> None:
+        while not self.stop.is_set():
+            msg = ch.basic_get(self.queue, no_ack=False)
+            if msg is None:
+                time.sleep(0.02)
+                continue
+            self.record(msg, time.time())
+            ch.basic_ack(msg.delivery_tag)
+
 __all__ = ["LoadResult", "run_load_fault"]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,6 +88,7 @@ class LoadResult:
     late_over_120s: int
     victim_leaders: str
     held_peak: int
+    missing: list[str]
     destination: str
     worker_survived: bool
     worker_said: list[str] = field(default_factory=list)
@@ -192,7 +210,7 @@ def run_load_fault(cluster: Cluster, *, n: int = 5000, delays: tuple[float, floa
         publisher = subprocess.Popen([sys.executable, "-c", _PUBLISH, str(n), str(delays[0]), str(delays[1]),
                                       str(publish_s)], env=env, cwd=workdir, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
-        arrivals = Arrivals([node.amqp_port for node in cluster.nodes], f"{prefix}-dest")
+        arrivals = AckedArrivals([node.amqp_port for node in cluster.nodes], f"{prefix}-dest")
         time.sleep(max(hit_at - 3.0, 1.0))
         victim, counts = _most_leaders(cluster, prefix)
         arrivals.ports = [node.amqp_port for i, node in enumerate(cluster.nodes) if i != victim]
@@ -245,7 +263,7 @@ def run_load_fault(cluster: Cluster, *, n: int = 5000, delays: tuple[float, floa
         late_p90_s=round(q[89], 2), late_p99_s=round(q[98], 2), late_max_s=round(late[-1], 2) if late else -1.0,
         late_over_30s=sum(1 for x in late if x > 30), late_over_120s=sum(1 for x in late if x > 120),
         victim_leaders=f"{counts.get(target.nodename, 0)}/{sum(counts.values())}", held_peak=held_peak,
-        destination=destination, worker_survived=survived, worker_said=[line.split("] ", 1)[-1][:300] for line in said][:20])
+        missing=sorted(confirmed_ids - set(arrivals.seen))[:20], destination=destination, worker_survived=survived, worker_said=[line.split("] ", 1)[-1][:300] for line in said][:20])
 
 
 def _cleanup(cluster: Cluster, workdir: Path, env: dict[str, str]) -> None:

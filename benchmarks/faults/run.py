@@ -102,10 +102,15 @@ def load_markdown(doc: dict[str, Any]) -> str:
         "| " + " | ".join(LOAD_COLUMNS) + " | within outage + 30 s |",
         "|" + "---|" * (len(LOAD_COLUMNS) + 1),
     ]
+    notes = []
     for row in rows:
         ok = row["lost"] == 0 and row["early"] == 0 and row["late_max_s"] <= row["outage_s"] + 30
-        lines.append("| " + " | ".join(str(row.get(c)) for c in LOAD_COLUMNS) + f" | {'yes' if ok else '**no**'} |")
-    return "\n".join(lines) + "\n"
+        mark = ""
+        if row.get("note"):
+            notes.append(f"{len(notes) + 1}. {row['note']}")
+            mark = f" ({len(notes)})"
+        lines.append("| " + " | ".join(str(row.get(c)) for c in LOAD_COLUMNS) + f" | {'yes' if ok else '**no**'}{mark} |")
+    return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 
 def _said(texts: list[str], limit: int = 3) -> str:
