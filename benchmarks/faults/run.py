@@ -99,6 +99,13 @@ def load_markdown(doc: dict[str, Any]) -> str:
         "kill -9 of the node leading most ladder queues, back 20 s later. Lateness = arrival - due, read through "
         "the other nodes. `held_peak`: most messages the ladder's queues held in their dead-letter state at once "
         "(`messages` - ready - unacked). " + str(doc.get("conditions") or ""), "",
+        "Why 3.10 with the default timeout is **no**: a dead-letter worker's first publish to a target queue asks "
+        "the target's first member, and is rejected when that node is down (RabbitMQ before 3.12.5, "
+        "`rabbit_fifo_client:enqueue/3`); a rejected message is sent again only once "
+        "`dead_letter_worker_publisher_confirm_timeout` has passed since it was sent, whether the timer or a policy "
+        "change wakes the worker (`rabbit_fifo_dlx_worker:redeliver_messages/1`), and 32 of them (its prefetch) hold "
+        "everything behind them: 180-360 s. The worker's policy touch cannot shorten it; `advanced.config` can "
+        "(the 5000 ms rows). 4.0.5 and 4.3.6 are late by about the outage. See docs/clusters.md.", "",
         "| " + " | ".join(LOAD_COLUMNS) + " | within outage + 30 s |",
         "|" + "---|" * (len(LOAD_COLUMNS) + 1),
     ]
@@ -209,7 +216,7 @@ def _main_heavy(tasks: int, only: str | None, out: Path, conditions: str, only_d
     out.mkdir(parents=True, exist_ok=True)
     heavy = out / "faults_load.json"
     old = json.loads(heavy.read_text()).get("rows", []) if heavy.exists() else []
-    keep = [r for r in old if not any(r.get("broker", "")[:1] == n.get("broker", "")[:1]
+    keep = [r for r in old if not any(r.get("broker", "").split(".")[:2] == n.get("broker", "").split(".")[:2]
                                       and r.get("dlx_confirm_timeout_ms") == n.get("dlx_confirm_timeout_ms")
                                       and r.get("destination", "classic") == n.get("destination")
                                       for n in rows)]
