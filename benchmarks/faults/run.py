@@ -109,7 +109,7 @@ def load_markdown(doc: dict[str, Any]) -> str:
         "| " + " | ".join(LOAD_COLUMNS) + " | within outage + 30 s |",
         "|" + "---|" * (len(LOAD_COLUMNS) + 1),
     ]
-    notes = []
+    notes: list[str] = []
     for row in rows:
         ok = row["lost"] == 0 and row["early"] == 0 and row["late_max_s"] <= row["outage_s"] + 30
         mark = ""
