@@ -18,16 +18,19 @@ import json
 import logging
 import urllib.error
 import urllib.parse
+import time
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ManagementAPI", "key_matches"]
+__all__ = ["ManagementAPI", "Identity", "amqp_identity", "default_name_of", "key_matches", "report_unused"]
 
 log = logging.getLogger(__name__)
 
 #: The management plugin's default port.
 DEFAULT_PORT = 15672
+#: How long the API may take to list a new AMQP connection (a node emits statistics every 5 s).
+CONNECTION_VISIBLE_S = 6.0
 
 
 def key_matches(exchange_type: str, binding_key: str, routing_key: str) -> bool | None:
@@ -69,51 +72,103 @@ class ManagementAPI:
     #: The AMQP connection's ``cluster_name``: an API of another broker (a URL
     #: guessed from the host name) must never answer for this one.
     cluster_name: str | None = None
+    #: The AMQP connection as the broker names it (``"client_ip:port -> server_ip:port"``),
+    #: looked for among the API's connections when the names do not settle it.
+    connection_name: str | None = None
+    #: Was the URL given (``delayq_management_url``) rather than guessed from the AMQP host?
+    configured: bool = False
 
     @classmethod
-    def for_connection(cls, connection: Any, url: str | None = None, *,
-                       cluster_name: str | None = None) -> "ManagementAPI | None":
+    def for_connection(cls, connection: Any, url: str | None = None, *, cluster_name: str | None = None,
+                       connection_name: str | None = None) -> "ManagementAPI | None":
         """The API of a kombu connection's broker: ``url``, else ``http://<host>:15672``; ``url=""`` = off.
 
-        ``cluster_name`` (from the AMQP connection's server properties) is checked
-        against the API's before any answer is trusted.
+        ``cluster_name`` (from the AMQP connection's server properties) and
+        ``connection_name`` identify the broker the AMQP side reached; the API
+        must speak for it (:attr:`same_broker`) before any answer is trusted.
         """
         if url == "":
             return None
+        configured = url is not None
         if url is None:
             url = f"http://{connection.hostname or 'localhost'}:{DEFAULT_PORT}"
         return cls(url.rstrip("/"), connection.virtual_host or "/", connection.userid or "guest",
-                   connection.password or "guest", cluster_name=cluster_name)
+                   connection.password or "guest", cluster_name=cluster_name, connection_name=connection_name,
+                   configured=configured)
 
     @classmethod
     def for_broker(cls, connection: Any, raw: Any, url: str | None = None) -> "ManagementAPI | None":
-        """:meth:`for_connection`, checked against the ``cluster_name`` of the broker ``raw`` reached.
+        """:meth:`for_connection`, checked against the broker ``raw`` reached (:func:`amqp_identity`).
 
-        ``raw``: the open ``amqp.Connection`` whose server properties name the cluster.
+        ``raw``: the open ``amqp.Connection``.
         """
-        cluster = raw.server_properties.get("cluster_name")
-        return cls.for_connection(connection, url,
-                                  cluster_name=cluster.decode() if isinstance(cluster, bytes) else cluster)
+        cluster, name = amqp_identity(raw)
+        return cls.for_connection(connection, url, cluster_name=cluster, connection_name=name)
 
     @property
     def same_broker(self) -> bool:
-        """Does this API speak for the broker the AMQP connection reached?
+        """Does this API speak for the broker the AMQP connection reached? (:meth:`identity`)"""
+        return self.identity().state == "ok"
 
-        An answer is kept; no answer (the API down, or slow after a restart) is
-        not, so a later call asks again.
+    def identity(self) -> "Identity":
+        """:meth:`identify`, asked once: an answer is kept, no answer (the API down or slow) is not.
+
+        An API that is not used is reported once per process, at WARNING when
+        it was configured or answers for another broker (:func:`report_unused`).
         """
-        known = self.__dict__.get("_same_broker")
-        if known is not None:
-            return bool(known)
-        overview = self._request("/api/overview")
+        known = self.__dict__.get("_identity")
+        if isinstance(known, Identity):
+            return known
+        found = self.identify()
+        if found.state != "ok":
+            report_unused(self, found)
+        if found.state != "unreachable":
+            self.__dict__["_identity"] = found
+        return found
+
+    def identify(self, *, wait_s: float = CONNECTION_VISIBLE_S) -> "Identity":
+        """Whether this API speaks for the broker of the AMQP connection, and by what sign.
+
+        In order, the first that holds:
+
+        1. ``/api/overview``'s ``cluster_name`` is the AMQP connection's
+           (a cluster named with ``set_cluster_name``; a single node).
+        2. The AMQP ``cluster_name`` is a node-derived default naming one of
+           ``/api/nodes`` (RabbitMQ 3.x gives each node of an unnamed cluster
+           its own default name, ``<node>@<FQDN>``: the node the AMQP
+           connection reached, behind a load balancer or DNS name too).
+        3. The AMQP connection itself is among the API's connections
+           (``/api/connections/<name>``, cluster-wide; visible only after the
+           node's next statistics emission, so asked for up to ``wait_s``).
+
+        Otherwise the API belongs to another broker.
+        """
+        overview = self._request("/api/overview?columns=cluster_name,node,rabbitmq_version")
         if not isinstance(overview, dict):
-            return False
-        same = not (self.cluster_name and overview.get("cluster_name") != self.cluster_name)
-        if not same:
-            log.info("delayq: management API at %s belongs to cluster %r, not %r; not using it",
-                     self.base_url, overview.get("cluster_name"), self.cluster_name)
-        self.__dict__["_same_broker"] = same
-        return same
+            return Identity("unreachable", f"no answer from {self.base_url}")
+        theirs = str(overview.get("cluster_name") or "")
+        if not self.cluster_name or theirs == self.cluster_name:
+            return Identity("ok", "cluster_name", theirs)
+        nodes = self._request("/api/nodes?columns=name")
+        names = [str(n.get("name")) for n in nodes if isinstance(n, dict)] if isinstance(nodes, list) else []
+        if default_name_of(self.cluster_name, names, api_node=str(overview.get("node") or ""), api_cluster=theirs):
+            return Identity("ok", "node", theirs)
+        if self.connection_name and self._sees_connection(self.connection_name, wait_s):
+            return Identity("ok", "connection", theirs)
+        return Identity("other_broker", f"cluster {theirs!r} (nodes {', '.join(names) or '?'}), RabbitMQ "
+                        f"{overview.get('rabbitmq_version') or '?'}; the AMQP connection reached cluster "
+                        f"{self.cluster_name!r}, which none of its nodes is", theirs)
+
+    def _sees_connection(self, name: str, wait_s: float) -> bool:
+        path = "/api/connections/" + urllib.parse.quote(name, safe="") + "?columns=name"
+        deadline = time.monotonic() + wait_s
+        while True:
+            found = self._request(path)
+            if isinstance(found, dict):
+                return True
+            if found is None or time.monotonic() >= deadline:  # None: the API failed, not "not there"
+                return False
+            time.sleep(0.5)
 
     def _get(self, path: str) -> Any:
         if not self.same_broker:
@@ -211,6 +266,101 @@ class ManagementAPI:
             wanted = set(names)
             found = [item for item in found if item.get("name") in wanted]
         return found
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Whether a management API speaks for the AMQP connection's broker.
+
+    Attributes:
+        state: ``ok``, ``unreachable`` or ``other_broker``.
+        how: For ``ok``, the sign (``cluster_name``, ``node`` or ``connection``);
+            otherwise what was found instead.
+        api_cluster: The API's ``cluster_name`` ("" when it did not answer).
+    """
+
+    state: str
+    how: str
+    api_cluster: str = ""
+
+
+def amqp_identity(raw: Any) -> tuple[str | None, str | None]:
+    """The open ``amqp.Connection`` ``raw``'s ``cluster_name`` server property and broker-side name.
+
+    The name is ``"client_ip:port -> server_ip:port"``, as RabbitMQ names the
+    connection; ``None`` when the socket cannot tell (closed).
+    """
+    cluster = raw.server_properties.get("cluster_name")
+    if isinstance(cluster, bytes):
+        cluster = cluster.decode()
+    name = None
+    sock = getattr(getattr(raw, "transport", None), "sock", None) or getattr(raw, "sock", None)
+    try:
+        if sock is not None:
+            (lhost, lport, *_), (rhost, rport, *_) = sock.getsockname(), sock.getpeername()
+            name = f"{lhost}:{lport} -> {rhost}:{rport}"
+    except (OSError, ValueError):
+        name = None
+    return (str(cluster) if cluster else None), name
+
+
+def default_name_of(cluster_name: str, nodes: list[str], *, api_node: str = "", api_cluster: str = "") -> bool:
+    """Is ``cluster_name`` the default name RabbitMQ 3.x gives node one of ``nodes``? (pure)
+
+    A 3.x node whose cluster was never named reports ``<name>@<FQDN of its
+    host>`` while the node itself is ``<name>@<host>`` (``rabbit@db1`` reports
+    ``rabbit@db1.example.com``; a node named ``@localhost`` reports the
+    machine's name). So: the same name before ``@``, and hosts that are equal,
+    one the other's first label, or the pair the API's own node shows
+    (``api_node`` reports ``api_cluster``: nodes on one machine).
+    """
+    if "@" not in cluster_name:
+        return False
+    name, host = cluster_name.split("@", 1)
+    same_machine = None
+    if "@" in api_node and "@" in api_cluster and api_node.split("@", 1)[0] == api_cluster.split("@", 1)[0]:
+        same_machine = (api_node.split("@", 1)[1], api_cluster.split("@", 1)[1])
+    for node in nodes:
+        if "@" not in node:
+            continue
+        node_name, node_host = node.split("@", 1)
+        if node_name != name:
+            continue
+        if host == node_host or host.startswith(node_host + ".") or node_host.startswith(host + "."):
+            return True
+        if same_machine == (node_host, host):
+            return True
+    return False
+
+
+_reported: set[tuple[str, str | None]] = set()
+
+
+def report_unused(api: ManagementAPI, found: Identity) -> None:
+    """Say once per process (per API and AMQP broker) that the API is not used, why, and what fixes it.
+
+    WARNING when the API answers for another broker or was configured
+    (``delayq_management_url``) but does not answer; INFO for a guessed URL
+    that does not answer (no management plugin is a normal set-up).
+    """
+    key = (api.base_url, api.cluster_name)
+    if key in _reported:
+        return
+    _reported.add(key)
+    lost = ("leader placement, held-message detection and recovery after a broker restart, and the "
+            "unroutable-key check at publish are off")
+    if found.state == "other_broker":
+        log.warning("delayq: not using the management API at %s: it answers for %s. Without it %s. Set "
+                    "delayq_management_url to the management API of a node of the broker in broker_url "
+                    "(or give the cluster one name: `rabbitmqctl set_cluster_name NAME`).",
+                    api.base_url, found.how, lost)
+    elif api.configured:
+        log.warning("delayq: not using the management API at %s: %s. Without it %s. Check "
+                    "delayq_management_url and that the rabbitmq_management plugin is on.", api.base_url,
+                    found.how, lost)
+    else:
+        log.info("delayq: no management API at %s (guessed from the broker's host; set delayq_management_url "
+                 "if it is elsewhere, or '' to switch it off): %s.", api.base_url, lost)
 
 
 _NOT_FOUND: Any = object()

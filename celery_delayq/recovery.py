@@ -18,6 +18,17 @@ through the management API. Workers run it by themselves every 30 s and soon
 after their broker connection comes back (:class:`HeldWatcher`); operators run
 ``celery -A APP delayq topology recover``. On 4.3, which recovers exchanges
 first, nothing is ever held this way, and the touch is harmless.
+
+What a touch cannot move (RabbitMQ's source, ``rabbit_fifo_dlx_worker``): a
+message the worker *did* send and that was rejected or never confirmed is
+re-sent only once ``dead_letter_worker_publisher_confirm_timeout`` has passed
+since it was sent, whether the timer or a policy change wakes the worker
+(``redeliver_messages/1``). Before 3.12.5 a dead-letter worker's first publish
+to a target queue asks the target's first member, and is rejected when that
+node is down (``rabbit_fifo_client:enqueue/3``): at load, the loss of one
+node of a 3.10 cluster left 32 such messages in a level queue's worker, and
+everything behind them, for 180-360 s (benchmarks/results/faults.md, "At
+load"). Only ``advanced.config`` shortens that; ``delayq doctor`` says how.
 """
 
 from __future__ import annotations
@@ -127,9 +138,13 @@ class Recovery:
         return None if rows is None else ladder_held(rows, self.prefix)
 
     def still_held(self, stuck: Mapping[str, int]) -> dict[str, int]:
-        """Of the ``stuck`` queues, those still holding messages :data:`SETTLE_S` after a touch."""
+        """Of the ``stuck`` queues, those holding as many messages or more :data:`SETTLE_S` after a touch.
+
+        A queue that holds fewer is moving: a backlog of thousands drains at
+        the dead-letter worker's pace, not within seconds.
+        """
         time.sleep(SETTLE_S)
-        return {name: n for name, n in (self.held_now() or {}).items() if name in stuck}
+        return {name: n for name, n in (self.held_now() or {}).items() if name in stuck and n >= stuck[name]}
 
     def touch(self) -> bool:
         """Set, then delete, a policy on the ladder's queues: each dead-letter worker looks up its targets again.
@@ -168,7 +183,9 @@ class Recovery:
                     self._in_vain |= still
                     log.warning("delayq: still held after the touch, not touched again while they stay so: %s "
                                 "(an exit queue holds for good what its destination cannot take; a level "
-                                "queue waits for RabbitMQ's own retry)", ", ".join(sorted(still)))
+                                "queue's dead-letter worker re-sends what a target rejected or did not confirm "
+                                "only after dead_letter_worker_publisher_confirm_timeout, 180 s by default: "
+                                "`delayq doctor` names the advanced.config setting)", ", ".join(sorted(still)))
             else:
                 log.error("delayq: %d message(s) are held in ladder queue(s) %s, and the policy touch that "
                           "moves them failed (the management API refused it or did not answer; its user needs "

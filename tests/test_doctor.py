@@ -422,6 +422,21 @@ def test_leaders_all_on_one_node_of_a_cluster_is_a_warning() -> None:
     assert D.leaders_finding(None, None, names, NO_API).status == "warn"
 
 
+def test_node_loss_on_a_3x_cluster_names_the_delay_and_the_advanced_config_setting() -> None:
+    nodes = ["rabbit@n0", "rabbit@n1", "rabbit@n2"]
+    old = D.node_loss_finding((3, 10, 8), nodes, "quorum", API)
+    assert old.status == "warn" and "180 s" in old.summary and "up to 360 s" in old.summary
+    assert "[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 5000}]}]." in old.next_step
+    assert "twice" in old.next_step  # the duplicate trade-off is stated
+    assert old.details["default_timeout_ms"] == 180000
+    assert D.node_loss_finding((3, 12, 5), nodes, "quorum", API).status == "ok"  # the source's fix
+    assert D.node_loss_finding((4, 3, 6), nodes, "quorum", API).status == "ok"
+    assert D.node_loss_finding((3, 10, 8), ["rabbit@n0"], "quorum", API).status == "ok"  # no cluster
+    assert D.node_loss_finding((3, 10, 8), nodes, "classic", API).status == "ok"
+    unknown = D.node_loss_finding((3, 10, 8), None, "quorum", NO_API)
+    assert unknown.status == "ok" and "cannot tell whether this is a cluster" in unknown.summary
+
+
 def test_quorum_queue_file_handle_reservations_on_3x() -> None:
     nodes = {"rabbit@n0": 1024, "rabbit@n1": 1024, "rabbit@n2": 65536}
     # A leader reserves 2 + members, a follower 2; classic queues reserve nothing.

@@ -70,6 +70,9 @@ class Flavour:
 FLAVOURS = {
     "host": Flavour("host", "", 4369),
     "rmq4": Flavour("rmq4", os.environ.get("RMQ4_ROOT", "/var/lib/rmq4/sid-root"), 4373),
+    # 4.0.x: the trixie chroot (`RMQ4_SUITE=trixie RMQ4_ROOT=/var/lib/rmq4/trixie-root ... start.sh`, see
+    # ../shared/rmq4/README.md), its own epmd. Only the at-load fault suite asks for it.
+    "rmq40": Flavour("rmq40", os.environ.get("RMQ40_ROOT", "/var/lib/rmq4/trixie-root"), 4374),
 }
 
 _BIN = "/usr/lib/rabbitmq/bin"
@@ -82,7 +85,7 @@ def unavailable(flavour: str) -> str | None:
     fl = FLAVOURS[flavour]
     if not fl.host_path(f"{_BIN}/rabbitmq-server").exists():
         return f"no RabbitMQ server at {fl.host_path(_BIN)}" + (
-            " (../shared/rmq4/start.sh builds the 4.3 chroot)" if fl.root else "")
+            " (../shared/rmq4/start.sh builds the chroot; RMQ4_SUITE=trixie for 4.0)" if fl.root else "")
     if fl.root and not Path(fl.root, "proc/self").exists():
         return f"{fl.root}/proc is not mounted (../shared/rmq4/start.sh mounts it)"
     return None

@@ -156,9 +156,11 @@ def recover(ctx: click.Context, held_for: float) -> None:
         shown = ", ".join(f"{name} ({n})" for name, n in sorted(still.items()))
         click.echo(f"{sum(still.values())} message(s) still held after the policy touch: {shown}. In an exit "
                    "queue (<prefix>.exit.*) that means its destination cannot take them (deleted, or no "
-                   "binding): restore it. In a level queue, a dead-letter worker waits for a confirm lost with "
-                   "a node and re-sends on RabbitMQ's own timer (dead_letter_worker_publisher_confirm_timeout, "
-                   "180 s unless advanced.config lowers it); they are late, not lost.")
+                   "binding): restore it. In a level queue, a dead-letter worker holds what a target queue "
+                   "rejected or did not confirm while a node was down, and re-sends it only once "
+                   "dead_letter_worker_publisher_confirm_timeout has passed (180 s unless advanced.config lowers "
+                   "it; no policy change shortens that): they are late, not lost. `delayq doctor` names the "
+                   "setting.")
 
 
 @topology.command()

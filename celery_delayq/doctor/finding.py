@@ -10,7 +10,7 @@ __all__ = ["OK", "WARN", "ERROR", "CHECKS", "ACTIVATION_RULE", "Finding", "ApiRe
 OK, WARN, ERROR = "ok", "warn", "error"
 
 #: The order findings are reported in (also their ``check`` names).
-CHECKS = ("broker", "feature_flags", "ladder", "leaders", "file_handles", "parking", "activation", "worker_eta",
+CHECKS = ("broker", "feature_flags", "ladder", "leaders", "node_loss", "file_handles", "parking", "activation", "worker_eta",
           "native_delayed_delivery", "plugin_exchanges")
 
 #: How an app's delayed publishes reach the ladder (the integration module's rule, in one sentence).

@@ -28,7 +28,7 @@ from ..plugin_compat import PLUGIN_TYPE
 from ..topology import LadderState, Topology, broker_version, resolve_queue_type
 from .checks import (
     NATIVE_DELIVERY_EXCHANGE, RESERVATIONS_GONE_FROM, activation_finding, broker_finding, feature_flags_finding,
-    file_handles_finding, ladder_finding, leaders_finding, native_finding, native_queue_names, parking_finding,
+    file_handles_finding, ladder_finding, leaders_finding, native_finding, node_loss_finding, native_queue_names, parking_finding,
     plugin_finding, worker_eta_finding,
 )
 from .finding import ApiReach, Finding
@@ -87,23 +87,21 @@ class _DoctorAPI(ManagementAPI):
 
 
 def _reach(api: _DoctorAPI | None, raw: amqp.Connection) -> tuple[ApiReach, dict[str, Any] | None]:
-    """Ask the API's overview, and check that it describes the broker the AMQP connection reached."""
+    """Ask the API's overview, and check that it speaks for the broker the AMQP connection reached.
+
+    The same check the package makes everywhere (:meth:`ManagementAPI.identify`):
+    a cluster name, the connected node among the API's nodes, or the connection
+    itself among the API's connections.
+    """
     if api is None:
         return ApiReach(None, "off"), None
-    overview = api.get_dict("/api/overview")
-    if overview is None:
+    found = api.identity()
+    if found.state == "unreachable":
         return ApiReach(api.base_url, "unreachable"), None
-    props = raw.server_properties
-    mine = (_text(props.get("cluster_name")), _text(props.get("version")))
-    theirs = (str(overview.get("cluster_name") or ""), str(overview.get("rabbitmq_version") or ""))
-    if all(mine) and all(theirs) and mine != theirs:
-        return ApiReach(api.base_url, "other_broker", f"cluster {theirs[0]}, RabbitMQ {theirs[1]}; this one is "
-                        f"cluster {mine[0]}, RabbitMQ {mine[1]}"), None
-    return ApiReach(api.base_url, "ok"), overview
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value or "")
+    if found.state == "other_broker":
+        return ApiReach(api.base_url, "other_broker", found.how), None
+    return ApiReach(api.base_url, "ok", f"cluster {found.api_cluster} (matched by {found.how})"), \
+        api.get_dict("/api/overview")
 
 
 def _passive_queue(raw: amqp.Connection, name: str) -> int | None:
@@ -209,8 +207,9 @@ def observe(app: Any, connection: Any, raw: amqp.Connection, config: Any, *, par
         except TopologyMismatch as exc:
             mismatch = str(exc)
 
-    base = ManagementAPI.for_connection(connection, config.management_url)
-    api = None if base is None else _DoctorAPI(base.base_url, base.vhost, base.userid, base.password, base.timeout)
+    base = ManagementAPI.for_broker(connection, raw, config.management_url)
+    api = None if base is None else _DoctorAPI(base.base_url, base.vhost, base.userid, base.password, base.timeout,
+                                               base.cluster_name, base.connection_name, base.configured)
     reach, overview = _reach(api, raw)
     flags = nodes = api_queues = exchanges = fd_limits = all_queues = None
     plugin_enabled = None
@@ -275,6 +274,7 @@ def classify(obs: Observations, *, now: float | None = None) -> list[Finding]:
         feature_flags_finding(obs.flags, obs.api),
         ladder_finding(obs.ladder, spec, obs.queue_type, declare=obs.declare, mismatch=obs.mismatch),
         leaders_finding(obs.api_queues, obs.nodes, ladder_queues, obs.api, vhost=obs.vhost, namespace=spec.namespace),
+        node_loss_finding(obs.version, obs.nodes, obs.queue_type, obs.api),
         file_handles_finding(obs.version, obs.fd_limits, obs.all_queues, obs.api,
                              missing_ladder_queues=0 if obs.queue_type != "quorum" else _missing(obs, ladder_queues)),
         parking_finding(park=obs.park, name=obs.parking_queue, exists=obs.parking_exists,

@@ -9,8 +9,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for benchmarks.faults
 from benchmarks.faults.nodes import unavailable  # noqa: E402
 
-#: AMQP base port per flavour of the 3-node clusters (nodes use base, base+1, base+2).
-BASE_PORTS = {"host": 5690, "rmq4": 5695}
+#: AMQP base port per flavour of the 3-node clusters (nodes use base, base+1, base+2);
+#: ``DELAYQ_CLUSTER_BASE_PORTS="host=5676,rmq4=5687"`` moves them (two sessions on one machine).
+BASE_PORTS = {"host": 5690, "rmq4": 5695, **{
+    flavour: int(port) for flavour, _, port in (item.partition("=") for item in
+                                                os.environ.get("DELAYQ_CLUSTER_BASE_PORTS", "").split(",") if item)}}
 
 
 def why_not(flavour: str) -> str | None:
