@@ -19,13 +19,14 @@ from .parking import parking
 from .pending import pending
 from .status import status
 from .topology import topology
+from .web import web
 
 __all__ = ["delayq"]
 
 
 @click.group(name="delayq", cls=DelayqGroup)
 def delayq() -> None:
-    """The delay ladder: topology, status, waiting tasks, cancel, export, parked messages, analytics report."""
+    """The delay ladder: topology, status, waiting tasks, cancel, export, parked messages, web page, analytics report."""
 
 
 delayq.add_command(topology)
@@ -36,6 +37,7 @@ delayq.add_command(doctor)
 delayq.add_command(pending)
 delayq.add_command(cancel)
 delayq.add_command(metrics)
+delayq.add_command(web)
 
 
 @delayq.command(name="report", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
