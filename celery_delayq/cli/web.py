@@ -38,5 +38,7 @@ def web(ctx: click.Context, address: str, port: int, read_only: bool, root_path:
     settings.check_binding(address)  # UnsafeBinding is a DelayqError: one line, exit 1
     how = "token" if settings.token else "basic auth" if settings.auth_required else "no authentication"
     click.echo(f"delayq web on http://{address}:{port}{root_path}/ ({how}{', read-only' if read_only else ''})")
-    uvicorn.run(create_app(app, settings=settings), host=address, port=port, root_path=root_path,
+    asgi = create_app(app, settings=settings)
+    asgi.state.delayq.snapshot.forget(())  # read the index now, in the background, not on the first click
+    uvicorn.run(asgi, host=address, port=port, root_path=root_path,
                 log_level="warning", access_log=False)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from .listing import pending
 from .query import PendingTask
@@ -78,33 +78,72 @@ class Page:
 
 
 class Snapshot:
-    """The whole waiting list, reused for ``ttl`` seconds (paging must not re-read 100,000 entries per click)."""
+    """The whole waiting list, kept for paging: a page must not re-read 100,000 entries per click.
 
-    def __init__(self, app: Any, ttl: float = 3.0, *, reader: Callable[..., list[PendingTask]] = pending) -> None:
+    The first :meth:`get` reads the index (and the cancel log) and waits for
+    it. Later calls answer at once from the last read; when it is older than
+    ``ttl`` seconds a new read starts in a background thread (one at a time)
+    and the next call gets it: stale while it revalidates, and the page says
+    how old its list is. :meth:`forget` drops tasks an action has just
+    cancelled or moved, and starts a new read.
+    """
+
+    def __init__(self, app: Any, ttl: float = 5.0, *, reader: Callable[..., list[PendingTask]] = pending) -> None:
         self.app = app
         self.ttl = ttl
         self._reader = reader
         self._lock = threading.Lock()
+        self._reading = threading.Lock()
         self._taken: float = 0.0
         self._read_s: float = 0.0
-        self._items: list[PendingTask] = []
+        self._items: list[PendingTask] | None = None
+        self.error: BaseException | None = None
 
     def invalidate(self) -> None:
-        """Forget the read (after an action changed what waits)."""
+        """Forget the read entirely: the next :meth:`get` reads again and waits."""
         with self._lock:
-            self._taken = 0.0
+            self._items, self._taken = None, 0.0
+
+    def forget(self, task_ids: Iterable[str]) -> None:
+        """Drop these tasks from the kept list now, and read the index again in the background."""
+        gone = set(task_ids)
+        with self._lock:
+            if self._items is not None:
+                self._items = [t for t in self._items if t.task_id not in gone]
+            self._taken = 0.0 if self._items is None else self._taken - self.ttl - 1
+        self._refresh_in_background()
 
     def get(self, now: float | None = None) -> tuple[list[PendingTask], float, float]:
-        """``(every waiting task, seconds the read took, age of the read)``."""
+        """``(every waiting task, seconds the read took, age of the read in seconds)``."""
         with self._lock:
-            age = time.monotonic() - self._taken
-            if not self._taken or age > self.ttl:
-                started = time.monotonic()
-                self._items = self._reader(self.app, now=now)
-                self._taken = time.monotonic()
-                self._read_s = self._taken - started
-                age = 0.0
-            return self._items, self._read_s, age
+            items, taken, read_s = self._items, self._taken, self._read_s
+        if items is None:
+            self._read()  # the first read: nothing to show before it
+            with self._lock:
+                items, taken, read_s = self._items or [], self._taken, self._read_s
+        age = time.monotonic() - taken
+        if age > self.ttl:
+            self._refresh_in_background()
+        return items, read_s, max(0.0, age)
+
+    def _read(self) -> None:
+        with self._reading:
+            started = time.monotonic()
+            items = self._reader(self.app)
+            with self._lock:
+                self._items, self._taken, self._read_s = items, time.monotonic(), time.monotonic() - started
+                self.error = None
+
+    def _refresh_in_background(self) -> None:
+        if self._reading.locked():
+            return
+
+        def run() -> None:
+            try:
+                self._read()
+            except Exception as exc:  # noqa: BLE001 - kept for the page to show; the old list stays
+                self.error = exc
+        threading.Thread(target=run, name="delayq-web-index", daemon=True).start()
 
 
 def page_of(app: Any, match: WaitingFilter, *, offset: int = 0, limit: int = 50,
@@ -117,7 +156,7 @@ def page_of(app: Any, match: WaitingFilter, *, offset: int = 0, limit: int = 50,
         every = pending(app, task_id=match.id_prefix, now=now)
         read_s = time.monotonic() - started
     elif snapshot is not None:
-        every, read_s, age = snapshot.get(now)
+        every, read_s, age = snapshot.get()
     else:
         every = pending(app, now=now)
         read_s = time.monotonic() - started

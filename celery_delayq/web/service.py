@@ -88,7 +88,7 @@ class Service:
     def due_soon(self, now: float | None = None) -> dict[str, int]:
         """Waiting tasks due within the next minute and hour (from the index)."""
         now = time.time() if now is None else now
-        every, _, _ = self.snapshot.get(now)
+        every, _, _ = self.snapshot.get()
         return {"next_minute": sum(1 for t in every if now < t.due <= now + 60),
                 "next_hour": sum(1 for t in every if now < t.due <= now + 3600),
                 "retries": sum(1 for t in every if t.attempt > 0 and t.due > now)}
@@ -129,8 +129,7 @@ class Service:
         ``expect``: the count the operator confirmed; when the filter now matches a
         different number, nothing is cancelled (:class:`ValueError`).
         """
-        self.snapshot.invalidate()
-        page = self.waiting(match, offset=0, limit=10**9)
+        page = page_of(self.app, match, offset=0, limit=10**9)  # fresh: never act on a kept list
         ids = [t.task_id for t in page.items]
         if dry_run or not ids:
             return BulkResult(len(ids), 0, True if dry_run else False, ids)
@@ -169,7 +168,7 @@ class Service:
 
     def _record(self, action: str, via: str, **details: Any) -> None:
         """Log the action (the worker's telemetry records its effect: the cancel, the replayed run)."""
-        self.snapshot.invalidate()
+        self.snapshot.forget(details.get("ids") or [])  # gone from the page now; the index is read again
         log.warning("delayq web: %s via %s: %s", action, via,
                     ", ".join(f"{k}={v if not isinstance(v, list) else len(v)}" for k, v in details.items()))
 

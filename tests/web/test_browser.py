@@ -96,7 +96,8 @@ def test_operator_finds_cancels_runs_now_and_replays(served: tuple[Any, str], br
     page.on("dialog", lambda d: d.accept())
     SHOTS.mkdir(parents=True, exist_ok=True)
     with running_worker(app):
-        doomed = report.apply_async(("acme-doomed",), countdown=8)
+        doomed_due = time.time() + 25
+        doomed = report.apply_async(("acme-doomed",), countdown=25)
         soon = report.apply_async(("acme-now",), countdown=600)
         others = [report.apply_async((f"customer-{i}",), countdown=900 + 60 * i) for i in range(12)]
         retried = charge.apply_async((-5,), countdown=0)  # fails once: a retry waits, with its error
@@ -146,7 +147,7 @@ def test_operator_finds_cancels_runs_now_and_replays(served: tuple[Any, str], br
         deadline = time.time() + 15
         while time.time() < deadline and len([i for i in collector.items if i.get("amount") == -7]) < 2:
             time.sleep(0.1)
-        time.sleep(8)  # past the cancelled task's due time, and the run-now copy's old one would still be far
+        time.sleep(max(0.0, doomed_due + 3 - time.time()))  # past the cancelled task's due time
     ran = [i.get("customer") for i in collector.items if i["kind"] == "report"]
     assert ran.count("acme-now") == 1 and "acme-doomed" not in ran
     assert len([i for i in collector.items if i.get("amount") == -7]) == 2  # parked, replayed, ran again
