@@ -177,6 +177,9 @@ def read_index_one(app: Any, task_id: str, *, now: float) -> PendingTask:
         raise TaskNotWaiting(f"no task {task_id!r} is waiting in the ladder (unknown, already due, or not a "
                              "Celery task); `delayq pending --id` lists what waits")
     ids, passes = cancel_state(app, now=now)
-    if found.task_id in ids or (found.entry and found.entry in passes):
+    if found.task_id in ids:
         raise TaskNotWaiting(f"task {task_id!r} was cancelled; it will not run")
+    if found.entry and found.entry in passes:
+        raise TaskNotWaiting(f"task {task_id!r} was run now or moved: the copy in the ladder is cancelled "
+                             "(a moved task's new due time is listed once its index entry is written)")
     return found

@@ -17,6 +17,7 @@ from .export import export
 from .metrics import metrics
 from .parking import parking
 from .pending import pending
+from .reschedule import cancel_matching, reschedule, run_now
 from .status import status
 from .topology import topology
 from .web import web
@@ -36,6 +37,9 @@ delayq.add_command(parking)
 delayq.add_command(doctor)
 delayq.add_command(pending)
 delayq.add_command(cancel)
+delayq.add_command(cancel_matching)
+delayq.add_command(run_now)
+delayq.add_command(reschedule)
 delayq.add_command(metrics)
 delayq.add_command(web)
 
