@@ -117,8 +117,17 @@ class Service:
             return pq.get(parked_id)
 
     # -- acting ----------------------------------------------------------------------------------
+    def _acting(self) -> None:
+        """Install the ladder on the app before the first action: a moved task or a delayed replay is
+        published through it, and with ``delayq_telemetry_dir`` set the app's telemetry then records
+        this process's replays (workers record the cancelled and superseded copies they drop)."""
+        from ..integration import install
+
+        install(self.app)
+
     def cancel(self, task_ids: list[str], *, via: str) -> list[Any]:
         """Cancel tasks by id (:func:`celery_delayq.cancel`)."""
+        self._acting()
         results = cancel(self.app, *task_ids)
         self._record("cancel", via, ids=task_ids)
         return results
@@ -131,6 +140,7 @@ class Service:
         """
         page = page_of(self.app, match, offset=0, limit=10**9)  # fresh: never act on a kept list
         ids = [t.task_id for t in page.items]
+        self._acting()
         if dry_run or not ids:
             return BulkResult(len(ids), 0, True if dry_run else False, ids)
         if expect is not None and expect != len(ids):
@@ -142,12 +152,14 @@ class Service:
 
     def reschedule(self, task_id: str, due: float | None, *, via: str) -> Rescheduled:
         """Run now (``due`` None) or move a waiting task (:func:`~celery_delayq.cancels.supersede.reschedule`)."""
+        self._acting()
         done = reschedule(self.app, task_id, due=due)
         self._record("run-now" if due is None else "reschedule", via, ids=[task_id])
         return done
 
     def replay(self, match: ParkedFilter, *, delay: float | None, dry_run: bool, via: str) -> BulkResult:
         """Replay matching parked messages (a dry run only counts them)."""
+        self._acting()
         with self.parking() as pq:
             found = pq.list(match)
             if dry_run or not found:

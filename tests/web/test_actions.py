@@ -6,6 +6,7 @@ left in the ladder is dropped by its pass, not by its id.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -30,8 +31,8 @@ def _csrf(client: TestClient) -> dict[str, str]:
     return {"X-CSRF-Token": client.cookies["delayq_csrf"]}
 
 
-def test_run_now_runs_once_with_the_same_id(make_app, collector: Collector) -> None:
-    app = make_app(delayq_enabled=True)
+def test_run_now_runs_once_with_the_same_id(make_app, collector: Collector, tmp_path: Any) -> None:
+    app = make_app(delayq_enabled=True, delayq_telemetry_dir=str(tmp_path))
 
     @app.task(name=f"{app.main}.job", bind=True)
     def job(self: Any, tag: str, n: int = 0) -> None:
@@ -50,6 +51,12 @@ def test_run_now_runs_once_with_the_same_id(make_app, collector: Collector) -> N
         assert [t.task_id for t in pending(app, task=f"{app.main}.*")] == []  # the old pass is not listed
         time.sleep(7)  # past the old copy's due time: it arrives and is dropped
     assert [(i["tag"], i["n"], i["id"]) for i in collector.items] == [("late", 7, late.id)]
+    from celery_delayq.telemetry import flush_all
+
+    flush_all()
+    events = [json.loads(line) for f in tmp_path.rglob("*.jsonl") for line in f.read_text().splitlines()]
+    dropped = [e for e in events if e.get("event") == "cancelled" and e.get("task_id") == late.id]
+    assert [e["reason"] for e in dropped] == ["superseded"]  # the worker recorded the copy it dropped
 
 
 def test_reschedule_moves_the_task_and_it_runs_once(make_app, collector: Collector) -> None:
