@@ -148,6 +148,8 @@ def overview(request: Request) -> dict[str, Any]:
     except IndexUnavailable as exc:
         doc["due_soon"] = None
         doc["index_error"] = str(exc)
+    hour = svc.telemetry()
+    doc["last_hour"] = hour.as_dict() if hour is not None else None
     return doc
 
 

@@ -73,8 +73,10 @@ def overview_page(request: Request) -> HTMLResponse:
     except Exception as exc:  # noqa: BLE001 - the doctor's failure is shown, the rest of the page still is
         findings, status["doctor_error"] = [], str(exc)
     biggest = max([lv["messages"] for lv in status["levels"]] + [1])
+    hour = svc.telemetry()
     return _render(request, "overview.html", status=status, soon=soon, index_error=index_error,
-                   findings=findings, biggest=biggest, tab="overview")
+                   findings=findings, biggest=biggest, tab="overview", hour=hour,
+                   telemetry_on=bool(svc.context.config.telemetry_dir))
 
 
 def _waiting_filter(request: Request, *, retries: bool) -> tuple[WaitingFilter, dict[str, str]]:

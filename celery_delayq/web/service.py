@@ -85,6 +85,13 @@ class Service:
             self._doctor = (time.monotonic(), found)
         return found
 
+    def telemetry(self) -> Any:
+        """The last hour of telemetry (:class:`~celery_delayq.telemetry.lasthour.LastHour`), None when off."""
+        from ..telemetry.lasthour import last_hour
+
+        root = self.context.config.telemetry_dir
+        return last_hour(root) if root else None
+
     def due_soon(self, now: float | None = None) -> dict[str, int]:
         """Waiting tasks due within the next minute and hour (from the index)."""
         now = time.time() if now is None else now

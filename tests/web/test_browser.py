@@ -48,13 +48,13 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture
-def served(make_app: Any, uid: str, amqp_conn: Any) -> Iterator[tuple[Any, str]]:
+def served(make_app: Any, uid: str, amqp_conn: Any, tmp_path: Path) -> Iterator[tuple[Any, str]]:
     import uvicorn
 
     from celery_delayq.web import create_app
 
     parking = f"park.{uid}"
-    app = make_app(delayq_enabled=True, delayq_parking_queue=parking)
+    app = make_app(delayq_enabled=True, delayq_parking_queue=parking, delayq_telemetry_dir=str(tmp_path / "events"))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -106,7 +106,6 @@ def test_operator_finds_cancels_runs_now_and_replays(served: tuple[Any, str], br
 
         page.goto(url + "/")
         page.wait_for_selector("text=waiting in the ladder")
-        page.screenshot(path=str(SHOTS / "web-overview.png"), full_page=True)
 
         page.goto(url + "/waiting")
         assert page.locator(f"text={soon.id}").count() == 1
@@ -148,6 +147,12 @@ def test_operator_finds_cancels_runs_now_and_replays(served: tuple[Any, str], br
         while time.time() < deadline and len([i for i in collector.items if i.get("amount") == -7]) < 2:
             time.sleep(0.1)
         time.sleep(max(0.0, doomed_due + 3 - time.time()))  # past the cancelled task's due time
+        from celery_delayq.telemetry import flush_all
+
+        flush_all()
+        page.goto(url + "/")
+        assert "Deliveries per minute" in page.inner_text("main")
+        page.screenshot(path=str(SHOTS / "web-overview.png"), full_page=True)
     ran = [i.get("customer") for i in collector.items if i["kind"] == "report"]
     assert ran.count("acme-now") == 1 and "acme-doomed" not in ran
     assert len([i for i in collector.items if i.get("amount") == -7]) == 2  # parked, replayed, ran again
