@@ -164,3 +164,49 @@ def test_bad_input_is_a_4xx_json_error(app: Any, method: str, path: str, body: A
     assert 400 <= r.status_code < 500, (r.status_code, r.text)
     doc = r.json()
     assert isinstance(doc["error"], str) and doc["error"] and "Traceback" not in r.text
+
+
+def test_nothing_from_another_vhost_reaches_the_page(app: Any, broker_url: str, prefix: str, uid: str) -> None:
+    """Same prefix, same broker, another vhost: its tasks and counts never show here."""
+    import contextlib
+    import shutil
+
+    from celery import Celery
+
+    import celery_delayq
+
+    if shutil.which("rabbitmqctl") is None:
+        pytest.skip("needs rabbitmqctl to make a second vhost")
+    other_vhost = f"delayq-web-other-{uid}"
+    subprocess.run(["rabbitmqctl", "-q", "add_vhost", other_vhost], check=True, capture_output=True, timeout=60)
+    try:
+        subprocess.run(["rabbitmqctl", "-q", "set_permissions", "-p", other_vhost, "guest", ".*", ".*", ".*"],
+                       check=True, capture_output=True, timeout=60)
+        other = Celery("other", broker=broker_url.rsplit("/", 1)[0] + "/" + other_vhost, set_as_current=False)
+        other.conf.update(delayq_enabled=True, delayq_prefix=prefix, task_default_queue=f"q.{uid}",
+                          broker_heartbeat=0)
+        celery_delayq.install(other)
+
+        def secret(x: str) -> None:
+            pass
+
+        hidden = other.task(name=f"{app.main}.secret", shared=False)(secret).apply_async(("other-vhost-arg",),
+                                                                                         countdown=300)
+        assert [t.task_id for t in celery_delayq.pending(other)] == [hidden.id]  # it is there, over there
+
+        def here(x: str) -> None:
+            pass
+
+        mine = app.task(name=f"{app.main}.here")(here).apply_async(("this-vhost-arg",), countdown=300)
+        client = TestClient(create_app(app))
+        for path in ("/", "/waiting", "/retries", "/api/overview", "/api/waiting", f"/api/waiting?id={hidden.id}"):
+            text = client.get(path).text
+            assert hidden.id not in text and "other-vhost-arg" not in text, path
+        assert client.get(f"/api/waiting/{hidden.id}").status_code == 404
+        assert client.get("/api/overview").json()["totals"]["waiting"] >= 1
+        assert mine.id in client.get("/waiting").text
+        celery_delayq.uninstall(other)
+        celery_delayq.cancel(app, mine.id)
+    finally:
+        with contextlib.suppress(Exception):
+            subprocess.run(["rabbitmqctl", "-q", "delete_vhost", other_vhost], capture_output=True, timeout=300)
