@@ -133,15 +133,15 @@ def reschedule(app: Any, task_id: str, *, due: float | datetime | None, now: flo
     """Move the waiting task ``task_id`` to ``due`` (epoch seconds or aware datetime; ``None``: run it now).
 
     The task keeps its id, name, destination, attempt and arguments; it runs once
-    (see the module docstring for the order and its one window).
+    (see the module docstring for the order and its one window). The app must have
+    the ladder installed (:func:`celery_delayq.install`; the CLI and the web page do
+    it), or a moved copy would wait in a worker's memory as a classic ETA task.
 
     Raises:
         TaskNotWaiting: ``task_id`` is not waiting in the ladder (unknown, due, or cancelled).
         CannotReschedule: its arguments cannot be rebuilt from the index.
         IndexUnavailable: the ladder has no index.
     """
-    from ..integration import install
-
     now = time.time() if now is None else now
     when = due.timestamp() if isinstance(due, datetime) else due
     if when is not None and when <= now:
@@ -149,7 +149,6 @@ def reschedule(app: Any, task_id: str, *, due: float | datetime | None, now: flo
     found = read_index_one(app, task_id, now=now)
     args = _literal(found.argsrepr, tuple, found)
     kwargs = _literal(found.kwargsrepr, dict, found)
-    install(app)  # a delayed copy goes through the ladder
     options: dict[str, Any] = {"task_id": found.task_id, "retries": found.attempt}
     if found.queue and not found.exchange:
         options["queue"] = found.queue

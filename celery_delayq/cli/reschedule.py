@@ -11,6 +11,7 @@ API (``delayq web``) do the same through the same functions.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -23,6 +24,14 @@ from .pending import parse_when
 __all__ = ["run_now", "reschedule", "cancel_matching"]
 
 
+def _installed(app: Any) -> Any:
+    """The app with the ladder installed: the moved copy is published through it."""
+    from ..integration import install
+
+    install(app)
+    return app
+
+
 @click.command(name="run-now")
 @click.argument("task_id")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
@@ -32,7 +41,7 @@ def run_now(ctx: click.Context, task_id: str, as_json: bool, yes: bool) -> None:
     """Run a waiting task now (its copy in the ladder is cancelled, so it runs once)."""
     app = app_context(ctx)
     confirm(f"Run task {task_id} now?", yes)
-    done = move(app.app, task_id, due=None)
+    done = move(_installed(app.app), task_id, due=None)
     if as_json:
         click.echo(json.dumps(done.as_dict()))
         return
@@ -53,7 +62,7 @@ def reschedule(ctx: click.Context, task_id: str, when: str, as_json: bool, yes: 
         raise click.BadParameter(str(exc), param_hint="WHEN") from None
     app = app_context(ctx)
     confirm(f"Move task {task_id} to {when}?", yes)
-    done = move(app.app, task_id, due=due)
+    done = move(_installed(app.app), task_id, due=due)
     if as_json:
         click.echo(json.dumps(done.as_dict()))
         return

@@ -49,7 +49,12 @@ def _render(request: Request, name: str, **context: Any) -> HTMLResponse:
 
 
 def _back(request: Request, message: str, *, failed: bool = False, to: str | None = None) -> Response:
-    target = to or request.headers.get("referer") or str(request.url_for("overview_page"))
+    from urllib.parse import urlsplit
+
+    # Back to the page the form was on: its path and query only, never another host.
+    referer = urlsplit(request.headers.get("referer") or "")
+    target = to or (f"{referer.path}?{referer.query}" if referer.path.startswith("/") else "") or str(
+        request.url_for("overview_page"))
     base, _, query = target.partition("?")
     params = [(k, v) for k, v in (p.split("=", 1) if "=" in p else (p, "") for p in query.split("&") if p)
               if k not in ("msg", "failed")]
@@ -160,8 +165,11 @@ def cancel_action(request: Request, task_id: list[str] = Form(...)) -> Response:
 @pages.post("/actions/run-now")
 def run_now_action(request: Request, task_id: str = Form(...)) -> Response:
     svc = service(request)
-    return _act(request, lambda: f"task {task_id} will run now (its copy in the ladder is cancelled)"
-                if svc.reschedule(task_id, None, via="page") else "")
+
+    def go() -> str:
+        svc.reschedule(task_id, None, via="page")
+        return f"task {task_id} will run now (its copy in the ladder is cancelled)"
+    return _act(request, go)
 
 
 @pages.post("/actions/reschedule")
