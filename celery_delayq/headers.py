@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 __all__ = [
     "DUE", "DELAY", "ENTRY", "ATTEMPT", "FIRST_ATTEMPT", "EXCHANGE", "ROUTING_KEY", "HOPS", "LAPS", "PASS",
-    "strip_broker_headers", "stamp_pass", "forget_pass",
+    "LAST_ERROR", "LAST_ERROR_MAX", "last_error", "strip_broker_headers", "stamp_pass", "forget_pass",
 ]
 
 #: Epoch seconds at which the message is due at its destination.
@@ -33,6 +33,11 @@ HOPS = "x-delayq-hops"
 LAPS = "x-delayq-laps"
 #: The destination queue, when the publish named one (Celery's ``declare``); for ``delayq pending``.
 QUEUE = "x-delayq-queue"
+
+#: A retry's last exception, ``Type: message`` truncated to :data:`LAST_ERROR_MAX` characters
+#: (``delayq pending`` and the web page show it; the traceback stays in the worker's log).
+LAST_ERROR = "x-delayq-last-error"
+LAST_ERROR_MAX = 200
 
 #: The headers that describe one pass through the ladder (a retry copies its
 #: request's headers, so they must be forgotten before the next pass).
@@ -77,3 +82,10 @@ def strip_broker_headers(headers: Mapping[str, Any]) -> dict[str, Any]:
         k: v for k, v in headers.items()
         if k != "x-death" and not k.startswith(_BROKER_PREFIXES)
     }
+
+
+def last_error(exc: object) -> str:
+    """The :data:`LAST_ERROR` text of ``exc``: its type, its message, at most :data:`LAST_ERROR_MAX` characters."""
+    text = f"{type(exc).__name__}: {exc}" if isinstance(exc, BaseException) else str(exc)
+    text = " ".join(text.split())  # one line: it is shown in tables
+    return text if len(text) <= LAST_ERROR_MAX else text[:LAST_ERROR_MAX - 1] + "…"

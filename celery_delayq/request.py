@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 from celery.worker.request import Request
 
-from .cancels.worker import mark_if_cancelled
+from .cancels.worker import drop_if_superseded, mark_if_cancelled
 
 __all__ = ["LadderRequest", "CapturingRequest", "RawMessage", "take_raw", "RAW_KEY"]
 
@@ -42,6 +42,8 @@ class LadderRequest(Request):
 
     def revoked(self) -> bool:
         """Celery's check, with durable delayq cancels counted as revokes (:mod:`celery_delayq.cancels`)."""
+        if drop_if_superseded(self):
+            return True
         mark_if_cancelled(self)
         return bool(super().revoked())
 

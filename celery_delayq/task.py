@@ -172,7 +172,9 @@ class DelayedRetryTask(Task):
             try:
                 ret = super().retry(args, kwargs, decision.exc, throw, decision.eta, decision.countdown,
                                     decision.max_retries,
-                                    headers=self._retry_headers(options.pop("headers", _MISSING)), **options)
+                                    headers=self._retry_headers(options.pop("headers", _MISSING),
+                                                               decision.exc if decision.exc is not None else outcome),
+                                    **options)
             except Retry:
                 self._retry_scheduled(decision)
                 raise
@@ -183,14 +185,19 @@ class DelayedRetryTask(Task):
         self._retry_scheduled(decision)
         return ret
 
-    def _retry_headers(self, given: Any) -> dict[str, Any]:
-        """The retry's headers: Celery's (or the caller's) plus the first attempt's wall-clock time."""
+    def _retry_headers(self, given: Any, exc: Any = None) -> dict[str, Any]:
+        """The retry's headers: Celery's (or the caller's), the first attempt's wall-clock time and the
+        exception it retries after (short, for ``delayq pending`` and the web page)."""
         request = self.request
         # Passing headers bypasses Celery's own x-death filter, so strip them here.
         headers = H.strip_broker_headers(request.headers or {} if given is _MISSING else given or {})
         if not request.retries or H.FIRST_ATTEMPT not in headers:
             # The first attempt's start, not the time of the publish that scheduled it.
             headers[H.FIRST_ATTEMPT] = first_attempt_time(request)
+        if exc is not None:
+            headers[H.LAST_ERROR] = H.last_error(exc)
+        else:
+            headers.pop(H.LAST_ERROR, None)  # an earlier attempt's error is not this retry's
         return headers
 
     def _retry_scheduled(self, decision: RetryDecision) -> None:

@@ -16,7 +16,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "celery_delayq"
 #: The modules above the hook: they may import it (the CLI, the Django app, the doctor, tasks).
 ABOVE_THE_HOOK = ("celery_delayq.cli", "celery_delayq.django", "celery_delayq.doctor", "celery_delayq.task",
-                  "celery_delayq.integration", "celery_delayq.analytics", "celery_delayq.export")
+                  "celery_delayq.integration", "celery_delayq.analytics", "celery_delayq.export",
+                  "celery_delayq.web")
 
 
 def _module_name(path: Path) -> str:

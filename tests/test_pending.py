@@ -234,7 +234,8 @@ def test_cli_pending_json_table_and_filters(make_app, broker_url: str, prefix: s
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert [d["task_id"] for d in doc] == [r1.id, r2.id]
-    assert set(doc[0]) == {"task_id", "task", "exchange", "routing_key", "queue", "due", "attempt"}
+    assert set(doc[0]) == {"task_id", "task", "exchange", "routing_key", "queue", "due", "attempt",
+                           "args", "kwargs", "last_error"}
     assert doc[0]["task"] == f"{name}.later" and doc[0]["attempt"] == 0 and doc[0]["due"].endswith("Z")
     by_id = _cli(module, "pending", "--id", r2.id, "--json")
     assert [d["task_id"] for d in json.loads(by_id.stdout)] == [r2.id]

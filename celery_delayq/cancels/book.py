@@ -15,7 +15,11 @@ __all__ = ["CancelBook"]
 
 
 class CancelBook:
-    """Task id -> epoch seconds until which the cancel holds.
+    """Task id -> epoch seconds until which the cancel holds; and the same for single ladder passes.
+
+    A *pass* cancel (keyed to a pass's ``x-delayq-entry``) drops one copy of a
+    task, the one a reschedule or a run-now replaced, and leaves the task id free
+    for its new copy (:mod:`celery_delayq.cancels.supersede`).
 
     Filled by the worker's cancel-log follower thread and read by the
     worker's request path; a dict read or write is atomic in CPython, and
@@ -31,6 +35,8 @@ class CancelBook:
         self._written: dict[str, float] = {}
         #: The task's due time, when the cancel found it waiting (``delayq status`` counts those still due).
         self._due: dict[str, float] = {}
+        #: Cancelled ladder passes (``x-delayq-entry``) and until when (:mod:`.supersede`).
+        self._passes: dict[str, float] = {}
         self._lock = threading.Lock()
         self._added = 0
 
@@ -53,6 +59,22 @@ class CancelBook:
             if self._added >= self.PRUNE_EVERY:
                 self._added = 0
                 self._prune(time.time())
+
+    def add_pass(self, entry: str, until: float) -> None:
+        """Record that the ladder pass ``entry`` (one copy of a task) must not run, until ``until``."""
+        with self._lock:
+            if until > self._passes.get(entry, 0.0):
+                self._passes[entry] = until
+
+    def pass_cancelled(self, entry: str | None, now: float | None = None) -> bool:
+        """Is the ladder pass ``entry`` cancelled at ``now``?"""
+        until = self._passes.get(entry) if entry else None
+        return until is not None and until > (time.time() if now is None else now)
+
+    def live_passes(self, now: float | None = None) -> set[str]:
+        """Every pass entry cancelled at ``now``."""
+        now = time.time() if now is None else now
+        return {entry for entry, until in list(self._passes.items()) if until > now}
 
     def cancelled(self, task_id: str, now: float | None = None) -> bool:
         """Is ``task_id`` cancelled at ``now``?"""
@@ -97,3 +119,5 @@ class CancelBook:
             del self._until[task_id]
             self._written.pop(task_id, None)
             self._due.pop(task_id, None)
+        for entry in [e for e, until in self._passes.items() if until <= now]:
+            del self._passes[entry]

@@ -36,12 +36,14 @@ from ..pending.layout import IndexLayout
 from ..pending.stream import StreamReader
 from .book import CancelBook
 
-__all__ = ["CANCEL", "UNTIL", "REASON", "AT", "DUE", "record", "load", "add"]
+__all__ = ["CANCEL", "CANCEL_PASS", "UNTIL", "REASON", "AT", "DUE", "record", "load", "add"]
 
 #: Header: the cancelled task id.
 CANCEL = "x-delayq-cancel"
 #: Header: epoch seconds until which the cancel holds.
 UNTIL = "x-delayq-cancel-until"
+#: Header: a cancelled ladder pass (its ``x-delayq-entry``), instead of a whole task id (:mod:`.supersede`).
+CANCEL_PASS = "x-delayq-cancel-pass"
 #: Header: why (``cancelled`` by ``delayq cancel``, ``revoked`` through Celery's revoke).
 REASON = "x-delayq-cancel-reason"
 #: Header: epoch seconds at which the entry was written (its retention counts from then).
@@ -90,13 +92,17 @@ def load(raw: amqp.Connection, layout: IndexLayout, book: CancelBook, *, now: fl
     # Never a start in the future: the reader would never reach its end marker.
     start = datetime.fromtimestamp(max(0.0, min(now, time.time()) - layout.max_age_s), tz=timezone.utc)
     reader = StreamReader(raw, layout.cancel_queue)
-    for _offset, headers, _mid in reader.read(start, (CANCEL, UNTIL, AT, DUE)):
+    for _offset, headers, _mid in reader.read(start, (CANCEL, CANCEL_PASS, UNTIL, AT, DUE)):
         add(book, headers)
     return reader.end_offset
 
 
 def add(book: CancelBook, headers: dict[str, Any]) -> str | None:
     """Put one cancel-log entry into ``book``; returns its task id (None for anything else)."""
+    entry = headers.get(CANCEL_PASS)
+    if entry and headers.get(UNTIL) is not None:
+        book.add_pass(str(entry), float(headers[UNTIL]))
+        return None
     task_id, until = headers.get(CANCEL), headers.get(UNTIL)
     if not task_id or until is None:
         return None

@@ -39,12 +39,13 @@ from celery import bootsteps
 
 from .. import signals
 from ..following import QueueFollower
+from ..headers import ENTRY
 from ..pending.layout import MARKER, IndexLayout
 from ..pending.stream import OFFSET, reader_connection
 from .book import CancelBook
 from .log import add, load, record
 
-__all__ = ["CancelFollower", "CancelStep", "mark_if_cancelled", "follower_for", "stop_follower"]
+__all__ = ["CancelFollower", "CancelStep", "mark_if_cancelled", "drop_if_superseded", "follower_for", "stop_follower"]
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +168,35 @@ def mark_if_cancelled(request: Any) -> bool:
         sender=request.app, task_id=request.id, task_name=getattr(request, "name", "") or "",
         queue=info.get("routing_key") or "", attempt=int((request.request_dict or {}).get("retries") or 0),
         reason="cancelled")
+    return True
+
+
+def drop_if_superseded(request: Any) -> bool:
+    """Drop a delivery whose ladder pass was cancelled (a copy a reschedule or run-now replaced).
+
+    Not a revoke: the task id lives on in its new copy, so it is not put in
+    Celery's revoked set and the result backend is not told (the new copy's
+    result must not become ``REVOKED``). The message is acknowledged and
+    :data:`~celery_delayq.signals.message_cancelled` is sent with reason ``superseded``.
+    """
+    if not _FOLLOWERS or getattr(request, "_already_revoked", False):
+        return False
+    try:
+        follower = _FOLLOWERS.get(request.app)
+    except TypeError:
+        return False
+    entry = (getattr(request, "request_dict", None) or {}).get(ENTRY)
+    if follower is None or not follower.book.pass_cancelled(entry):
+        return False
+    log.info("delayq: dropped %s[%s]: this copy (pass %s) was replaced by a reschedule or run-now",
+             getattr(request, "name", ""), request.id, entry)
+    request.acknowledge()
+    request._already_revoked = True  # Celery asks again before executing: the answer stays "drop"
+    info = getattr(request, "delivery_info", None) or {}
+    signals.message_cancelled.send(
+        sender=request.app, task_id=request.id, task_name=getattr(request, "name", "") or "",
+        queue=info.get("routing_key") or "", attempt=int((request.request_dict or {}).get("retries") or 0),
+        reason="superseded")
     return True
 
 

@@ -17,15 +17,17 @@ from .export import export
 from .metrics import metrics
 from .parking import parking
 from .pending import pending
+from .reschedule import cancel_matching, reschedule, run_now
 from .status import status
 from .topology import topology
+from .web import web
 
 __all__ = ["delayq"]
 
 
 @click.group(name="delayq", cls=DelayqGroup)
 def delayq() -> None:
-    """The delay ladder: topology, status, waiting tasks, cancel, export, parked messages, analytics report."""
+    """The delay ladder: topology, status, waiting tasks, cancel, export, parked messages, web page, analytics report."""
 
 
 delayq.add_command(topology)
@@ -35,7 +37,11 @@ delayq.add_command(parking)
 delayq.add_command(doctor)
 delayq.add_command(pending)
 delayq.add_command(cancel)
+delayq.add_command(cancel_matching)
+delayq.add_command(run_now)
+delayq.add_command(reschedule)
 delayq.add_command(metrics)
+delayq.add_command(web)
 
 
 @delayq.command(name="report", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})

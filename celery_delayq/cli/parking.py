@@ -16,7 +16,9 @@ from typing import Any, Callable, Iterator
 
 import amqp
 import click
+from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -81,6 +83,15 @@ def _exists(pq: ParkingQueue, kind: str, name: str) -> bool:
         with contextlib.suppress(Exception):
             if ch.is_open:
                 ch.close()
+
+
+def _described(task: str | None, exception: str | None, since: datetime | None, until: datetime | None,
+               ids: tuple[str, ...]) -> str:
+    """The filters given, as the options that gave them."""
+    parts = [f"{name} {value}" for name, value in (("--task", task), ("--exception", exception)) if value]
+    parts += [f"{name} {value.isoformat(sep=' ')}" for name, value in (("--since", since), ("--until", until)) if value]
+    parts += [f"--id {i}" for i in ids]
+    return " ".join(parts)
 
 
 def _when(epoch: float | None) -> str:
@@ -153,12 +164,27 @@ def list_(ctx: click.Context, queue: str | None, task: str | None, exception: st
     if not exists:
         click.echo(f"no parking queue {pq.name!r} on {app.uri}: nothing has been parked yet")
         return
-    table = Table(title=f"{pq.name}: {len(found)} shown of {total} parked", title_justify="left")
-    for column in ("id", "parked at", "task", "task id", "attempts", "exception", "message", "reason"):
-        table.add_column(column, overflow="fold")
+    match = _match(task, exception, since, until, ids)
+    if not found:
+        if match.everything:
+            click.echo(f"nothing is parked in {pq.name}")
+        else:
+            click.echo(f"no parked message in {pq.name} matches {_described(task, exception, since, until, ids)} "
+                       f"({total} parked)")
+        return
+    table = Table(title=f"{pq.name}: {len(found)} shown of {total} parked", title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("id", no_wrap=True)
+    table.add_column("parked (UTC)", no_wrap=True)
+    table.add_column("task / task id", overflow="fold")
+    table.add_column("try", justify="right", no_wrap=True)
+    table.add_column("exception / reason", overflow="fold")
     for p in found:
-        table.add_row(p.parked_id[:12], _when(p.parked_at), p.task, p.task_id, str(p.attempts),
-                      p.exc_type.rsplit(".", 1)[-1], p.exc_message[:60], p.reason)
+        at = _when(p.parked_at).removesuffix(" UTC")
+        table.add_row(p.parked_id[:12], at.replace(" ", "\n", 1) if at != "-" else at,
+                      f"{escape(p.task)}\n[dim]{escape(p.task_id)}[/dim]", str(p.attempts),
+                      f"[bold]{escape(p.exc_type.rsplit('.', 1)[-1])}[/bold] {escape(p.exc_message[:60])}\n"
+                      f"[dim]{escape(p.reason)}[/dim]")
     console(ctx).print(table)
 
 

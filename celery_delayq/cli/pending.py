@@ -3,8 +3,10 @@
 Reads the ladder's index (:mod:`celery_delayq.pending`); the ladder itself is
 not touched, so nothing is delivered early, late or twice because of it.
 ``--json`` prints a JSON array of objects with the keys ``task_id``,
-``task``, ``exchange``, ``routing_key``, ``queue``, ``due`` (ISO 8601 UTC)
-and ``attempt``; an empty result is ``[]``.
+``task``, ``exchange``, ``routing_key``, ``queue``, ``due`` (ISO 8601 UTC),
+``attempt``, ``args`` and ``kwargs`` (Celery's argsrepr/kwargsrepr, cut at 256
+characters; ``null`` when unknown) and ``last_error`` (a retry's exception,
+short); an empty result is ``[]``.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ from datetime import datetime, timezone
 from typing import Any
 
 import click
+from rich import box
+from rich.markup import escape
 from rich.table import Table
 
 from ..humanize import human_duration
 from ..pending import pending as find_pending
+from ..pending.query import iso
 from .base import app_context, console
 
 __all__ = ["pending", "parse_when"]
@@ -82,24 +87,50 @@ def pending(ctx: click.Context, task_glob: str | None, queue: str | None, task_i
         shown = found if limit is None else found[:limit]
         click.echo(json.dumps([t.as_dict() for t in shown], indent=None))
         return
-    _table(ctx, found, now, limit if limit is not None else _TABLE_ROWS, time.monotonic() - started)
+    _table(ctx, found, now, limit if limit is not None else _TABLE_ROWS, time.monotonic() - started,
+           _filters(task_glob, queue, task_id, due_before, due_after))
 
 
-def _table(ctx: click.Context, found: list[Any], now: float, limit: int, took: float) -> None:
+#: Below this many columns (and when piped: rich assumes 80) a task takes two lines.
+_WIDE = 120
+
+
+def _filters(task_glob: str | None, queue: str | None, task_id: str | None, due_before: float | None,
+             due_after: float | None) -> str:
+    """The filters given, as the options that gave them (for "no waiting task matches ...")."""
+    parts = [f"{name} {value}" for name, value in (("--task", task_glob), ("--queue", queue), ("--id", task_id))
+             if value]
+    parts += [f"{name} {iso(value)}" for name, value in (("--due-before", due_before), ("--due-after", due_after))
+              if value is not None]
+    return " ".join(parts)
+
+
+def _table(ctx: click.Context, found: list[Any], now: float, limit: int, took: float, filters: str = "") -> None:
     out = console(ctx)
     if not found:
-        out.print(f"no delayed task is waiting in the ladder (read in {human_duration(took)})")
+        if filters:
+            out.print(f"no waiting task matches {filters} (read in {human_duration(took)})")
+        else:
+            out.print(f"no delayed task is waiting in the ladder (read in {human_duration(took)})")
         return
-    table = Table(title=f"{len(found):,} waiting (read in {human_duration(took)})", title_justify="left")
-    table.add_column("task id", no_wrap=True)  # ids are copied from here: never broken
-    table.add_column("task")
-    table.add_column("destination")
+    title = f"{len(found):,} waiting{' matching ' + filters if filters else ''} (read in {human_duration(took)})"
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    wide = out.width >= _WIDE
+    table.add_column("task id" if wide else "task id / task, destination", no_wrap=wide, overflow="fold")
+    if wide:
+        table.add_column("task", overflow="fold")
+        table.add_column("destination", overflow="fold")
     table.add_column("due (UTC)", no_wrap=True)
     table.add_column("in", justify="right", no_wrap=True)
-    table.add_column("attempt", justify="right")
+    table.add_column("try", justify="right", no_wrap=True)
     for t in found[:limit]:
-        table.add_row(t.task_id, t.task_name or "-", t.destination, t.due_iso, human_duration(t.due - now),
-                      str(t.attempt))
+        due = t.due_iso[:19].replace("T", " ")
+        if wide:
+            table.add_row(t.task_id, t.task_name or "-", t.destination, due, human_duration(t.due - now),
+                          str(t.attempt))
+        else:  # the id on a line of its own (it is copied from here: never broken), then what and where
+            table.add_row(f"{t.task_id}\n[dim]{escape(t.task_name or '-')}, {escape(t.destination)}[/dim]",
+                          due, human_duration(t.due - now), str(t.attempt))
     out.print(table)
     if len(found) > limit:
         out.print(f"... and {len(found) - limit:,} more (--limit N, or --json for all)")

@@ -38,18 +38,18 @@ def pending(app: Any, *, task: str | None = None, queue: str | None = None, task
     """
     # On use: app_ladder imports the publisher, whose index writer imports this package.
     from ..app_ladder import ladder_for
-    from ..cancels.requests import cancelled_ids
+    from ..cancels.supersede import cancel_state
 
     ladder = ladder_for(app)
     now = time.time() if now is None else now
     if task_id is not None:
-        resolved = resolve_ids(ladder, [task_id], now=now, cancelled=lambda: cancelled_ids(app, now=now))
+        resolved = resolve_ids(ladder, [task_id], now=now, cancelled=lambda: cancel_state(app, now=now)[0])
         waiting = list(resolved.found.values())
     else:
         waiting = [t for t in read_index(ladder, now=now).values() if t.due > now]
     if waiting:
-        gone = cancelled_ids(app, now=now)
-        waiting = [t for t in waiting if t.task_id not in gone]
+        gone, replaced = cancel_state(app, now=now)  # replaced: passes a reschedule or run-now superseded
+        waiting = [t for t in waiting if t.task_id not in gone and t.entry not in replaced]
     before, after = _epoch(due_before), _epoch(due_after)
     out = [t for t in waiting if _matches(t, task, queue, before, after)]
     out.sort(key=lambda t: (t.due, t.task_id))

@@ -58,6 +58,10 @@ class PendingTask:
         due: Epoch seconds at which it is due.
         attempt: 0 for the first run, n for the n-th retry.
         entry: Id of this pass through the ladder.
+        argsrepr: Celery's ``argsrepr`` header, cut at :data:`~celery_delayq.pending.writer.ARGS_MAX`
+            characters (``None``: not a Celery task, or listed by an older version).
+        kwargsrepr: Celery's ``kwargsrepr`` header, cut the same way.
+        last_error: A retry's last exception, ``Type: message`` (short).
     """
 
     task_id: str
@@ -68,6 +72,16 @@ class PendingTask:
     due: float
     attempt: int
     entry: str | None = None
+    argsrepr: str | None = None
+    kwargsrepr: str | None = None
+    last_error: str | None = None
+
+    @property
+    def arguments(self) -> str:
+        """The arguments in words (``(1, 'a') {'k': 2}``), ``""`` when not known."""
+        if self.argsrepr is None and self.kwargsrepr is None:
+            return ""
+        return f"{self.argsrepr or '()'} {self.kwargsrepr or '{}'}"
 
     @property
     def due_iso(self) -> str:
@@ -85,7 +99,8 @@ class PendingTask:
         """The JSON object of ``delayq pending --json``."""
         return {"task_id": self.task_id, "task": self.task_name, "exchange": self.exchange,
                 "routing_key": self.routing_key, "queue": self.queue, "due": self.due_iso,
-                "attempt": self.attempt}
+                "attempt": self.attempt, "args": self.argsrepr, "kwargs": self.kwargsrepr,
+                "last_error": self.last_error}
 
 
 def tasks_of(headers: dict[str, Any]) -> list[PendingTask]:
@@ -93,11 +108,14 @@ def tasks_of(headers: dict[str, Any]) -> list[PendingTask]:
     if headers.get(ENTRIES) is None or BODY not in headers:
         return []
     out = []
-    for task_id, name, due, exchange, routing_key, queue, attempt, entry in decode_entries(headers[BODY]):
+    for fields in decode_entries(headers[BODY]):
+        task_id, name, due, exchange, routing_key, queue, attempt, entry = fields[:8]
+        extra = fields[8:10] + [None] * (10 - len(fields[:10]))  # fields added later: absent in old entries
         if due is not None:
             queue = queue or (routing_key if not exchange else None)
+            args = extra[0] if isinstance(extra[0], list) and len(extra[0]) == 2 else [None, None]
             out.append(PendingTask(str(task_id), name, exchange or "", routing_key or "", queue, float(due),
-                                   int(attempt or 0), entry))
+                                   int(attempt or 0), entry, args[0], args[1], extra[1]))
     return out
 
 

@@ -53,7 +53,7 @@ import amqp
 from .. import headers as H
 from ..confirms import Tracker
 
-__all__ = ["ENTRIES", "CHUNK", "LINGER_S", "IndexBuffer", "flush_buffers", "index_send", "index_settle",
+__all__ = ["ENTRIES", "ARGS_MAX", "ARGS_CUT", "CHUNK", "LINGER_S", "IndexBuffer", "flush_buffers", "index_send", "index_settle",
            "index_batch", "batch_entry", "decode_entries"]
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,10 @@ log = logging.getLogger(__name__)
 ENTRIES = "x-delayq-index-entries"
 #: Entries per index message (about 150 bytes each).
 CHUNK = 500
+#: Characters of a task's argument text kept in its index entry (longer: cut, marked with :data:`ARGS_CUT`).
+ARGS_MAX = 256
+#: Marks argument text cut at :data:`ARGS_MAX` (such a task cannot be run now from the index).
+ARGS_CUT = " …(cut)"
 #: Seconds the entry of a single publish may wait to be written with the next ones.
 LINGER_S = 0.25
 
@@ -76,10 +80,23 @@ class Sent:
 
 
 def batch_entry(headers: dict[str, Any], task_id: str) -> list[Any]:
-    """One entry: ``[task_id, task, due, exchange, routing_key, queue, attempt, entry]``."""
+    """One entry: ``[task_id, task, due, exchange, routing_key, queue, attempt, entry, args, last_error]``.
+
+    ``args`` is ``[argsrepr, kwargsrepr]`` (Celery's headers), each cut at
+    :data:`ARGS_MAX` characters, for search by argument and for run-now; ``last_error``
+    is a retry's :data:`~celery_delayq.headers.LAST_ERROR`. Readers take the first
+    eight fields and whatever of the rest is there (entries written before had eight).
+    """
+    args = None
+    if "argsrepr" in headers or "kwargsrepr" in headers:
+        args = [_cut(str(headers.get("argsrepr") or "()")), _cut(str(headers.get("kwargsrepr") or "{}"))]
     return [task_id, headers.get("task"), headers.get(H.DUE), headers.get(H.EXCHANGE, ""),
             headers.get(H.ROUTING_KEY, ""), headers.get(H.QUEUE), int(headers.get(H.ATTEMPT) or 0),
-            headers.get(H.ENTRY)]
+            headers.get(H.ENTRY), args, headers.get(H.LAST_ERROR)]
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= ARGS_MAX else text[:ARGS_MAX] + ARGS_CUT
 
 
 def decode_entries(body: bytes) -> list[list[Any]]:

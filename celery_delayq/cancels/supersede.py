@@ -1,0 +1,181 @@
+"""Run a waiting task now, or move it to a new due time, so that it runs once: :func:`reschedule`.
+
+A message in a TTL queue cannot be moved or taken out without taking out
+everything ahead of it, so a reschedule publishes the task again (with the
+new delay, or none for "run now") and cancels the copy still in the ladder.
+That cancel cannot be the usual one: :func:`celery_delayq.cancel` is keyed
+to the task id, which the new copy keeps (so ``AsyncResult`` and the result
+backend still follow it), and a worker would drop the new copy too. So the
+old copy is cancelled by its *pass*: the ``x-delayq-entry`` every ladder pass
+carries (and the index lists), which the new copy does not share. The worker
+drops that one delivery without revoking the id
+(:func:`~celery_delayq.cancels.worker.drop_if_superseded`).
+
+Order: the new copy is published (and confirmed) first, the pass cancel
+second. A crash between the two leaves both copies, so the task may run
+twice: the documented at-least-once, never lost.
+
+Limits: the new copy is rebuilt from the index entry: task name,
+destination, attempt and the arguments as Celery's ``argsrepr`` /
+``kwargsrepr`` headers wrote them. Arguments that are not Python literals,
+or that were cut (longer than :data:`~celery_delayq.pending.writer.ARGS_MAX`),
+cannot be rebuilt and the task is left as it is (:class:`CannotReschedule`).
+Workers older than this module ignore pass cancels and would run both copies.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+import amqp
+
+from ..errors import DelayqError
+from ..pending.layout import MARGIN_S
+from ..pending.query import PendingTask, iso, open_layout, read_index
+from ..pending.stream import reader_connection
+from ..pending.writer import ARGS_CUT
+from .log import CANCEL_PASS, REASON, UNTIL
+
+__all__ = ["CannotReschedule", "TaskNotWaiting", "Rescheduled", "read_index_one", "cancel_passes", "cancel_state", "reschedule"]
+
+log = logging.getLogger(__name__)
+
+
+class CannotReschedule(DelayqError):
+    """The task cannot be published again from what the index knows (it is left as it was)."""
+
+
+@dataclass(frozen=True)
+class Rescheduled:
+    """One task moved: the copy that was waiting and the new due time (``None``: run now)."""
+
+    old: PendingTask
+    due: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form (the API's and ``--json``'s)."""
+        return {"task_id": self.old.task_id, "task": self.old.task_name, "was_due": self.old.due_iso,
+                "due": iso(self.due) if self.due is not None else None, "run_now": self.due is None}
+
+
+def cancel_state(app: Any, *, now: float | None = None) -> tuple[set[str], set[str]]:
+    """``(cancelled task ids, cancelled pass entries)`` at ``now``, from one read of the cancel log."""
+    from .requests import cancel_book  # on use: it imports the app ladder, above this module
+
+    book = cancel_book(app, now=now)
+    return book.live(now), book.live_passes(now)
+
+
+def cancel_passes(app: Any, passes: Sequence[PendingTask], *, reason: str = "superseded") -> None:
+    """Record in the cancel log that these ladder passes (not their task ids) must not run.
+
+    Returns once the broker confirmed every entry.
+
+    Raises:
+        CannotReschedule: a pass has no entry id (listed by an old version).
+        PublishError: naming the passes whose cancel may not be recorded.
+    """
+    from ..app_ladder import ladder_for
+    from ..confirms import ConfirmChannel, Tracker
+    from ..headers import ENTRY
+    from ..publisher import combine
+
+    if not passes:
+        return
+    missing = [p.task_id for p in passes if not p.entry]
+    if missing:
+        raise CannotReschedule(f"no ladder pass id for {', '.join(missing)} in the index (listed by an older "
+                               "celery_delayq); cancel it with `delayq cancel` and publish it again yourself")
+    ladder = ladder_for(app)
+    with reader_connection(ladder) as raw:
+        layout = open_layout(ladder, raw)
+        confirm = ConfirmChannel(raw)
+        tracker = Tracker()
+        for p in passes:
+            message = amqp.Message(b"", delivery_mode=2, message_id=p.task_id, application_headers={
+                CANCEL_PASS: p.entry, UNTIL: float(p.due + MARGIN_S), REASON: reason, ENTRY: uuid.uuid4().hex})
+            confirm.publish(message, "", layout.cancel_queue, tracker)
+        confirm.wait(tracker=tracker, timeout=ladder.config.confirm_timeout)
+        failures = tracker.take_failures()
+        if failures:
+            raise combine(failures)
+
+
+def _literal(text: str | None, kind: type, task: PendingTask) -> Any:
+    if text is None:
+        raise CannotReschedule(f"task {task.task_id}: its arguments are not in the index (published by an "
+                               "older celery_delayq or not a Celery task); it was left as it is")
+    if text.endswith(ARGS_CUT) or text.endswith("..."):
+        raise CannotReschedule(f"task {task.task_id}: its arguments are too long to be rebuilt from the index "
+                               "(cut); it was left as it is. Cancel it and publish it again yourself.")
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        raise CannotReschedule(f"task {task.task_id}: its arguments {text[:80]!r} are not Python literals, so "
+                               "they cannot be rebuilt from the index; it was left as it is") from None
+    if kind is tuple and isinstance(value, list):
+        value = tuple(value)
+    if not isinstance(value, kind):
+        raise CannotReschedule(f"task {task.task_id}: unexpected argument text {text[:80]!r}; left as it is")
+    return value
+
+
+def reschedule(app: Any, task_id: str, *, due: float | datetime | None, now: float | None = None) -> Rescheduled:
+    """Move the waiting task ``task_id`` to ``due`` (epoch seconds or aware datetime; ``None``: run it now).
+
+    The task keeps its id, name, destination, attempt and arguments; it runs once
+    (see the module docstring for the order and its one window). The app must have
+    the ladder installed (:func:`celery_delayq.install`; the CLI and the web page do
+    it), or a moved copy would wait in a worker's memory as a classic ETA task.
+
+    Raises:
+        TaskNotWaiting: ``task_id`` is not waiting in the ladder (unknown, due, or cancelled).
+        CannotReschedule: its arguments cannot be rebuilt from the index.
+        IndexUnavailable: the ladder has no index.
+    """
+    now = time.time() if now is None else now
+    when = due.timestamp() if isinstance(due, datetime) else due
+    if when is not None and when <= now:
+        when = None  # a due time in the past is "now"
+    found = read_index_one(app, task_id, now=now)
+    args = _literal(found.argsrepr, tuple, found)
+    kwargs = _literal(found.kwargsrepr, dict, found)
+    options: dict[str, Any] = {"task_id": found.task_id, "retries": found.attempt}
+    if found.queue and not found.exchange:
+        options["queue"] = found.queue
+    else:
+        options.update(exchange=found.exchange, routing_key=found.routing_key)
+    if when is not None:
+        options["eta"] = datetime.fromtimestamp(when, tz=timezone.utc)
+    app.send_task(found.task_name, args, kwargs, **options)
+    cancel_passes(app, [found])
+    log.info("delayq: task %s[%s] (due %s) %s", found.task_name, found.task_id, found.due_iso,
+             "run now" if when is None else f"rescheduled to {iso(when)}")
+    return Rescheduled(found, when)
+
+
+class TaskNotWaiting(DelayqError):
+    """No waiting task has this id (never scheduled, already due, or cancelled)."""
+
+
+def read_index_one(app: Any, task_id: str, *, now: float) -> PendingTask:
+    """The waiting pass of ``task_id`` (one index shard read), or :class:`TaskNotWaiting`."""
+    from ..app_ladder import ladder_for
+
+    found = read_index(ladder_for(app), task_ids=[task_id], now=now).get(task_id)
+    if found is None or found.due <= now or found.task_name is None:
+        raise TaskNotWaiting(f"no task {task_id!r} is waiting in the ladder (unknown, already due, or not a "
+                             "Celery task); `delayq pending --id` lists what waits")
+    ids, passes = cancel_state(app, now=now)
+    if found.task_id in ids:
+        raise TaskNotWaiting(f"task {task_id!r} was cancelled; it will not run")
+    if found.entry and found.entry in passes:
+        raise TaskNotWaiting(f"task {task_id!r} was run now or moved: the copy in the ladder is cancelled "
+                             "(a moved task's new due time is listed once its index entry is written)")
+    return found

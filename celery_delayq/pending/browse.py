@@ -1,0 +1,171 @@
+"""A page of the waiting tasks, filtered: what the web page and the API ask of the index.
+
+:func:`~celery_delayq.pending.pending` returns every waiting task; a page
+shows a few dozen of them. :class:`WaitingFilter` adds what an operator
+searches by (id prefix, argument text, retries only) to pending's own
+filters, and :func:`page_of` cuts the sorted list. A full task id is looked
+up in its index shard alone (the fast path); anything else reads the whole
+index once, which :class:`Snapshot` lets a caller reuse for a few seconds
+while paging.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from .listing import pending
+from .query import PendingTask
+
+__all__ = ["WaitingFilter", "Page", "Snapshot", "page_of", "FULL_ID_LENGTH"]
+
+#: An id prefix this long (a UUID's 36 characters) is taken as a whole id: one shard is read.
+FULL_ID_LENGTH = 36
+
+
+@dataclass(frozen=True)
+class WaitingFilter:
+    """Which waiting tasks to show; every criterion given must match.
+
+    Attributes:
+        task: Glob on the task name.
+        queue: Destination queue (or routing key).
+        id_prefix: Task ids starting with this (a whole id reads one index shard).
+        text: Substring of the arguments (Celery's ``argsrepr``/``kwargsrepr``), case-insensitive.
+        due_after: Due at or after (epoch seconds).
+        due_before: Due before (epoch seconds).
+        retries_only: Only retries (attempt 1 or more).
+    """
+
+    task: str | None = None
+    queue: str | None = None
+    id_prefix: str | None = None
+    text: str | None = None
+    due_after: float | None = None
+    due_before: float | None = None
+    retries_only: bool = False
+
+    def __call__(self, t: PendingTask) -> bool:
+        if self.id_prefix and not t.task_id.startswith(self.id_prefix):
+            return False
+        if self.retries_only and t.attempt < 1:
+            return False
+        return not self.text or self.text.lower() in t.arguments.lower()
+
+    def describe(self) -> str:
+        """The filter in words, for "no waiting task matches ..." (``""`` when there is none)."""
+        parts = [f"{name} {value}" for name, value in (
+            ("--task", self.task), ("--queue", self.queue), ("--id", self.id_prefix), ("--args", self.text),
+            ("--due-after", self.due_after), ("--due-before", self.due_before)) if value]
+        if self.retries_only:
+            parts.append("--retries")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of waiting tasks, soonest due first."""
+
+    items: list[PendingTask]
+    total: int
+    offset: int
+    limit: int
+    read_s: float
+    #: Seconds since the index was read (a :class:`Snapshot` may reuse a recent read).
+    age_s: float = 0.0
+
+
+class Snapshot:
+    """The whole waiting list, kept for paging: a page must not re-read 100,000 entries per click.
+
+    The first :meth:`get` reads the index (and the cancel log) and waits for
+    it. Later calls answer at once from the last read; when it is older than
+    ``ttl`` seconds a new read starts in a background thread (one at a time)
+    and the next call gets it: stale while it revalidates, and the page says
+    how old its list is. :meth:`forget` drops tasks an action has just
+    cancelled or moved, and starts a new read.
+    """
+
+    def __init__(self, app: Any, ttl: float = 5.0, *, reader: Callable[..., list[PendingTask]] = pending) -> None:
+        self.app = app
+        self.ttl = ttl
+        self._reader = reader
+        self._lock = threading.Lock()
+        self._reading = threading.Lock()
+        self._taken: float = 0.0
+        self._read_s: float = 0.0
+        self._items: list[PendingTask] | None = None
+        self.error: BaseException | None = None
+
+    def invalidate(self) -> None:
+        """Forget the read entirely: the next :meth:`get` reads again and waits."""
+        with self._lock:
+            self._items, self._taken = None, 0.0
+
+    def forget(self, task_ids: Iterable[str]) -> None:
+        """Drop these tasks from the kept list now, and read the index again in the background."""
+        gone = set(task_ids)
+        with self._lock:
+            if self._items is not None:
+                self._items = [t for t in self._items if t.task_id not in gone]
+            self._taken = 0.0 if self._items is None else self._taken - self.ttl - 1
+        self._refresh_in_background()
+
+    def get(self, now: float | None = None) -> tuple[list[PendingTask], float, float]:
+        """``(every waiting task, seconds the read took, age of the read in seconds)``."""
+        with self._lock:
+            items, taken, read_s = self._items, self._taken, self._read_s
+        if items is None:
+            self._read()  # the first read: nothing to show before it
+            with self._lock:
+                items, taken, read_s = self._items or [], self._taken, self._read_s
+        age = time.monotonic() - taken
+        if age > self.ttl:
+            self._refresh_in_background()
+        return items, read_s, max(0.0, age)
+
+    def _read(self) -> None:
+        with self._reading:
+            started = time.monotonic()
+            items = self._reader(self.app)
+            with self._lock:
+                self._items, self._taken, self._read_s = items, time.monotonic(), time.monotonic() - started
+                self.error = None
+
+    def _refresh_in_background(self) -> None:
+        if self._reading.locked():
+            return
+
+        def run() -> None:
+            try:
+                self._read()
+            except Exception as exc:  # noqa: BLE001 - kept for the page to show; the old list stays
+                self.error = exc
+        threading.Thread(target=run, name="delayq-web-index", daemon=True).start()
+
+
+def page_of(app: Any, match: WaitingFilter, *, offset: int = 0, limit: int = 50,
+            snapshot: Snapshot | None = None, now: float | None = None) -> Page:
+    """The tasks that ``match``, soonest due first, from ``offset``, at most ``limit``."""
+    now = time.time() if now is None else now
+    started = time.monotonic()
+    age = 0.0
+    if match.id_prefix and len(match.id_prefix) >= FULL_ID_LENGTH:
+        every = pending(app, task_id=match.id_prefix, now=now)
+        read_s = time.monotonic() - started
+    elif snapshot is not None:
+        every, read_s, age = snapshot.get()
+    else:
+        every = pending(app, now=now)
+        read_s = time.monotonic() - started
+    from .listing import _matches  # pending's own task/queue/due rules, applied to the snapshot
+
+    first = bisect.bisect_right(every, now, key=lambda t: t.due)  # sorted by due: skip what fell due since
+    if match == WaitingFilter():  # no filter: a slice, not a pass over 100,000 tasks
+        return Page(every[first + offset:first + offset + limit], len(every) - first, offset, limit, read_s, age)
+    found = [t for t in every[first:] if _matches(t, match.task, match.queue, match.due_before, match.due_after)
+             and match(t)]
+    return Page(found[offset:offset + limit], len(found), offset, limit, read_s, age)

@@ -1,0 +1,53 @@
+"""``celery -A proj delayq web``: the operator's page and JSON API for delayed work, retries and parked tasks.
+
+Built on FastAPI (Starlette underneath, Jinja2 templates, served by uvicorn):
+FastAPI turns the typed parameters of :mod:`.api` into both the request
+validation (bad input is a 4xx JSON answer, never a 500) and the OpenAPI
+document at ``/api/openapi.json``, which a fuzzer then checks; Starlette
+alone would need both written by hand. Everything the page shows comes
+from the package's own functions (:mod:`.service`); styles and the one
+small script are served from the package (``/static``), no CDN.
+
+* :func:`create_app`: the ASGI application, to serve with uvicorn (the CLI
+  does) or to mount in an existing deployment behind its own auth.
+* :mod:`.settings`: token / basic auth, body size, read-only.
+* :mod:`.security`: authentication, CSRF, read-only enforcement.
+* :mod:`.api`, :mod:`.pages`: the JSON API and the HTML views.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .settings import UnsafeBinding, WebSettings
+
+__all__ = ["create_app", "WebSettings", "UnsafeBinding"]
+
+
+def create_app(celery_app: Any, *, settings: WebSettings | None = None, read_only: bool = False) -> Any:
+    """The ASGI application of the page and API for ``celery_app``'s ladder.
+
+    Args:
+        celery_app: The Celery app (its ``delayq_*`` settings name the ladder and its broker).
+        settings: Authentication and limits (default: :meth:`WebSettings.from_app`).
+        read_only: Hide every action and refuse every state-changing request.
+    """
+    from fastapi import FastAPI
+    from fastapi.staticfiles import StaticFiles
+
+    from .api import install_errors, router
+    from .pages import pages
+    from .security import SecurityMiddleware
+    from .service import Service
+
+    settings = settings or WebSettings.from_app(celery_app, read_only=read_only)
+    app = FastAPI(title="celery_delayq", summary="Delayed Celery tasks, retries and parked messages in the ladder",
+                  version="1", openapi_url="/api/openapi.json", docs_url=None, redoc_url=None)
+    app.state.delayq = Service(celery_app, settings)
+    install_errors(app)
+    app.include_router(router)
+    app.include_router(pages)
+    app.mount("/static", StaticFiles(directory=str(Path(__file__).parent / "static")), name="static")
+    app.add_middleware(SecurityMiddleware, settings=settings)
+    return app

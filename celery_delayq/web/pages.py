@@ -1,0 +1,245 @@
+"""The HTML views (Overview, Waiting, Retries, Parked) and the browser's action forms.
+
+Pages are server-rendered Jinja2 templates: they work without JavaScript
+(the small ``static/delayq.js`` only asks "are you sure?"), load nothing from
+another site, and hold at most one page of tasks, never the whole index.
+Every form posts with the CSRF token (:mod:`.security`) and comes back to
+the page it was sent from with a one-line result.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from ..cancels.supersede import CannotReschedule, TaskNotWaiting
+from ..errors import DelayqError
+from ..humanize import human_duration
+from ..parking import ParkedFilter, ParkedMessageNotFound
+from ..pending import IndexUnavailable
+from ..pending.browse import WaitingFilter
+from .api import BadInput, parse_time, service
+from .security import CSRF_FIELD, csrf_token_for
+
+__all__ = ["pages", "templates"]
+
+templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
+templates.env.globals["human_duration"] = human_duration
+pages = APIRouter(include_in_schema=False)
+_PAGE = 50
+
+
+def _render(request: Request, name: str, **context: Any) -> HTMLResponse:
+    svc = service(request)
+    context.update(request=request, read_only=svc.settings.read_only, csrf=csrf_token_for(request),
+                   csrf_field=CSRF_FIELD, message=request.query_params.get("msg"),
+                   failed=request.query_params.get("failed") == "1", now=time.time(),
+                   prefix=request.scope.get("root_path", ""), body_max=svc.settings.body_max)
+    response: HTMLResponse = templates.TemplateResponse(request, name, context)
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers["Content-Security-Policy"] = "default-src 'self'; style-src 'self'; img-src 'self' data:"
+    return response
+
+
+def _back(request: Request, message: str, *, failed: bool = False, to: str | None = None) -> Response:
+    from urllib.parse import urlsplit
+
+    # Back to the page the form was on: its path and query only, never another host.
+    referer = urlsplit(request.headers.get("referer") or "")
+    target = to or (f"{referer.path}?{referer.query}" if referer.path.startswith("/") else "") or str(
+        request.url_for("overview_page"))
+    base, _, query = target.partition("?")
+    params = [(k, v) for k, v in (p.split("=", 1) if "=" in p else (p, "") for p in query.split("&") if p)
+              if k not in ("msg", "failed")]
+    params.append(("msg", message))
+    if failed:
+        params.append(("failed", "1"))
+    return RedirectResponse(f"{base}?{urlencode(params)}", status_code=303)
+
+
+@pages.get("/", response_class=HTMLResponse, name="overview_page")
+def overview_page(request: Request) -> HTMLResponse:
+    svc = service(request)
+    status = svc.status()
+    try:
+        soon: dict[str, int] | None = svc.due_soon()
+        index_error = None
+    except IndexUnavailable as exc:
+        soon, index_error = None, str(exc)
+    try:
+        findings = svc.findings()
+    except Exception as exc:  # noqa: BLE001 - the doctor's failure is shown, the rest of the page still is
+        findings, status["doctor_error"] = [], str(exc)
+    biggest = max([lv["messages"] for lv in status["levels"]] + [1])
+    hour = svc.telemetry()
+    return _render(request, "overview.html", status=status, soon=soon, index_error=index_error,
+                   findings=findings, biggest=biggest, tab="overview", hour=hour,
+                   telemetry_on=bool(svc.context.config.telemetry_dir))
+
+
+def _waiting_filter(request: Request, *, retries: bool) -> tuple[WaitingFilter, dict[str, str]]:
+    q = {k: request.query_params.get(k, "").strip() for k in ("task", "queue", "id", "args", "due_after", "due_before")}
+    match = WaitingFilter(task=q["task"] or None, queue=q["queue"] or None, id_prefix=q["id"] or None,
+                          text=q["args"] or None, due_after=parse_time(q["due_after"], "due after"),
+                          due_before=parse_time(q["due_before"], "due before"), retries_only=retries)
+    return match, q
+
+
+def _list_page(request: Request, *, retries: bool) -> HTMLResponse:
+    svc = service(request)
+    error = None
+    try:
+        match, q = _waiting_filter(request, retries=retries)
+    except BadInput as exc:
+        match, q, error = WaitingFilter(retries_only=retries), {}, str(exc)
+    try:
+        offset = max(0, int(request.query_params.get("offset", "0")))
+    except ValueError:
+        offset = 0
+    try:
+        page = svc.waiting(match, offset=offset, limit=_PAGE)
+    except IndexUnavailable as exc:
+        page, error = None, str(exc)
+    query = {k: v for k, v in q.items() if v}
+    return _render(request, "waiting.html", page=page, q=q, error=error, retries=retries, query=query,
+                   urlencode=urlencode, filtered=bool(query), tab="retries" if retries else "waiting",
+                   described=match.describe())
+
+
+@pages.get("/waiting", response_class=HTMLResponse, name="waiting_page")
+def waiting_page(request: Request) -> HTMLResponse:
+    return _list_page(request, retries=False)
+
+
+@pages.get("/retries", response_class=HTMLResponse, name="retries_page")
+def retries_page(request: Request) -> HTMLResponse:
+    return _list_page(request, retries=True)
+
+
+@pages.get("/parked", response_class=HTMLResponse, name="parked_page")
+def parked_page(request: Request) -> HTMLResponse:
+    svc = service(request)
+    q = {k: request.query_params.get(k, "").strip() for k in ("task", "exception", "id")}
+    match = ParkedFilter(task=q["task"] or None, exception=q["exception"] or None, ids=(q["id"],) if q["id"] else ())
+    found, total = svc.parked(match, limit=_PAGE)
+    return _render(request, "parked.html", found=found, total=total, q=q, filtered=any(q.values()), tab="parked")
+
+
+@pages.get("/parked/{parked_id}", response_class=HTMLResponse, name="parked_detail")
+def parked_detail(request: Request, parked_id: str) -> Response:
+    svc = service(request)
+    try:
+        p = svc.parked_one(parked_id)
+    except ParkedMessageNotFound as exc:
+        return _render(request, "parked_detail.html", p=None, error=str(exc), tab="parked")
+    body = p.body.decode("utf-8", "replace")
+    return _render(request, "parked_detail.html", p=p, error=None, tab="parked", body=body[:svc.settings.body_max],
+                   body_cut=len(body) > svc.settings.body_max)
+
+
+# -- actions (POST, CSRF-checked and refused when read-only by the middleware) ------------------------
+def _act(request: Request, what: Any) -> Response:
+    try:
+        return _back(request, what())
+    except (TaskNotWaiting, CannotReschedule, ParkedMessageNotFound, BadInput, ValueError, DelayqError) as exc:
+        return _back(request, str(exc), failed=True)
+
+
+@pages.post("/actions/cancel")
+def cancel_action(request: Request, task_id: list[str] = Form(...)) -> Response:
+    svc = service(request)
+
+    def go() -> str:
+        done = svc.cancel(task_id, via="page")
+        return f"cancelled {len(done)} task(s): {', '.join(r.task_id for r in done[:5])}{' …' if len(done) > 5 else ''}"
+    return _act(request, go)
+
+
+@pages.post("/actions/run-now")
+def run_now_action(request: Request, task_id: str = Form(...)) -> Response:
+    svc = service(request)
+
+    def go() -> str:
+        svc.reschedule(task_id, None, via="page")
+        return f"task {task_id} will run now (its copy in the ladder is cancelled)"
+    return _act(request, go)
+
+
+@pages.post("/actions/reschedule")
+def reschedule_action(request: Request, task_id: str = Form(...), due: str = Form(...)) -> Response:
+    svc = service(request)
+
+    def go() -> str:
+        done = svc.reschedule(task_id, parse_time(due, "new due time"), via="page")
+        return f"task {task_id} now due {done.as_dict()['due'] or 'now'}"
+    return _act(request, go)
+
+
+@pages.post("/actions/cancel-matching")
+def cancel_matching_action(request: Request, expect: int = Form(...), task: str = Form(""), queue: str = Form(""),
+                           id: str = Form(""), args: str = Form(""), due_after: str = Form(""),
+                           due_before: str = Form(""), retries: str = Form("")) -> Response:
+    svc = service(request)
+
+    def go() -> str:
+        match = WaitingFilter(task=task or None, queue=queue or None, id_prefix=id or None, text=args or None,
+                              due_after=parse_time(due_after, "due after"),
+                              due_before=parse_time(due_before, "due before"), retries_only=bool(retries))
+        done = svc.cancel_matching(match, dry_run=False, expect=expect, via="page")
+        return f"cancelled {done.done} matching task(s)"
+    return _act(request, go)
+
+
+def _parked_form(task: str, exception: str, ids: list[str]) -> ParkedFilter:
+    return ParkedFilter(task=task or None, exception=exception or None, ids=tuple(i for i in ids if i))
+
+
+@pages.post("/actions/replay")
+def replay_action(request: Request, expect: int = Form(...), task: str = Form(""), exception: str = Form(""),
+                  parked_id: list[str] = Form([]), delay: str = Form("")) -> Response:
+    svc = service(request)
+
+    def go() -> str:
+        match = _parked_form(task, exception, parked_id)
+        seconds = float(delay) if delay.strip() else None
+        if seconds is not None and not 0 <= seconds <= 10 * 365 * 86400:
+            raise ValueError("delay: between 0 and 10 years, in seconds")
+        count = svc.replay(match, delay=seconds, dry_run=True, via="page").matched
+        if count != expect:
+            raise ValueError(f"the filter now matches {count} parked message(s), not the {expect} shown; look again")
+        done = svc.replay(match, delay=seconds, dry_run=False, via="page")
+        return f"replayed {done.done} of {done.matched} parked message(s)" + (f" after {seconds:g} s" if seconds else "")
+    return _act(request, go) if parked_id else _back_to_list(request, go)
+
+
+def _back_to_list(request: Request, go: Any) -> Response:
+    try:
+        return _back(request, go())
+    except (ValueError, DelayqError) as exc:
+        return _back(request, str(exc), failed=True)
+
+
+@pages.post("/actions/delete-parked")
+def delete_parked_action(request: Request, expect: int = Form(...), task: str = Form(""), exception: str = Form(""),
+                         parked_id: list[str] = Form([])) -> Response:
+    svc = service(request)
+
+    def go() -> str:
+        match = _parked_form(task, exception, parked_id)
+        count = svc.delete_parked(match, dry_run=True, via="page").matched
+        if count != expect:
+            raise ValueError(f"the filter now matches {count} parked message(s), not the {expect} shown; look again")
+        done = svc.delete_parked(match, dry_run=False, via="page")
+        return f"deleted {done.done} parked message(s)"
+    to = str(request.url_for("parked_page")) if parked_id else None
+    try:
+        return _back(request, go(), to=to)
+    except (ValueError, DelayqError) as exc:
+        return _back(request, str(exc), failed=True)

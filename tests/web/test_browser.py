@@ -1,0 +1,159 @@
+"""The page in a real browser (Debian's Chromium via Playwright), a real broker and a real worker.
+
+Loads each view (and saves a screenshot of it to ``docs/img/web-*.png``),
+finds a task by id, cancels one and sees it not run, runs one now and sees it
+run once, and replays a parked task. Skips when Chromium or Playwright is not
+installed, except under CI (``./dev`` installs Chromium there).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from celery_delayq import DelayedRetryTask, cancel
+from helpers import Collector, running_worker
+
+CHROMIUM = os.environ.get("DELAYQ_CHROMIUM", "/usr/bin/chromium")
+SHOTS = Path(__file__).resolve().parents[2] / "docs" / "img"
+
+
+def _need(what: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{what} is missing (./dev installs Chromium: apt-get install chromium)")
+    pytest.skip(f"{what} is not installed")
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _need("playwright")
+    if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
+        _need("chromium")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def served(make_app: Any, uid: str, amqp_conn: Any, tmp_path: Path) -> Iterator[tuple[Any, str]]:
+    import uvicorn
+
+    from celery_delayq.web import create_app
+
+    parking = f"park.{uid}"
+    app = make_app(delayq_enabled=True, delayq_parking_queue=parking, delayq_telemetry_dir=str(tmp_path / "events"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(app), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 10
+    while not server.started and time.time() < deadline:
+        time.sleep(0.05)
+    try:
+        yield app, f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        ch = amqp_conn.channel()
+        ch.queue_delete(parking)
+        ch.close()
+
+
+def test_operator_finds_cancels_runs_now_and_replays(served: tuple[Any, str], browser: Any,
+                                                      collector: Collector) -> None:
+    app, url = served
+
+    @app.task(name=f"{app.main}.report", bind=True)
+    def report(self: Any, customer: str) -> None:
+        collector.add(kind="report", customer=customer, id=self.request.id)
+
+    @app.task(name=f"{app.main}.charge", bind=True, base=DelayedRetryTask, delayq_park_on=(ValueError,),
+              max_retries=3)
+    def charge(self: Any, amount: int) -> None:
+        collector.add(kind="charge", amount=amount, attempt=self.request.retries)
+        if amount < 0 and self.request.retries == 0 and not collector.items[1:]:
+            raise self.retry(exc=TimeoutError("card network timed out"), countdown=600)
+        if amount < 0 and not self.request.delivery_info.get("redelivered") and len(
+                [i for i in collector.items if i.get("amount") == amount]) == 1:
+            raise ValueError(f"card declined for amount {amount}")
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.on("dialog", lambda d: d.accept())
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with running_worker(app):
+        doomed_due = time.time() + 25
+        doomed = report.apply_async(("acme-doomed",), countdown=25)
+        soon = report.apply_async(("acme-now",), countdown=600)
+        others = [report.apply_async((f"customer-{i}",), countdown=900 + 60 * i) for i in range(12)]
+        retried = charge.apply_async((-5,), countdown=0)  # fails once: a retry waits, with its error
+        parked = charge.apply_async((-7,))  # declined: parked at once
+        time.sleep(2)  # the retry and the park happen; index entries linger 0.25 s
+
+        page.goto(url + "/")
+        page.wait_for_selector("text=waiting in the ladder")
+
+        page.goto(url + "/waiting")
+        assert page.locator(f"text={soon.id}").count() == 1
+        page.screenshot(path=str(SHOTS / "web-waiting.png"), full_page=True)
+
+        page.fill("input[name=id]", doomed.id[:8])  # search by id prefix
+        page.click("text=Filter")
+        rows = page.locator("table.tasks tbody tr")
+        assert rows.count() == 1 and doomed.id in rows.first.inner_text()
+        rows.first.locator("button:has-text('Cancel')").click()
+        page.wait_for_selector(".flash.good")
+        assert "cancelled 1 task" in page.inner_text(".flash")
+
+        page.goto(url + "/waiting?args=acme-now")  # search by argument
+        assert page.locator("table.tasks tbody tr").count() == 1
+        page.locator("button:has-text('Run now')").click()
+        page.wait_for_selector(".flash.good")
+        deadline = time.time() + 10
+        while time.time() < deadline and not [i for i in collector.items if i.get("customer") == "acme-now"]:
+            time.sleep(0.1)
+
+        page.goto(url + "/waiting?id=nothing-like-this")
+        assert "No waiting task matches --id nothing-like-this" in page.inner_text("p.empty")
+
+        page.goto(url + "/retries")
+        assert "card network timed out" in page.inner_text("table.tasks")
+        page.screenshot(path=str(SHOTS / "web-retries.png"), full_page=True)
+
+        page.goto(url + "/parked")
+        assert "card declined" in page.inner_text("table.tasks")
+        page.screenshot(path=str(SHOTS / "web-parked.png"), full_page=True)
+        page.locator("table.tasks tbody tr a").first.click()
+        page.wait_for_selector("text=Traceback")
+        page.screenshot(path=str(SHOTS / "web-parked-detail.png"), full_page=True)
+        page.locator("button:has-text('Replay')").click()
+        page.wait_for_selector(".flash.good")
+        assert "replayed 1 of 1" in page.inner_text(".flash")
+        deadline = time.time() + 15
+        while time.time() < deadline and len([i for i in collector.items if i.get("amount") == -7]) < 2:
+            time.sleep(0.1)
+        time.sleep(max(0.0, doomed_due + 3 - time.time()))  # past the cancelled task's due time
+        from celery_delayq.telemetry import flush_all
+
+        flush_all()
+        page.goto(url + "/")
+        assert "Deliveries per minute" in page.inner_text("main")
+        page.screenshot(path=str(SHOTS / "web-overview.png"), full_page=True)
+    ran = [i.get("customer") for i in collector.items if i["kind"] == "report"]
+    assert ran.count("acme-now") == 1 and "acme-doomed" not in ran
+    assert len([i for i in collector.items if i.get("amount") == -7]) == 2  # parked, replayed, ran again
+    cancel(app, *[o.id for o in others], retried.id, soon.id)
