@@ -212,5 +212,27 @@ class ManagementAPI:
             found = [item for item in found if item.get("name") in wanted]
         return found
 
+    def node_handles(self) -> list[dict[str, Any]] | None:
+        """Every running node's ``name``, ``fd_total`` and ``sockets_used`` (``GET /api/nodes``).
+
+        ``None`` also when the user may not see every virtual host (neither the
+        ``monitoring`` nor the ``administrator`` tag): what its queues reserve
+        could then not be counted.
+        """
+        who = self._get("/api/whoami")
+        tags = who.get("tags") if isinstance(who, dict) else None
+        tags = tags if isinstance(tags, list) else str(tags or "").split(",")
+        if not {"administrator", "monitoring"} & {str(t).strip() for t in tags}:
+            return None
+        found = self._get("/api/nodes?columns=name,running,fd_total,sockets_used")
+        if not isinstance(found, list):
+            return None
+        return [n for n in found if isinstance(n, dict) and n.get("running", True) and n.get("name")]
+
+    def all_queues(self) -> list[dict[str, Any]] | None:
+        """Every virtual host's queues: ``name``, ``vhost``, ``type``, ``leader``/``node``, ``members``."""
+        found = self._get("/api/queues?columns=name,vhost,type,leader,node,members")
+        return found if isinstance(found, list) else None
+
 
 _NOT_FOUND: Any = object()

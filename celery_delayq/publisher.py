@@ -48,6 +48,7 @@ from .errors import BrokerUnavailable, PublishError, PublishTimeout
 from .ladder import LadderSpec
 from .owned import OwnedConnection
 from .registry import ProcessRegistry
+from .budget import BudgetCheck
 from .management import ManagementAPI
 from .placement import LeaderPlacement
 from .topology import Destination, Topology, broker_version, resolve_queue_type
@@ -204,6 +205,8 @@ class LadderPublisher:
             topology.route_check = api.routes if api is not None else None
             if api is not None and self.config.leader_placement == "spread":
                 topology.placement = LeaderPlacement(api, self.template).place
+            # RabbitMQ 3.x: a new ladder only where its quorum queues fit the file-handle budget.
+            topology.budget = BudgetCheck(version, api, spread=self.config.leader_placement == "spread")
             if self.config.declare:
                 topology.declare(raw, defer_streams=True)  # streams: before the first index entry
             else:
