@@ -145,14 +145,21 @@ class LeaderPlacement:
         return spread(queues, list(addresses), load), addresses
 
     def place(self, queues: Sequence[tuple[str, dict[str, Any]]],
-              load: Mapping[str, int] | None = None) -> dict[str, str]:
+              load: Mapping[str, int] | None = None, *, balance: bool = False) -> dict[str, str]:
         """Declare each ``(name, arguments)`` queue through a connection to its planned leader's node.
 
-        ``load``: queues each node already leads (see :func:`spread`). Returns
+        ``load``: queues each node already leads (see :func:`spread`); with
+        ``balance`` and no ``load``, the vhost's current leaders are counted
+        (for a queue made on its own later: an exit or parking queue). Returns
         ``queue -> node`` for the queues declared that way. A node that
         cannot be reached keeps its share on the caller's connection (logged):
         placement never stops a ladder from being created.
         """
+        if balance and load is None:
+            if len(self.api.running_nodes() or ()) < 2:
+                return {}  # one node (or the API cannot tell): nothing to balance, and no queue list to fetch
+            rows = self.api.queues()
+            load = leader_counts(rows, [str(r.get("name")) for r in rows]) if rows else None
         plan, addresses = self.plan([name for name, _args in queues], load)
         if not plan:
             return {}

@@ -143,6 +143,8 @@ class LadderPublisher:
         #: Unconfirmed publishes of a lost connection, republished on the next one.
         self._orphans: collections.deque[Pending] = collections.deque()
         self.topology: Topology | None = None
+        #: Set by :meth:`declare` for an explicit creation (see there).
+        self._explicit = False
         #: Index entries of single publishes, written a few at a time.
         self._index = IndexBuffer(self)
 
@@ -162,11 +164,25 @@ class LadderPublisher:
             self._io(Tracker(), lambda confirm: None)
             return self._link.raw
 
-    def declare(self) -> Topology:
-        """Declare (or verify) the ladder now rather than at the first publish."""
-        self.raw_connection()
-        assert self.topology is not None
+    def declare(self, *, explicit: bool = False) -> Topology:
+        """Declare (or verify) the ladder now rather than at the first publish.
+
+        ``explicit``: an operator's deliberate creation, as ``delayq topology
+        declare`` is: on RabbitMQ 3.x a new ladder is then created even where
+        its file-handle cost cannot be checked (no management API); a check
+        that can run still refuses (:mod:`celery_delayq.budget`).
+
+        Raises:
+            FileHandleBudgetExceeded: a new ladder would not fit RabbitMQ 3.x's file handles.
+            FileHandleBudgetUnknown: a new ladder on 3.x, no API to check it, and not ``explicit``.
+        """
         with self._lock:
+            self._explicit = explicit
+            try:
+                self.raw_connection()
+            finally:
+                self._explicit = False
+            assert self.topology is not None
             self.topology.streams_ready()
         return self.topology
 
@@ -206,7 +222,8 @@ class LadderPublisher:
             if api is not None and self.config.leader_placement == "spread":
                 topology.placement = LeaderPlacement(api, self.template).place
             # RabbitMQ 3.x: a new ladder only where its quorum queues fit the file-handle budget.
-            topology.budget = BudgetCheck(version, api, spread=self.config.leader_placement == "spread")
+            topology.budget = BudgetCheck(version, api, spread=self.config.leader_placement == "spread",
+                                          explicit=self._explicit)
             if self.config.declare:
                 topology.declare(raw, defer_streams=True)  # streams: before the first index entry
             else:

@@ -153,7 +153,8 @@ class Topology:
     index: Any = field(default=None, repr=False)
     #: Declares a *new* ladder's quorum queues each on the node that should lead it
     #: (:meth:`~celery_delayq.placement.LeaderPlacement.place`); ``None`` = wherever the broker puts them.
-    placement: Callable[[list[tuple[str, dict[str, Any]]]], dict[str, str]] | None = field(default=None, repr=False)
+    #: Also places a new exit queue on the node that leads the fewest queues (``balance=True``).
+    placement: Callable[..., dict[str, str]] | None = field(default=None, repr=False)
     #: Raises unless ``(namespace, quorum queues to add)`` of a *new* ladder fit the broker's
     #: file-handle budget (:class:`~celery_delayq.budget.BudgetCheck`, RabbitMQ 3.x); ``None`` = no check.
     budget: Callable[[str, int], None] | None = field(default=None, repr=False)
@@ -477,6 +478,12 @@ class Topology:
                 self._check_route(dest)
             args = self.exit_queue_args(dest.exchange, dest.routing_key)
             if declare:
+                if self.placement is not None and self.queue_type == "quorum" \
+                        and not _probe(chans, "queue", dest.exit_queue).exists:
+                    try:  # a new exit queue leads where the fewest queues do, not on this connection's node
+                        self.placement([(dest.exit_queue, args)], balance=True)
+                    except amqp.PreconditionFailed as exc:
+                        raise _mismatch(f"exit queue {dest.exit_queue}", exc) from None
                 chans.run(f"exit queue {dest.exit_queue}", lambda ch: _declare(ch, "queue", dest.exit_queue, args))
                 chans.run("exit binding", lambda ch: ch.queue_bind(
                     dest.exit_queue, self.spec.delivery_exchange, self.spec.exit_binding_key(dest.token)))
