@@ -2,6 +2,7 @@
 
     python -m benchmarks.faults.handles               # both lines, private single nodes at ulimit -n 1024
     python -m benchmarks.faults.handles --only host   # RabbitMQ 3.10 only
+    python -m benchmarks.faults.handles --cluster     # a ladder's reservations per node, 3-node 3.10 cluster
 
 On a private single node started at Debian's default open-files limit (1024),
 ``--count`` objects of each kind are declared in turn, and after each batch
@@ -125,13 +126,53 @@ def measure(node: Node, count: int) -> dict[str, Any]:
     return result
 
 
+def measure_cluster(cluster: Cluster) -> dict[str, Any]:
+    """Reservations per node of one default ladder on a 3-node cluster: all leaders on the declaring node, then spread."""
+    import kombu
+
+    from celery_delayq.ladder import LadderSpec
+    from celery_delayq.management import ManagementAPI
+    from celery_delayq.pending.layout import IndexLayout
+    from celery_delayq.placement import LeaderPlacement
+    from celery_delayq.topology import Topology
+
+    first = cluster.nodes[0]
+    conn = amqp.Connection(f"127.0.0.1:{first.amqp_port}")
+    conn.connect()
+    template = kombu.Connection(first.url)
+    api = ManagementAPI.for_connection(template, first.mgmt_url)
+    out: dict[str, Any] = {}
+    for how in ("client-local", "spread"):
+        spec = LadderSpec(prefix=f"hc{uuid.uuid4().hex[:6]}")
+        topo = Topology(spec, "quorum", index=IndexLayout(spec))
+        if how == "spread":
+            topo.placement = LeaderPlacement(api, template).place
+        before = {n.nodename: sample(n)["reserved"] for n in cluster.nodes}
+        topo.declare(conn)
+        time.sleep(3)
+        after = {n.nodename: sample(n)["reserved"] for n in cluster.nodes}
+        out[how] = {node: (after[node] or 0) - (before[node] or 0) for node in after}
+        topo.delete(conn, if_empty=False)
+        time.sleep(3)
+    conn.close()
+    return out
+
+
 @click.command()
 @click.option("--only", type=click.Choice(["host", "rmq4"]), default=None)
 @click.option("--count", default=20, show_default=True, help="Objects of each kind per measurement.")
 @click.option("--nofile", default=1024, show_default=True, help="The node's open-files limit (ulimit -n).")
-def main(only: str | None, count: int, nofile: int) -> None:
+@click.option("--cluster", is_flag=True, help="Instead: one ladder's reservations per node of a 3-node 3.10 cluster.")
+def main(only: str | None, count: int, nofile: int, cluster: bool) -> None:
     """Measure file handles per broker object on private single nodes; write results/handles.json."""
     out: dict[str, Any] = {}
+    if cluster:
+        with Cluster.start("host", size=3, base_port=5688, prefix="dqhc", nofile=nofile) as started:
+            found = measure_cluster(started)
+        click.echo(json.dumps(found, indent=1))
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "handles_cluster.json").write_text(json.dumps({"3.10 3-node": found}, indent=1) + "\n")
+        return
     for flavour in usable_flavours(only):
         with Cluster.start(flavour, size=1, base_port=_PORTS[flavour], prefix=f"dqh{flavour[0]}",
                            nofile=nofile) as cluster:
