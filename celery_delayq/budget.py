@@ -143,6 +143,24 @@ class BudgetCheck:
     #: Set when an explicit creation went ahead without the API's numbers: ``(namespace, quorum queues)``.
     unchecked: tuple[str, int] | None = None
 
+    def _queues(self, limits: dict[str, int], adding: int) -> list[dict[str, Any]] | None:
+        """Every queue on the broker, or ``[]`` where even the worst case fits (``None``: cannot tell).
+
+        Listing every queue of every vhost took 0.3 s for 300 queues here, on a
+        path a first publish waits for; the broker's queue count bounds the
+        reservations (``2 + members`` each at most) in one cheap call, and a
+        broker with a raised limit never needs more.
+        """
+        total = self.api.queue_total()
+        members = len(limits)
+        if total is not None:
+            worst = (total + adding) * (2 + members)
+            budget = min(limits.values()) - RESERVED_FOR_OTHERS
+            if worst <= budget - 2 * headroom(budget):  # sockets too: keep twice the headroom
+                return []
+        found: list[dict[str, Any]] | None = self.api.all_queues()
+        return found
+
     @property
     def applies(self) -> bool:
         """Whether this broker reserves handles per quorum queue (RabbitMQ < 4.0)."""
@@ -161,8 +179,8 @@ class BudgetCheck:
             return
         version = ".".join(map(str, self.version))
         nodes = self.api.node_handles() if self.api is not None else None
-        queues = self.api.all_queues() if nodes else None
         limits = {str(n["name"]): int(n["fd_total"]) for n in nodes or () if isinstance(n.get("fd_total"), int)}
+        queues = self._queues(limits, quorum_queues) if limits else None
         if not limits or queues is None:
             if self.explicit:
                 self.unchecked = (namespace, quorum_queues)

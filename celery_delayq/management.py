@@ -229,6 +229,13 @@ class ManagementAPI:
             return None
         return [n for n in found if isinstance(n, dict) and n.get("running", True) and n.get("name")]
 
+    def queue_total(self) -> int | None:
+        """How many queues the broker has, in every virtual host (``GET /api/overview``'s ``object_totals``)."""
+        found = self._get("/api/overview?columns=object_totals")
+        totals = found.get("object_totals") if isinstance(found, dict) else None
+        count = totals.get("queues") if isinstance(totals, dict) else None
+        return count if isinstance(count, int) else None
+
     def all_queues(self) -> list[dict[str, Any]] | None:
         """Every virtual host's queues: ``name``, ``vhost``, ``type``, ``leader``/``node``, ``members``."""
         found = self._get("/api/queues?columns=name,vhost,type,leader,node,members")

@@ -249,18 +249,19 @@ class Topology:
             self.streams_ready()
 
     def missing_quorum_queues(self, connection: amqp.Connection) -> list[str]:
-        """The ladder's quorum queues (levels, unroutable) not on the broker; ``[]`` for an existing ladder.
+        """The ladder's quorum queues (levels, unroutable) a declare would add; ``[]`` for an existing ladder.
 
-        One passive declare tells an existing ladder (the common case); only a
-        new ladder, or one gaining shards, looks at every queue.
+        One passive declare tells an existing ladder (the common case). For a
+        new one (or one gaining shards) every quorum queue counts, without a
+        look at each: a few already there (a ladder half deleted) only make the
+        count err on the safe side, and each look costs a first publish a round trip.
         """
         s = self.spec
         with _Channels(connection) as chans:
             # The last shard's: a ladder that gains shards has missing queues.
             if _probe(chans, "queue", s.level_queue(s.levels - 1, s.radix - 1, s.shards - 1)).exists:
                 return []
-            names = [q.name for q in s.level_queues()] + [s.unroutable_queue]
-            return [name for name in names if not _probe(chans, "queue", name).exists]
+        return [q.name for q in s.level_queues()] + [s.unroutable_queue]
 
     def owned_queues(self) -> list[tuple[str, str, dict[str, Any]]]:
         """``(kind, name, args)`` of every queue the ladder owns, in placement order (pure).
