@@ -26,7 +26,9 @@ from typing import Any, Callable, Iterator
 import amqp
 import pytest
 
-from helpers import BROKER_HOST, Collector, broker_up, drain, management_url, queue_depth, running_worker  # noqa: F401
+from helpers import (  # noqa: F401
+    BROKER_HOST, Collector, broker_up, delete_ladder, drain, management_url, queue_depth, running_worker,
+)
 
 _broker_up = broker_up  # the name some test modules still import from here
 #: The session's own vhost (set by the ``vhost`` fixture), for the per-module ladder check.
@@ -148,7 +150,7 @@ def private_ladder(vhost: str) -> Iterator[Callable[..., Any]]:
     try:
         for topo in made:
             with contextlib.suppress(Exception):
-                topo.delete(conn, if_empty=False)
+                delete_ladder(conn, topo.spec, exit_queues=[d.exit_queue for d in topo._exits.values()])
     finally:
         conn.close()
 
@@ -185,7 +187,7 @@ def collector() -> Collector:
 
 
 @pytest.fixture
-def make_app(broker_url: str, prefix: str, uid: str) -> Iterator[Callable[..., Any]]:
+def make_app(broker_url: str, prefix: str, uid: str, vhost: str) -> Iterator[Callable[..., Any]]:
     """Factory of Celery apps on the test vhost, with delayq installed and torn down."""
     from celery import Celery
 
@@ -220,6 +222,18 @@ def make_app(broker_url: str, prefix: str, uid: str) -> Iterator[Callable[..., A
     yield factory
     for app in apps:
         celery_delayq.uninstall(app)
+    # A ladder of a test's own prefix goes with the test (the session's shared one stays).
+    own = {cfg.spec for cfg in (celery_delayq.DelayqConfig.from_app(app) for app in apps) if cfg.prefix != prefix}
+    if own:
+        with contextlib.suppress(Exception):
+            conn = amqp.Connection(BROKER_HOST, virtual_host=vhost)
+            conn.connect()
+            try:
+                for spec in own:
+                    with contextlib.suppress(Exception):
+                        delete_ladder(conn, spec)
+            finally:
+                conn.close()
     import kombu.pools
 
     from celery_delayq import publisher as _pub
@@ -274,6 +288,7 @@ def _no_ladder_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
     if os.environ.get("DELAYQ_SKIP_LEAK_CHECK"):
         yield
         return
+    shared = f"{request.getfixturevalue('prefix')}."
     before = _ladder_queues()
     yield
     if before is None:
@@ -281,12 +296,9 @@ def _no_ladder_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
     after = _ladder_queues()
     if after is None:
         return
-    shared = ""
-    with contextlib.suppress(Exception):
-        shared = f"{request.getfixturevalue('prefix')}."
     session_vhost = request.session.config.stash.get(_VHOST_KEY, None)
     left = sorted(name for vhost, name in after - before
-                  if vhost == session_vhost and not (shared and name.startswith(shared)))
+                  if vhost == session_vhost and not name.startswith(shared))
     if left:
         shown = ", ".join(left[:8]) + (f" and {len(left) - 8} more" if len(left) > 8 else "")
         pytest.fail(f"{request.module.__name__} left {len(left)} ladder queue(s) behind in vhost {session_vhost}: "

@@ -125,6 +125,8 @@ def test_new_ladders_at_1024_open_files_never_wedge_the_broker(node_1024: tuple[
         outcomes.append(_publish(where))
         _fresh_connection_within(cluster, 5.0)
     refused = [o for o in outcomes if not o["ok"]]
+    print(f"{'with' if management else 'without'} the management API: "
+          + " ".join("ok" if o["ok"] else o["error"] for o in outcomes))
     for o in refused:
         assert o["error"] in ("FileHandleBudgetExceeded", "FileHandleBudgetUnknown"), o
         assert "RabbitMQ 3.10" in o["message"] and "stops accepting connections" in o["message"], o["message"]
