@@ -43,6 +43,7 @@ The arithmetic is pure; :class:`BudgetCheck` asks the API.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from dataclasses import dataclass
@@ -59,6 +60,9 @@ log = logging.getLogger(__name__)
 RESERVATIONS_GONE_FROM = (4, 0)
 #: What RabbitMQ 3.x keeps out of its file-handle cache's limit for other descriptors.
 RESERVED_FOR_OTHERS = 100
+
+#: How long the check waits for each management API answer (s).
+API_TIMEOUT_S = 15.0
 
 #: The ways out, named in every refusal.
 FIX = ("raise the broker's open-files limit (systemd `LimitNOFILE=65536` for rabbitmq-server, or `ulimit -n 65536` "
@@ -178,6 +182,10 @@ class BudgetCheck:
         if not self.applies or quorum_queues <= 0:
             return
         version = ".".join(map(str, self.version))
+        if self.api is not None and self.api.timeout < API_TIMEOUT_S:
+            # Once per new ladder, so wait longer than a publish-path call would: a node
+            # just started, or busy, can take seconds to answer (a refusal would be wrong).
+            self.api = dataclasses.replace(self.api, timeout=API_TIMEOUT_S)
         nodes = self.api.node_handles() if self.api is not None else None
         limits = {str(n["name"]): int(n["fd_total"]) for n in nodes or () if isinstance(n.get("fd_total"), int)}
         queues = self._queues(limits, quorum_queues) if limits else None

@@ -151,9 +151,9 @@ class Topology:
     #: The streams of the index of waiting tasks and of the cancel log
     #: (:class:`~celery_delayq.pending.layout.IndexLayout`); ``None`` = none.
     index: Any = field(default=None, repr=False)
-    #: Declares a *new* ladder's quorum queues each on the node that should lead it
-    #: (:meth:`~celery_delayq.placement.LeaderPlacement.place`); ``None`` = wherever the broker puts them.
-    #: Also places a new exit queue on the node that leads the fewest queues (``balance=True``).
+    #: Declares every queue a *new* ladder owns on the node that should lead it
+    #: (:meth:`~celery_delayq.placement.LeaderPlacement.place`), and a new exit queue on the node
+    #: that leads the fewest queues (``balance=True``); ``None`` = wherever the broker puts them.
     placement: Callable[..., dict[str, str]] | None = field(default=None, repr=False)
     #: Raises unless ``(namespace, quorum queues to add)`` of a *new* ladder fit the broker's
     #: file-handle budget (:class:`~celery_delayq.budget.BudgetCheck`, RabbitMQ 3.x); ``None`` = no check.
