@@ -55,7 +55,9 @@ class DelayqConfig:
             :func:`~celery_delayq.batch` before the publisher waits.
         broker_url: Broker for the ladder; default is the app's write broker.
         management_url: RabbitMQ's management API, for what AMQP cannot tell (bindings,
-            held messages, leaders). ``None`` = ``http://<broker host>:15672``;
+            held messages, leaders, and on RabbitMQ 3.x whether a new ladder fits the
+            broker's file handles; without it a new ladder there is created only by
+            ``delayq topology declare``). ``None`` = ``http://<broker host>:15672``;
             ``""`` = never ask it.
         telemetry_dir: Root directory of the JSON Lines telemetry (``None`` = off);
             ``python -m celery_delayq.analytics`` turns it into a report.
@@ -82,8 +84,9 @@ class DelayqConfig:
         index: Keep an index of waiting tasks (RabbitMQ streams written by the broker
             itself, see :mod:`celery_delayq.pending`) for ``delayq pending`` and
             ``delayq cancel``; the broker writes one extra copy per ladder pass.
-        leader_placement: ``spread`` (a new ladder's quorum queue leaders are spread
-            over the cluster's running nodes, through a connection to each, which
+        leader_placement: ``spread`` (the leaders of every queue a new ladder owns, its
+            exit and parking queues too, are spread over the cluster's running nodes,
+            through a connection to each, which
             needs the management API to list them) or ``broker`` (wherever the
             broker's queue-leader locator puts them; with its default,
             ``client-local``, all on the declaring process's node). Existing

@@ -18,6 +18,8 @@ __all__ = [
     "TopologyMissing",
     "TopologyMismatch",
     "BrokerTooOld",
+    "FileHandleBudgetExceeded",
+    "FileHandleBudgetUnknown",
     "UnsupportedTransport",
     "UnroutableDestination",
     "PublishError",
@@ -62,6 +64,24 @@ class TopologyMismatch(TopologyError):
 
 class BrokerTooOld(TopologyError):
     """The broker lacks a feature the configuration asks for (e.g. quorum-queue TTL before 3.10)."""
+
+
+class FileHandleBudgetExceeded(TopologyError):
+    """A new ladder would take RabbitMQ 3.x past its file-handle budget; nothing was created.
+
+    Past that budget a 3.x node silently stops accepting connections for every
+    client (:mod:`celery_delayq.budget`). The message names the node, its
+    open-files limit, the ladders on it, and the fixes.
+    """
+
+
+class FileHandleBudgetUnknown(TopologyError):
+    """A new ladder on RabbitMQ 3.x whose file-handle cost nobody could check; nothing was created.
+
+    Without the management API a process cannot see the broker's budget, so it
+    does not create a ladder implicitly; ``celery -A APP delayq topology declare``
+    does it explicitly.
+    """
 
 
 class UnsupportedTransport(DelayqError):

@@ -267,6 +267,35 @@ class ManagementAPI:
             found = [item for item in found if item.get("name") in wanted]
         return found
 
+    def node_handles(self) -> list[dict[str, Any]] | None:
+        """Every running node's ``name``, ``fd_total`` and ``sockets_used`` (``GET /api/nodes``).
+
+        ``None`` also when the user may not see every virtual host (neither the
+        ``monitoring`` nor the ``administrator`` tag): what its queues reserve
+        could then not be counted.
+        """
+        who = self._get("/api/whoami")
+        tags = who.get("tags") if isinstance(who, dict) else None
+        tags = tags if isinstance(tags, list) else str(tags or "").split(",")
+        if not {"administrator", "monitoring"} & {str(t).strip() for t in tags}:
+            return None
+        found = self._get("/api/nodes?columns=name,running,fd_total,sockets_used")
+        if not isinstance(found, list):
+            return None
+        return [n for n in found if isinstance(n, dict) and n.get("running", True) and n.get("name")]
+
+    def queue_total(self) -> int | None:
+        """How many queues the broker has, in every virtual host (``GET /api/overview``'s ``object_totals``)."""
+        found = self._get("/api/overview?columns=object_totals")
+        totals = found.get("object_totals") if isinstance(found, dict) else None
+        count = totals.get("queues") if isinstance(totals, dict) else None
+        return count if isinstance(count, int) else None
+
+    def all_queues(self) -> list[dict[str, Any]] | None:
+        """Every virtual host's queues: ``name``, ``vhost``, ``type``, ``leader``/``node``, ``members``."""
+        found = self._get("/api/queues?columns=name,vhost,type,leader,node,members")
+        return found if isinstance(found, list) else None
+
 
 @dataclass(frozen=True)
 class Identity:

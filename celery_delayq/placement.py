@@ -19,6 +19,13 @@ ladders are left as they are: ``topology verify`` and ``doctor`` say when all
 their leaders sit on one node and name the ``rabbitmq-queues rebalance``
 command that moves them.
 
+Every queue a new ladder owns is placed so: the 42 level queues, the
+unroutable queue, the laps queue, the 16 index streams and the cancel log
+(a stream's leader, and a classic queue, also go where the declaring
+connection is); the parking queue, made at the first park, goes to the node
+that leads the fewest of the ladder's queues. ``delayq status`` shows leaders
+per node for each kind (:func:`owned_leaders`).
+
 The planning is pure (:func:`spread`, :func:`amqp_addresses`, :func:`leader_counts`);
 :class:`LeaderPlacement` does the I/O.
 """
@@ -30,7 +37,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-__all__ = ["spread", "amqp_addresses", "leader_counts", "LeaderPlacement", "WILDCARD_ADDRESSES"]
+__all__ = ["spread", "amqp_addresses", "leader_counts", "owned_leaders", "LeaderPlacement", "WILDCARD_ADDRESSES"]
 
 log = logging.getLogger(__name__)
 
@@ -38,17 +45,24 @@ log = logging.getLogger(__name__)
 WILDCARD_ADDRESSES = frozenset({"::", "0.0.0.0", "", "[::]"})
 
 
-def spread(queues: Sequence[str], nodes: Sequence[str]) -> dict[str, str]:
+def spread(queues: Sequence[str], nodes: Sequence[str], load: Mapping[str, int] | None = None) -> dict[str, str]:
     """Each queue's leader node, round robin in ladder order (pure).
 
     Ladder order keeps neighbouring queues (the digits of one level) on
     different nodes, so a level's work is shared too; the counts differ by at
-    most one.
+    most one. ``load``: queues each node already leads; each queue goes to the
+    least loaded node (ties in name order), which without a load is round robin.
     """
     if not nodes:
         raise ValueError("no nodes to place queues on")
     ordered = sorted(nodes)
-    return {name: ordered[i % len(ordered)] for i, name in enumerate(queues)}
+    counts = {node: int((load or {}).get(node, 0)) for node in ordered}
+    placed: dict[str, str] = {}
+    for name in queues:
+        node = min(ordered, key=lambda n: (counts[n], ordered.index(n)))
+        placed[name] = node
+        counts[node] += 1
+    return placed
 
 
 def amqp_addresses(listeners: Iterable[Mapping[str, Any]], nodes: Iterable[str]) -> dict[str, tuple[str, int]]:
@@ -82,6 +96,26 @@ def leader_counts(rows: Iterable[Mapping[str, Any]], names: Iterable[str]) -> di
     return dict(sorted(counts.items()))
 
 
+def owned_leaders(rows: Iterable[Mapping[str, Any]], kinds: Mapping[str, str],
+                  exit_prefix: str | None = None) -> dict[str, dict[str, int]]:
+    """``kind -> {node: queues it leads}`` for every queue a ladder owns, from ``GET /api/queues`` rows (pure).
+
+    ``kinds`` maps queue names to their kind (``levels``, ``index`` ...); a
+    queue whose name starts with ``exit_prefix`` is of kind ``exits``. Kinds
+    with no queue on the broker are left out.
+    """
+    out: dict[str, dict[str, int]] = {}
+    for row in rows:
+        name = str(row.get("name", ""))
+        kind = kinds.get(name) or ("exits" if exit_prefix and name.startswith(exit_prefix) else None)
+        if kind is None:
+            continue
+        node = str(row.get("leader") or row.get("node") or "?")
+        per_node = out.setdefault(kind, {})
+        per_node[node] = per_node.get(node, 0) + 1
+    return {kind: dict(sorted(nodes.items())) for kind, nodes in out.items()}
+
+
 @dataclass
 class LeaderPlacement:
     """Declares a new ladder's quorum queues each on the node that should lead it.
@@ -96,7 +130,8 @@ class LeaderPlacement:
     template: Any
     connect_timeout: float = 5.0
 
-    def plan(self, queues: Sequence[str]) -> tuple[dict[str, str], dict[str, tuple[str, int]]]:
+    def plan(self, queues: Sequence[str], load: Mapping[str, int] | None = None
+             ) -> tuple[dict[str, str], dict[str, tuple[str, int]]]:
         """Leader node per queue and node addresses; ``({}, {})`` on one node or when the API cannot tell."""
         nodes = self.api.running_nodes()
         if not nodes or len(nodes) < 2:
@@ -107,16 +142,25 @@ class LeaderPlacement:
             log.warning("delayq: %d-node cluster, but the management API names AMQP listeners for %d of them; "
                         "the new ladder's leaders stay where the broker puts them", len(nodes), len(addresses))
             return {}, {}
-        return spread(queues, list(addresses)), addresses
+        return spread(queues, list(addresses), load), addresses
 
-    def place(self, queues: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, str]:
+    def place(self, queues: Sequence[tuple[str, dict[str, Any]]],
+              load: Mapping[str, int] | None = None, *, balance: bool = False) -> dict[str, str]:
         """Declare each ``(name, arguments)`` queue through a connection to its planned leader's node.
 
-        Returns ``queue -> node`` for the queues declared that way. A node that
+        ``load``: queues each node already leads (see :func:`spread`); with
+        ``balance`` and no ``load``, the vhost's current leaders are counted
+        (for a queue made on its own later: an exit or parking queue). Returns
+        ``queue -> node`` for the queues declared that way. A node that
         cannot be reached keeps its share on the caller's connection (logged):
         placement never stops a ladder from being created.
         """
-        plan, addresses = self.plan([name for name, _args in queues])
+        if balance and load is None:
+            if len(self.api.running_nodes() or ()) < 2:
+                return {}  # one node (or the API cannot tell): nothing to balance, and no queue list to fetch
+            rows = self.api.queues()
+            load = leader_counts(rows, [str(r.get("name")) for r in rows]) if rows else None
+        plan, addresses = self.plan([name for name, _args in queues], load)
         if not plan:
             return {}
         args_of = dict(queues)
@@ -133,7 +177,7 @@ class LeaderPlacement:
                             "they are declared through this connection instead", node, host, port, len(names), exc)
                 continue
             placed.update((name, node) for name in names)
-        log.info("delayq: new ladder's %d quorum queue leaders spread over %d nodes", len(placed), len(by_node))
+        log.info("delayq: %d new queue leaders spread over %d nodes", len(placed), len(by_node))
         return placed
 
     def _declare_on(self, host: str, port: int, queues: list[tuple[str, dict[str, Any]]]) -> None:

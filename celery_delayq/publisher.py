@@ -48,6 +48,7 @@ from .errors import BrokerUnavailable, PublishError, PublishTimeout
 from .ladder import LadderSpec
 from .owned import OwnedConnection
 from .registry import ProcessRegistry
+from .budget import BudgetCheck
 from .management import ManagementAPI
 from .placement import LeaderPlacement
 from .topology import Destination, Topology, broker_version, resolve_queue_type
@@ -142,6 +143,8 @@ class LadderPublisher:
         #: Unconfirmed publishes of a lost connection, republished on the next one.
         self._orphans: collections.deque[Pending] = collections.deque()
         self.topology: Topology | None = None
+        #: Set by :meth:`declare` for an explicit creation (see there).
+        self._explicit = False
         #: Index entries of single publishes, written a few at a time.
         self._index = IndexBuffer(self)
 
@@ -161,11 +164,25 @@ class LadderPublisher:
             self._io(Tracker(), lambda confirm: None)
             return self._link.raw
 
-    def declare(self) -> Topology:
-        """Declare (or verify) the ladder now rather than at the first publish."""
-        self.raw_connection()
-        assert self.topology is not None
+    def declare(self, *, explicit: bool = False) -> Topology:
+        """Declare (or verify) the ladder now rather than at the first publish.
+
+        ``explicit``: an operator's deliberate creation, as ``delayq topology
+        declare`` is: on RabbitMQ 3.x a new ladder is then created even where
+        its file-handle cost cannot be checked (no management API); a check
+        that can run still refuses (:mod:`celery_delayq.budget`).
+
+        Raises:
+            FileHandleBudgetExceeded: a new ladder would not fit RabbitMQ 3.x's file handles.
+            FileHandleBudgetUnknown: a new ladder on 3.x, no API to check it, and not ``explicit``.
+        """
         with self._lock:
+            self._explicit = explicit
+            try:
+                self.raw_connection()
+            finally:
+                self._explicit = False
+            assert self.topology is not None
             self.topology.streams_ready()
         return self.topology
 
@@ -204,6 +221,9 @@ class LadderPublisher:
             topology.route_check = api.routes if api is not None else None
             if api is not None and self.config.leader_placement == "spread":
                 topology.placement = LeaderPlacement(api, self.template).place
+            # RabbitMQ 3.x: a new ladder only where its quorum queues fit the file-handle budget.
+            topology.budget = BudgetCheck(version, api, spread=self.config.leader_placement == "spread",
+                                          explicit=self._explicit)
             if self.config.declare:
                 topology.declare(raw, defer_streams=True)  # streams: before the first index entry
             else:

@@ -151,9 +151,13 @@ class Topology:
     #: The streams of the index of waiting tasks and of the cancel log
     #: (:class:`~celery_delayq.pending.layout.IndexLayout`); ``None`` = none.
     index: Any = field(default=None, repr=False)
-    #: Declares a *new* ladder's quorum queues each on the node that should lead it
-    #: (:meth:`~celery_delayq.placement.LeaderPlacement.place`); ``None`` = wherever the broker puts them.
-    placement: Callable[[list[tuple[str, dict[str, Any]]]], dict[str, str]] | None = field(default=None, repr=False)
+    #: Declares every queue a *new* ladder owns on the node that should lead it
+    #: (:meth:`~celery_delayq.placement.LeaderPlacement.place`), and a new exit queue on the node
+    #: that leads the fewest queues (``balance=True``); ``None`` = wherever the broker puts them.
+    placement: Callable[..., dict[str, str]] | None = field(default=None, repr=False)
+    #: Raises unless ``(namespace, quorum queues to add)`` of a *new* ladder fit the broker's
+    #: file-handle budget (:class:`~celery_delayq.budget.BudgetCheck`, RabbitMQ 3.x); ``None`` = no check.
+    budget: Callable[[str, int], None] | None = field(default=None, repr=False)
     _streams_on: Any = field(default=None, repr=False)
 
     # -- arguments ----------------------------------------------------------
@@ -218,8 +222,14 @@ class Topology:
         """
         s = self.spec
         streams = set(self.index.streams) if self.index is not None else set()
-        if self.placement is not None and self.queue_type == "quorum":
-            self._place_if_new(connection)
+        placing = self.placement is not None and self.queue_type == "quorum"
+        checking = self.budget is not None and self.queue_type == "quorum"
+        missing = self.missing_quorum_queues(connection) if placing or checking else []
+        if missing and checking:
+            assert self.budget is not None
+            self.budget(s.namespace, len(missing))  # FileHandleBudgetExceeded/Unknown: nothing created
+        if missing and placing:
+            self._place(connection)
         with _pipelined(connection, "the ladder") as ch:
             for kind, name, args in self.entities():
                 if name not in streams:
@@ -238,18 +248,46 @@ class Topology:
         if not defer_streams:
             self.streams_ready()
 
-    def _place_if_new(self, connection: amqp.Connection) -> None:
-        """A ladder not on the broker yet gets its quorum queues declared on their leaders' nodes first.
+    def missing_quorum_queues(self, connection: amqp.Connection) -> list[str]:
+        """The ladder's quorum queues (levels, unroutable) a declare would add; ``[]`` for an existing ladder.
 
-        One passive declare tells an existing ladder (the common case: a no-op),
-        whose queues stay where they are.
+        One passive declare tells an existing ladder (the common case). For a
+        new one (or one gaining shards) every quorum queue counts, without a
+        look at each: a few already there (a ladder half deleted) only make the
+        count err on the safe side, and each look costs a first publish a round trip.
+        """
+        s = self.spec
+        with _Channels(connection) as chans:
+            # The last shard's: a ladder that gains shards has missing queues.
+            if _probe(chans, "queue", s.level_queue(s.levels - 1, s.radix - 1, s.shards - 1)).exists:
+                return []
+        return [q.name for q in s.level_queues()] + [s.unroutable_queue]
+
+    def owned_queues(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """``(kind, name, args)`` of every queue the ladder owns, in placement order (pure).
+
+        Kinds: ``levels``, ``unroutable``, ``laps``, ``index``, ``cancels``. Exit
+        queues (one per destination) and the parking queue are made later.
+        """
+        s = self.spec
+        out: list[tuple[str, str, dict[str, Any]]] = [
+            ("levels", q.name, self.level_queue_args(q.level, q.digit, q.shard)) for q in s.level_queues()]
+        out.append(("unroutable", s.unroutable_queue, {"x-queue-type": self.queue_type}))
+        out.append(("laps", s.laps_queue, {"x-queue-type": "classic"}))
+        if self.index is not None:
+            cancel = self.index.cancel_queue
+            out += [("cancels" if name == cancel else "index", name, args) for _kind, name, args in self.index.entities()]
+        return out
+
+    def _place(self, connection: amqp.Connection) -> None:
+        """A ladder not on the broker yet gets every queue it owns declared on its leader's node first.
+
+        Levels, unroutable, laps, the index streams and the cancel log, round
+        robin in that order, so each kind is spread too (an existing queue stays
+        where it is: re-declaring it through another node changes nothing).
         """
         assert self.placement is not None
         s = self.spec
-        with _Channels(connection) as chans:
-            # The last shard's: a ladder that gains shards places the new ones.
-            if _probe(chans, "queue", s.level_queue(s.levels - 1, s.radix - 1, s.shards - 1)).exists:
-                return
         # The exchanges first: a quorum queue's at-least-once dead-letter worker that starts
         # without its target exchange holds what expires until a 180 s timer (RabbitMQ < 4.3).
         with _pipelined(connection, "the ladder's exchanges") as ch:
@@ -257,8 +295,7 @@ class Topology:
                 if kind.startswith("exchange"):
                     _declare(ch, kind, name, args, nowait=True)
             ch.exchange_declare(s.delivery_exchange, "topic", passive=True)  # the barrier
-        queues = [(q.name, self.level_queue_args(q.level, q.digit, q.shard)) for q in s.level_queues()]
-        queues.append((s.unroutable_queue, {"x-queue-type": self.queue_type}))
+        queues = [(name, args) for _kind, name, args in self.owned_queues()]
         try:
             self.placement(queues)
         except amqp.PreconditionFailed as exc:
@@ -442,6 +479,12 @@ class Topology:
                 self._check_route(dest)
             args = self.exit_queue_args(dest.exchange, dest.routing_key)
             if declare:
+                if self.placement is not None and self.queue_type == "quorum" \
+                        and not _probe(chans, "queue", dest.exit_queue).exists:
+                    try:  # a new exit queue leads where the fewest queues do, not on this connection's node
+                        self.placement([(dest.exit_queue, args)], balance=True)
+                    except amqp.PreconditionFailed as exc:
+                        raise _mismatch(f"exit queue {dest.exit_queue}", exc) from None
                 chans.run(f"exit queue {dest.exit_queue}", lambda ch: _declare(ch, "queue", dest.exit_queue, args))
                 chans.run("exit binding", lambda ch: ch.queue_bind(
                     dest.exit_queue, self.spec.delivery_exchange, self.spec.exit_binding_key(dest.token)))

@@ -30,7 +30,8 @@ from celery_delayq.telemetry import flush_all
 @click.option("--max-delay", default=8.0, show_default=True, help="Countdowns are uniform in [0.05, this] s.")
 @click.option("--telemetry", default=None, help="Write telemetry events under this directory.")
 @click.option("--broker", default=os.environ.get("DELAYQ_DEMO_BROKER", "amqp://guest:guest@127.0.0.1:5672//"))
-def main(tasks: int, max_delay: float, telemetry: str | None, broker: str) -> None:
+@click.option("--keep-ladder", is_flag=True, help="Keep the ladder on the broker afterwards (default: delete it).")
+def main(tasks: int, max_delay: float, telemetry: str | None, broker: str, keep_ladder: bool) -> None:
     app = Celery("lateness", broker=broker)
     app.conf.update(task_default_queue="delayq-lateness", delayq_prefix="delayq_demo", broker_heartbeat=0,
                     worker_hijack_root_logger=False, worker_prefetch_multiplier=100,
@@ -62,6 +63,26 @@ def main(tasks: int, max_delay: float, telemetry: str | None, broker: str) -> No
     click.echo(f"{tasks} delayed tasks sent in {sent:.2f} s; countdowns 0.05-{max_delay:g} s")
     click.echo(f"lateness: p50 {p(0.5):.1f} ms  p99 {p(0.99):.1f} ms  max {ms[-1]:.1f} ms  "
                f"mean {statistics.mean(ms):.1f} ms  early: {sum(1 for v in ms if v < 0)}")
+    _remove_ladder(app, keep_ladder)
+
+
+def _remove_ladder(app: Celery, keep: bool) -> None:
+    """Leave no ladder behind: on RabbitMQ 3.x every ladder reserves ~129 file handles (docs/footprint.md)."""
+    how = f"remove it with `celery -A <app> delayq topology delete` and delayq_prefix={app.conf.delayq_prefix!r}"
+    if keep:
+        click.echo(f"kept the ladder {app.conf.delayq_prefix!r} on the broker; {how}")
+        return
+    publisher = celery_delayq.ladder_for(app).publisher
+    topology = publisher.declare()
+    try:
+        deleted = topology.delete(publisher.raw_connection())  # only once empty: a demo may share the prefix
+    except celery_delayq.TopologyError as exc:
+        click.echo(f"kept the ladder: {exc} Once it drains, {how}.")
+        return
+    finally:
+        publisher.close()
+    click.echo(f"deleted the ladder {app.conf.delayq_prefix!r} ({len(deleted)} exchanges and queues); "
+               "--keep-ladder keeps it")
 
 
 if __name__ == "__main__":

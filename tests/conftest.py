@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -25,9 +26,13 @@ from typing import Any, Callable, Iterator
 import amqp
 import pytest
 
-from helpers import BROKER_HOST, Collector, broker_up, drain, queue_depth, running_worker  # noqa: F401
+from helpers import (  # noqa: F401
+    BROKER_HOST, Collector, broker_up, delete_ladder, drain, management_url, queue_depth, running_worker,
+)
 
 _broker_up = broker_up  # the name some test modules still import from here
+#: The session's own vhost (set by the ``vhost`` fixture), for the per-module ladder check.
+_VHOST_KEY = pytest.StashKey[str]()
 
 
 def _rabbitmqctl(*args: str) -> None:
@@ -62,7 +67,7 @@ def _vhost_reachable(name: str) -> bool:
 
 
 @pytest.fixture(scope="session")
-def vhost() -> Iterator[str]:
+def vhost(request: pytest.FixtureRequest) -> Iterator[str]:
     """A vhost of our own, deleted (with everything in it) at the end of the session."""
     if not _broker_up():
         _unavailable(f"RabbitMQ is not reachable at {BROKER_HOST} (./dev test starts 3.10 on 5672, "
@@ -73,6 +78,7 @@ def vhost() -> Iterator[str]:
         yield "/"  # fall back to unique names in the default vhost
         return
     name = f"delayq-test-{uuid.uuid4().hex[:8]}"
+    request.config.stash[_VHOST_KEY] = name
     _rabbitmqctl("add_vhost", name)
     _rabbitmqctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*")
     if not _vhost_reachable(name):
@@ -144,7 +150,7 @@ def private_ladder(vhost: str) -> Iterator[Callable[..., Any]]:
     try:
         for topo in made:
             with contextlib.suppress(Exception):
-                topo.delete(conn, if_empty=False)
+                delete_ladder(conn, topo.spec, exit_queues=[d.exit_queue for d in topo._exits.values()])
     finally:
         conn.close()
 
@@ -181,7 +187,7 @@ def collector() -> Collector:
 
 
 @pytest.fixture
-def make_app(broker_url: str, prefix: str, uid: str) -> Iterator[Callable[..., Any]]:
+def make_app(broker_url: str, prefix: str, uid: str, vhost: str) -> Iterator[Callable[..., Any]]:
     """Factory of Celery apps on the test vhost, with delayq installed and torn down."""
     from celery import Celery
 
@@ -216,6 +222,18 @@ def make_app(broker_url: str, prefix: str, uid: str) -> Iterator[Callable[..., A
     yield factory
     for app in apps:
         celery_delayq.uninstall(app)
+    # A ladder of a test's own prefix goes with the test (the session's shared one stays).
+    own = {cfg.spec for cfg in (celery_delayq.DelayqConfig.from_app(app) for app in apps) if cfg.prefix != prefix}
+    if own:
+        with contextlib.suppress(Exception):
+            conn = amqp.Connection(BROKER_HOST, virtual_host=vhost)
+            conn.connect()
+            try:
+                for spec in own:
+                    with contextlib.suppress(Exception):
+                        delete_ladder(conn, spec)
+            finally:
+                conn.close()
     import kombu.pools
 
     from celery_delayq import publisher as _pub
@@ -234,6 +252,59 @@ def make_app(broker_url: str, prefix: str, uid: str) -> Iterator[Callable[..., A
 def celery_worker() -> Callable[..., Any]:
     """Shadows pytest-celery's Docker fixture (no Docker here): an in-thread worker factory."""
     return running_worker
+
+
+#: Queues a ladder owns (levels, index streams, cancel log, unroutable, laps, parking, exit queues).
+_LADDER_QUEUE = re.compile(r"\.\d+x\d+\.(?:s\d+\.)?(?:L\d\d|index\.|cancels$)|\.(?:unroutable|laps|parking)$|\.exit\.")
+
+
+def _ladder_queues() -> set[tuple[str, str]] | None:
+    """``(vhost, name)`` of every ladder queue on the test broker, every vhost (``None``: no API)."""
+    import base64
+    import json
+    import urllib.request
+
+    req = urllib.request.Request(f"{management_url()}/api/queues?columns=name,vhost")
+    req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            rows = json.load(resp)
+    except Exception:
+        return None
+    return {(str(r["vhost"]), str(r["name"])) for r in rows if _LADDER_QUEUE.search(str(r["name"]))}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_ladder_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test module must delete every ladder queue it creates, but those of the session's shared ladder.
+
+    On RabbitMQ 3.x each quorum queue reserves file handles, and leftover ladders
+    wedge the broker for every client (celery_delayq.budget). Checked per module
+    in the session's vhost, through the management API (skipped where it cannot
+    be reached): other vhosts may belong to other test runs on a shared broker,
+    and the tests that make vhosts of their own delete them whole. The session's
+    ``prefix`` ladder is shared on purpose and goes with its vhost.
+    """
+    if os.environ.get("DELAYQ_SKIP_LEAK_CHECK"):
+        yield
+        return
+    shared = f"{request.getfixturevalue('prefix')}."
+    before = _ladder_queues()
+    yield
+    if before is None:
+        return
+    after = _ladder_queues()
+    if after is None:
+        return
+    session_vhost = request.session.config.stash.get(_VHOST_KEY, None)
+    left = sorted(name for vhost, name in after - before
+                  if vhost == session_vhost and not name.startswith(shared))
+    if left:
+        shown = ", ".join(left[:8]) + (f" and {len(left) - 8} more" if len(left) > 8 else "")
+        pytest.fail(f"{request.module.__name__} left {len(left)} ladder queue(s) behind in vhost {session_vhost}: "
+                    f"{shown}. Delete what a "
+                    "test creates (Topology.delete, the private_ladder fixture, or the session's shared prefix).",
+                    pytrace=False)
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,8 @@ from typing import Any, Callable, Hashable, Iterator
 
 import amqp
 
-__all__ = ["BROKER_HOST", "management_url", "broker_up", "Collector", "running_worker", "queue_depth", "drain"]
+__all__ = ["BROKER_HOST", "management_url", "broker_up", "Collector", "running_worker", "queue_depth", "drain",
+           "delete_ladder"]
 
 #: ``host:port`` of the RabbitMQ the tests use (``./dev test --rmq4`` sets 127.0.0.1:5673).
 BROKER_HOST = os.environ.get("DELAYQ_TEST_BROKER_HOST", "127.0.0.1:5672")
@@ -141,3 +142,15 @@ def drain(conn: amqp.Connection, queue: str, n: int, timeout: float = 30.0,
     assert len(seen) == n, (f"{len(seen)} of {n} distinct messages arrived in {queue} within {timeout} s "
                             f"({len(got)} consumed in all)")
     return got
+
+
+def delete_ladder(conn: amqp.Connection, spec: Any, *, exit_queues: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """Delete a ladder a test made: levels, exchanges, laps, unroutable, its index and cancel streams, its
+    parking queue and ``exit_queues``, messages or not (a ``Topology`` built without an index would leave
+    the 17 streams behind)."""
+    from celery_delayq.pending.layout import IndexLayout
+    from celery_delayq.topology import Topology
+
+    topo = Topology(spec, "quorum", index=IndexLayout(spec))
+    deleted = topo.delete(conn, if_empty=False, exit_queues=[*exit_queues, f"{spec.prefix}.parking"])
+    return deleted

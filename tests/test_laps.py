@@ -26,7 +26,10 @@ def small_prefix(uid: str, amqp_conn):
     yield prefix
     from celery_delayq.topology import Topology
 
-    topo = Topology(LadderSpec(prefix=prefix, levels=3, unit_ms=10, radix=4), "quorum")
+    from celery_delayq.pending.layout import IndexLayout
+
+    spec = LadderSpec(prefix=prefix, levels=3, unit_ms=10, radix=4)
+    topo = Topology(spec, "quorum", index=IndexLayout(spec))  # the index and cancel streams go too
     laps_exit = topo.destination("", topo.spec.laps_queue).exit_queue
     existed = entity_exists(amqp_conn, "queue", laps_exit)
     deleted = topo.delete(amqp_conn, if_empty=False)

@@ -37,3 +37,22 @@ def test_leader_counts_only_count_the_named_queues_by_leader_or_node() -> None:
     rows = [{"name": "a", "leader": "n1"}, {"name": "b", "leader": "n2"}, {"name": "c", "node": "n1"},
             {"name": "other", "leader": "n3"}]
     assert leader_counts(rows, ["a", "b", "c"]) == {"n1": 2, "n2": 1}
+
+
+def test_spread_with_a_load_fills_the_least_loaded_nodes_first() -> None:
+    from celery_delayq.placement import spread
+
+    assert spread(["a"], ["n1", "n2", "n3"], {"n1": 21, "n2": 20, "n3": 20}) == {"a": "n2"}
+    placed = spread([f"q{i}" for i in range(4)], ["n1", "n2"], {"n1": 3})
+    assert sorted(placed.values()) == ["n1", "n2", "n2", "n2"]
+
+
+def test_owned_leaders_counts_each_kind_of_queue_per_node() -> None:
+    from celery_delayq.placement import owned_leaders
+
+    rows = [{"name": "p.14x4.L00.d1", "leader": "n1"}, {"name": "p.14x4.L00.d2", "leader": "n2"},
+            {"name": "p.14x4.index.00", "leader": "n3"}, {"name": "p.laps", "node": "n2"},
+            {"name": "p.exit.default.q.ab", "leader": "n1"}, {"name": "other", "leader": "n1"}]
+    kinds = {"p.14x4.L00.d1": "levels", "p.14x4.L00.d2": "levels", "p.14x4.index.00": "index", "p.laps": "laps"}
+    assert owned_leaders(rows, kinds, "p.exit.") == {"levels": {"n1": 1, "n2": 1}, "index": {"n3": 1},
+                                                     "laps": {"n2": 1}, "exits": {"n1": 1}}

@@ -23,7 +23,7 @@ import amqp
 import pytest
 from celery import Celery
 
-from helpers import drain, queue_depth, running_worker
+from helpers import delete_ladder, drain, queue_depth, running_worker
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -67,7 +67,7 @@ def sharded_project(tmp_path: Path, broker_url: str, uid: str, amqp_conn: amqp.C
     yield {"env": env, "dir": tmp_path, "queue": queue, "spec": spec, "broker_url": broker_url}
     topo = Topology(spec, "quorum")
     with contextlib.suppress(Exception):
-        topo.delete(amqp_conn, if_empty=False, exit_queues=[topo.destination("", queue).exit_queue])
+        delete_ladder(amqp_conn, spec, exit_queues=[topo.destination("", queue).exit_queue])
     with contextlib.suppress(Exception):
         amqp_conn.channel().queue_delete(queue)
 

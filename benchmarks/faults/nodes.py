@@ -123,6 +123,9 @@ class Node:
     #: ``advanced.config`` Erlang terms for the ``rabbit`` application (e.g. dead-letter timeouts).
     rabbit_advanced: str = ""
     _ctl_ports: tuple[int, int] = field(default=(0, 0), repr=False)
+    #: Open-files limit of the node's VM (``ulimit -n``); ``None`` = what this process has.
+    #: Debian's packaging leaves rabbitmq-server at 1024, where RabbitMQ 3.x's quorum queues wedge it.
+    nofile: int | None = None
 
     @property
     def nodename(self) -> str:
@@ -187,6 +190,8 @@ class Node:
         if _port_open(self.amqp_port):
             raise NodeError(f"port {self.amqp_port} is taken: is {self.nodename} already running?")
         argv = self.flavour.command([f"{_BIN}/rabbitmq-server"], self.env())
+        if self.nofile is not None:
+            argv = ["prlimit", f"--nofile={self.nofile}:{self.nofile}", "--", *argv]
         out = self.flavour.host_path(f"{self._dir}/log/console.out")
         with open(out, "ab") as sink:
             subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -285,8 +290,11 @@ class Cluster:
 
     @classmethod
     def start(cls, flavour: str = "host", *, size: int = 3, base_port: int = 5690, prefix: str = "dq",
-              management: bool = True, rabbit_advanced: str = "") -> "Cluster":
-        """Wipe, start and cluster ``size`` nodes; AMQP on ``base_port + i`` (5670-5699), management on ``15000 + base_port % 1000 * 10 + i``."""
+              management: bool = True, rabbit_advanced: str = "", nofile: int | None = None) -> "Cluster":
+        """Wipe, start and cluster ``size`` nodes; AMQP on ``base_port + i`` (5670-5699), management on ``15000 + base_port % 1000 * 10 + i``.
+
+        ``nofile``: the nodes' open-files limit (``ulimit -n``), e.g. Debian's default 1024.
+        """
         if not 5670 <= base_port <= 5699 - (size - 1):
             raise ValueError(f"base_port must leave its {size} node(s) within 5670-5699 (the port plan), got {base_port}")
         fl = FLAVOURS[flavour]
@@ -294,7 +302,8 @@ class Cluster:
         # that happened to get one as its local port made a node fail to boot (dist_port_already_used).
         nodes = [Node(fl, f"{prefix}{i + 1}", base_port + i, 24000 + base_port % 1000 * 10 + i,
                       (15000 + base_port % 1000 * 10 + i) if management else 0, rabbit_advanced,
-                      (31000 + (base_port - 5670) * 50 + 20 * i, 31000 + (base_port - 5670) * 50 + 20 * i + 19))
+                      (31000 + (base_port - 5670) * 50 + 20 * i, 31000 + (base_port - 5670) * 50 + 20 * i + 19),
+                      nofile)
                  for i in range(size)]
         cluster = cls(nodes)
         try:

@@ -55,7 +55,7 @@ def _publisher(url: str, prefix: str, index: bool) -> Any:
     shape = {k: v for k, v in DEFAULT_LADDER.items() if k in ("radix", "unit_ms", "levels", "queue_type")}
     config = DelayqConfig(prefix=prefix, index=index, management_url="", **shape)
     pub = LadderPublisher(kombu.Connection(url), config)
-    pub.declare()
+    pub.declare(explicit=True)  # the API is off here: on RabbitMQ 3.x a new ladder must be created explicitly
     return pub
 
 

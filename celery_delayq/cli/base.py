@@ -92,6 +92,7 @@ class AppContext:
 
         A :meth:`Topology.declare` of a new ladder spreads its leaders (``delayq_leader_placement``).
         """
+        from ..budget import BudgetCheck
         from ..pending.layout import index_layout
         from ..placement import LeaderPlacement
 
@@ -101,6 +102,8 @@ class AppContext:
         api = self.api(raw)
         if api is not None and self.config.leader_placement == "spread":
             topo.placement = LeaderPlacement(api, self.connection()).place
+        # An operator's command is the explicit way to create a ladder the budget check cannot see.
+        topo.budget = BudgetCheck(version, api, spread=self.config.leader_placement == "spread", explicit=True)
         return topo
 
     def api(self, raw: amqp.Connection) -> ManagementAPI | None:

@@ -48,6 +48,13 @@ ever added, never renamed or removed):
     The cluster's running nodes, and how many of the ladder's level queues
     each node leads (``{}``/``null`` when the management API cannot tell);
     each level queue also has ``leader``.
+``leaders_by_kind``
+    ``{kind: {node: queues it leads}}`` for every kind of queue the ladder
+    owns: ``levels``, ``unroutable``, ``laps``, ``index`` (the index streams),
+    ``cancels`` (the cancel log), ``parking`` and ``exits`` (one per
+    destination); a kind with no queue yet is left out (``null`` when the
+    management API cannot tell). A new ladder spreads them all
+    (:mod:`celery_delayq.placement`).
 ``held``
     ``{queue: messages}``: ladder queues (levels and exit queues) that hold
     messages in their dead-letter state, on two looks ``recovery.HELD_FOR_S``
@@ -74,7 +81,7 @@ from rich.table import Table
 
 from ..humanize import describe_ladder, human_duration
 from ..ladder import LadderSpec
-from ..placement import leader_counts
+from ..placement import leader_counts, owned_leaders
 from ..recovery import held_on_two_looks
 from ..topology import LadderState
 from .base import AppContext, app_context, console
@@ -116,6 +123,9 @@ def ladder_status(app: AppContext, raw: amqp.Connection, *, now: float | None = 
     held_now = held_on_two_looks(api, spec.prefix, first=every) if every is not None else None
     nodes = api.running_nodes() if rows is not None and api is not None else None
     leader_of = {str(r.get("name")): str(r.get("leader") or r.get("node")) for r in rows or []}
+    kinds = {name: kind for kind, name, _args in topo.owned_queues()}
+    kinds[app.parking_queue] = "parking"
+    by_kind = owned_leaders(every, kinds, f"{spec.prefix}.exit.") if every is not None else None
     levels: list[dict[str, Any]] = []
     for k in range(spec.levels - 1, -1, -1):
         queues: list[dict[str, Any]] = []
@@ -153,6 +163,7 @@ def ladder_status(app: AppContext, raw: amqp.Connection, *, now: float | None = 
         "all_due_by": _iso(now + max(bounds)) if bounds else None,
         "nodes": nodes,
         "leaders": leader_counts(rows or [], level_names),
+        "leaders_by_kind": by_kind,
         "held": held_now,
     }
 
@@ -211,6 +222,8 @@ def _render(doc: dict[str, Any], ctx: click.Context) -> None:
             line = (f"[yellow]{line}[/yellow]: one node does every level's dead-letter work; "
                     "`celery -A APP delayq topology verify` says how to spread them")
         out.print(line)
+    if clustered and doc.get("leaders_by_kind"):
+        out.print(_leaders_table(doc["leaders_by_kind"], doc["nodes"]))
     stuck = doc.get("held") or {}
     if stuck:
         shown = ", ".join(f"{name} {n:,}" for name, n in sorted(stuck.items())[:4]) + (" ..." if len(stuck) > 4 else "")
@@ -231,6 +244,25 @@ def _cancelled_waiting(app: AppContext) -> int | None:
         return len(cancel_book(app.app).still_due())
     except Exception:  # noqa: BLE001 - no streams, no cancel log yet: status still answers
         return None
+
+
+#: The order of the kinds in the leaders table: the ladder's own queues, then those made later.
+_KINDS = ("levels", "unroutable", "laps", "index", "cancels", "parking", "exits")
+
+
+def _leaders_table(by_kind: dict[str, dict[str, int]], nodes: list[str]) -> Table:
+    """Queues each node leads, per kind of queue the ladder owns (a kind all on one node in yellow)."""
+    table = Table(title="leaders per node, by kind of queue", title_justify="left")
+    table.add_column("queues")
+    shown = sorted(set(nodes) | {n for per in by_kind.values() for n in per})
+    for node in shown:
+        table.add_column(_short_node(node), justify="right")
+    for kind in sorted(by_kind, key=lambda k: (_KINDS.index(k) if k in _KINDS else len(_KINDS), k)):
+        per = by_kind[kind]
+        lopsided = len(per) == 1 and sum(per.values()) >= len(shown) > 1
+        label = f"[yellow]{kind}[/yellow]" if lopsided else kind
+        table.add_row(label, *[str(per.get(node, 0)) if per.get(node) else "[dim]0[/dim]" for node in shown])
+    return table
 
 
 def _short_node(node: str | None) -> str:

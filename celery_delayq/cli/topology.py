@@ -78,6 +78,12 @@ def declare(ctx: click.Context, destination: tuple[str, ...]) -> None:
         for dest in parse_destinations(topo, destination):
             topo.ensure_exit(raw, dest, declare=True)
     click.echo(f"declared {describe_ladder(topo.spec, topo.queue_type)} on {app.uri}")
+    unchecked = getattr(topo.budget, "unchecked", None)
+    if unchecked:
+        click.echo(f"note: the new ladder's {unchecked[1]} quorum queues reserve {unchecked[1] * 3}+ file handles on "
+                   "RabbitMQ 3.x, and its budget could not be checked (no management API): check it with "
+                   "`rabbitmqctl eval 'file_handle_cache:info().'` (total_used must stay well below total_limit).",
+                   err=True)
 
 
 @topology.command()

@@ -12,6 +12,7 @@ import time
 from datetime import datetime
 from typing import Any, Iterable
 
+from ..budget import FIX, RESERVATIONS_GONE_FROM, RESERVED_FOR_OTHERS, quorum_reservations
 from ..humanize import describe_ladder, human_duration
 from ..ladder import LadderSpec
 from ..plugin_compat import PLUGIN_TYPE
@@ -250,31 +251,6 @@ def node_loss_finding(version: tuple[int, ...], nodes: list[str] | None, queue_t
         "4.3.6 measured: late by about the outage).", details)
 
 
-#: First RabbitMQ version without per-queue file-handle reservations (its file-handle cache is gone).
-RESERVATIONS_GONE_FROM = (4, 0)
-
-
-def quorum_reservations(queues: Iterable[dict[str, Any]], nodes: Iterable[str]) -> dict[str, int]:
-    """File handles each node's quorum queue replicas reserve on RabbitMQ 3.x (pure).
-
-    ``rabbit_quorum_queue`` reserves ``2 + members`` for a leader and 2 for a
-    follower (``file_handle_leader_reservation``/``_other_reservation``),
-    granted always but counted against the node's limit; ``queues`` are
-    ``GET /api/queues`` rows (``type``, ``leader``/``node``, ``members``) of
-    every virtual host.
-    """
-    reserved = {node: 0 for node in nodes}
-    for q in queues:
-        if q.get("type") != "quorum":
-            continue
-        members = [str(m) for m in q.get("members") or ()]
-        leader = str(q.get("leader") or q.get("node") or "")
-        for member in set(members) | {leader}:
-            if member in reserved:
-                reserved[member] += 2 + len(members) if member == leader else 2
-    return reserved
-
-
 def file_handles_finding(version: tuple[int, ...], limits: dict[str, int] | None,
                          queues: list[dict[str, Any]] | None, api: ApiReach, *,
                          missing_ladder_queues: int = 0) -> Finding:
@@ -298,11 +274,10 @@ def file_handles_finding(version: tuple[int, ...], limits: dict[str, int] | None
     added = missing_ladder_queues * (2 + min(3, max(1, len(limits))))
     worst = max(limits, key=lambda n: (reserved[n] + added) / max(1, limits[n]))
     total, limit = reserved[worst] + added, limits[worst]
-    budget = max(1, limit - 100)
+    budget = max(1, limit - RESERVED_FOR_OTHERS)
     details = {"limits": limits, "reserved": reserved, "ladder_queues_to_add": missing_ladder_queues}
     ratio = total / budget
-    fix = ("Raise RabbitMQ's open-files limit (systemd `LimitNOFILE=65536` for rabbitmq-server, or `ulimit -n "
-           "65536` before starting it), or delete unused quorum queues. RabbitMQ 4.x reserves none.")
+    fix = (f"To fix: {FIX}; or delete other unused quorum queues. RabbitMQ 4.x reserves none.")
     where = f"{worst}: quorum queue replicas reserve {total} of its ~{budget} file handles (open-files limit {limit}"
     where += f", counting the {missing_ladder_queues} ladder queues still to declare)" if added else ")"
     if ratio >= 0.8:

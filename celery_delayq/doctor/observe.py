@@ -26,8 +26,9 @@ from ..ladder import LadderSpec
 from ..management import ManagementAPI
 from ..plugin_compat import PLUGIN_TYPE
 from ..topology import LadderState, Topology, broker_version, resolve_queue_type
+from ..budget import RESERVATIONS_GONE_FROM
 from .checks import (
-    NATIVE_DELIVERY_EXCHANGE, RESERVATIONS_GONE_FROM, activation_finding, broker_finding, feature_flags_finding,
+    NATIVE_DELIVERY_EXCHANGE, activation_finding, broker_finding, feature_flags_finding,
     file_handles_finding, ladder_finding, leaders_finding, native_finding, node_loss_finding, native_queue_names, parking_finding,
     plugin_finding, worker_eta_finding,
 )

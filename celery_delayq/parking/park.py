@@ -78,10 +78,14 @@ class Parker:
     """
 
     def __init__(self, connection: kombu.Connection, *, queue_type: str = "auto",
-                 confirm_timeout: float = 30.0) -> None:
+                 confirm_timeout: float = 30.0, management_url: str | None = "", spread: bool = False) -> None:
         self.template = connection
         self.queue_type = queue_type
         self.confirm_timeout = confirm_timeout
+        #: With ``spread`` and the management API (``management_url``, as ``delayq_management_url``),
+        #: a new quorum parking queue leads on the cluster node that leads the fewest queues of the vhost.
+        self.management_url = management_url
+        self.spread = spread
         self._lock = threading.Lock()
         self._link = OwnedConnection(connection, role="parker")
         self._declared: set[str] = set()
@@ -140,11 +144,23 @@ class Parker:
             ch = raw.channel()  # the failed passive declare closed the channel
             version = broker_version(raw)
             qtype = resolve_queue_type(self.queue_type, version)
-            ch.queue_declare(queue, durable=True, auto_delete=False, arguments=declare_arguments(qtype, version))
+            args = declare_arguments(qtype, version)
+            if self.spread and qtype == "quorum":
+                self._place(raw, queue, args)
+            ch.queue_declare(queue, durable=True, auto_delete=False, arguments=args)
         finally:
             with contextlib.suppress(Exception):
                 ch.close()
         self._declared.add(queue)
+
+    def _place(self, raw: amqp.Connection, queue: str, args: dict[str, Any]) -> None:
+        """Declare a new parking queue through the node that leads the fewest of the vhost's queues (best effort)."""
+        from ..management import ManagementAPI
+        from ..placement import LeaderPlacement
+
+        api = ManagementAPI.for_broker(self.template, raw, self.management_url)
+        if api is not None:
+            LeaderPlacement(api, self.template).place([(queue, args)], balance=True)
 
     def close(self) -> None:
         """Close the parking connection (it reopens on the next park)."""
@@ -155,10 +171,12 @@ class Parker:
 _PARKERS: ProcessRegistry[Parker] = ProcessRegistry()
 
 
-def parker_for(connection: kombu.Connection, *, queue_type: str, confirm_timeout: float) -> Parker:
+def parker_for(connection: kombu.Connection, *, queue_type: str, confirm_timeout: float,
+               management_url: str | None = "", spread: bool = False) -> Parker:
     """The process-wide parker for a broker (created on first use)."""
-    key = (connection.as_uri(include_password=True), queue_type, confirm_timeout)
-    return _PARKERS.get(key, lambda: Parker(connection, queue_type=queue_type, confirm_timeout=confirm_timeout))
+    key = (connection.as_uri(include_password=True), queue_type, confirm_timeout, management_url, spread)
+    return _PARKERS.get(key, lambda: Parker(connection, queue_type=queue_type, confirm_timeout=confirm_timeout,
+                                            management_url=management_url, spread=spread))
 
 
 def park_attempt(task: Any, request: Any, exc: BaseException, *, reason: str, options: "RetryOptions") -> None:
@@ -183,7 +201,8 @@ def park_attempt(task: Any, request: Any, exc: BaseException, *, reason: str, op
         first_attempt=first_attempt_time(request), last_attempt=attempt.started, exc=exc, reason=reason,
         exchange=attempt.raw.exchange, routing_key=attempt.raw.routing_key)
     queue_type = config.queue_type if config.parking_queue_type == "auto" else config.parking_queue_type
-    parker = parker_for(router.connection(), queue_type=queue_type, confirm_timeout=config.confirm_timeout)
+    parker = parker_for(router.connection(), queue_type=queue_type, confirm_timeout=config.confirm_timeout,
+                        management_url=config.management_url, spread=config.leader_placement == "spread")
     try:
         parker.park(options.parking_queue, parking_message(attempt.raw, failure))
     except ParkingFailed as err:

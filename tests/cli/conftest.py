@@ -9,8 +9,7 @@ import amqp
 import pytest
 
 from celery_delayq.ladder import LadderSpec
-from celery_delayq.topology import Topology
-from helpers import BROKER_HOST
+from helpers import BROKER_HOST, delete_ladder
 
 
 @pytest.fixture
@@ -22,8 +21,6 @@ def ladder_app(make_app: Callable[..., Any], uid: str, vhost: str) -> Iterator[A
     conn.connect()
     try:
         with contextlib.suppress(Exception):
-            Topology(LadderSpec(prefix=f"ro{uid}", levels=3, unit_ms=1000), "quorum").delete(conn, if_empty=False)
-        with contextlib.suppress(Exception):
-            conn.channel().queue_delete(f"ro{uid}.parking")
+            delete_ladder(conn, LadderSpec(prefix=f"ro{uid}", levels=3, unit_ms=1000))  # streams and parking too
     finally:
         conn.close()

@@ -7,6 +7,7 @@ no worker), as a web process would; it talks to node 1 only.
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -130,3 +131,65 @@ def test_a_spread_ladder_delivers_on_time_through_every_node(cluster: Cluster, t
     # On time: a new ladder's queues must find their dead-letter exchanges from the start (a worker
     # that starts without one holds what expires for 180 s on 3.10).
     assert max(got) <= published + 2.0 + 3.0, f"last arrived {max(got) - published - 2.0:.1f} s after its due time"
+
+
+def _owned_by_kind(cluster: Cluster, prefix: str) -> dict[str, dict[str, int]]:
+    """Leaders per node of every queue of ``prefix``'s ladder, by kind, as the API of node 1 shows them."""
+    node = cluster.nodes[0]
+    req = urllib.request.Request(f"{node.mgmt_url}/api/queues/%2F?columns=name,type,leader,node")
+    req.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
+    rows: list[dict[str, Any]] = json.load(urllib.request.urlopen(req, timeout=10))
+    patterns = {"levels": rf"^{prefix}\.14x4\.L\d\d\.d\w$", "index": rf"^{prefix}\.14x4\.index\.[0-9a-f]{{2}}$",
+                "cancels": rf"^{prefix}\.14x4\.cancels$", "unroutable": rf"^{prefix}\.unroutable$",
+                "laps": rf"^{prefix}\.laps$", "parking": rf"^{prefix}\.parking$", "exits": rf"^{prefix}\.exit\."}
+    out: dict[str, dict[str, int]] = {}
+    for row in rows:
+        for kind, pattern in patterns.items():
+            if re.match(pattern, str(row["name"])):
+                leader = str(row.get("leader") or row.get("node"))
+                out.setdefault(kind, {})[leader] = out.setdefault(kind, {}).get(leader, 0) + 1
+    return out
+
+
+def test_every_queue_a_new_ladder_owns_is_spread_and_status_shows_it(cluster: Cluster, tmp_path: Path) -> None:
+    from kombu import Connection
+
+    from celery_delayq.parking import Parker
+
+    prefix = f"owned{uuid.uuid4().hex[:6]}"
+    app_dir = _app_module(tmp_path, cluster, prefix, "spread")
+    _publish(app_dir, countdown=3600)  # through node 1 only
+    nodes = sorted(n.nodename for n in cluster.nodes)
+    seen = _owned_by_kind(cluster, prefix)
+    assert {"levels", "index", "cancels", "unroutable", "laps", "exits"} <= set(seen), seen
+    for kind in ("levels", "index"):  # 42 and 16 queues: on every node, counts within one
+        assert sorted(seen[kind]) == nodes, (kind, seen)
+        assert max(seen[kind].values()) - min(seen[kind].values()) <= 1, (kind, seen)
+    own = ("levels", "unroutable", "laps", "index", "cancels")
+    per_node = {n: sum(seen[kind].get(n, 0) for kind in own) for n in nodes}
+    assert max(per_node.values()) - min(per_node.values()) <= 1, per_node  # 61 queues: 21/20/20, not 33 on one
+    singles = {next(iter(seen[kind])) for kind in ("unroutable", "laps", "cancels")}
+    assert len(singles) >= 2, seen  # the one-queue kinds do not all pile onto one node either
+
+    # The parking queue, made at the first park, goes to a node that leads the fewest queues.
+    req = urllib.request.Request(f"{cluster.nodes[0].mgmt_url}/api/queues/%2F?columns=name,leader,node")
+    req.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
+    load = {n: 0 for n in nodes}
+    for row in json.load(urllib.request.urlopen(req, timeout=10)):
+        load[str(row.get("leader") or row.get("node"))] += 1
+    parker = Parker(Connection(cluster.nodes[0].url), queue_type="quorum", management_url=cluster.nodes[0].mgmt_url,
+                    spread=True)
+    try:
+        parker.park(f"{prefix}.parking", amqp.Message(b"{}", application_headers={"id": "t1"}))
+    finally:
+        parker.close()
+    parked_on = next(iter(_owned_by_kind(cluster, prefix)["parking"]))
+    assert load[parked_on] == min(load.values()), (parked_on, load)
+
+    # `status --json` shows the same spread, kind by kind, and the table shows it too.
+    doc = json.loads(_cli(app_dir, "status", "--json").stdout)
+    assert doc["leaders_by_kind"] == _owned_by_kind(cluster, prefix)
+    table = _cli(app_dir, "status").stdout
+    assert "leaders per node, by kind of queue" in table, table
+    for kind in ("levels", "index", "cancels", "laps", "unroutable", "parking", "exits"):
+        assert kind in table, table
