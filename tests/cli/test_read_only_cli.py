@@ -47,7 +47,8 @@ def test_reading_an_absent_ladder_creates_nothing(ladder_app: Any, vhost: str) -
     as_json = run_delayq(ladder_app, "status", "--json", ok=False)
     assert as_json.exit_code == 1
     doc = json.loads(as_json.stdout)
-    assert doc["exists"] is False and doc["totals"] == {"waiting": 0, "parked": 0, "unroutable": 0, "held": None}
+    assert doc["exists"] is False and doc["totals"] == {"waiting": 0, "parked": 0, "unroutable": 0, "held": None,
+                                                     "cancelled": None}
     # level exchanges, deliver + unroutable, level queues, unroutable, laps, 16 index streams + the cancel log
     assert len(doc["missing"]) == 3 + 2 + 9 + 1 + 1 + 17
     assert run_delayq(ladder_app, "parking", "list", "--json").stdout.strip() == "[]"
@@ -122,7 +123,8 @@ def test_status_totals_levels_and_due_bounds(ladder_app: Any, amqp_conn: amqp.Co
     t0 = time.time()
     doc = json.loads(run_delayq(ladder_app, "status", "--json").stdout)
     assert doc["schema"] == SCHEMA and doc["exists"] and doc["complete"] and doc["missing"] == []
-    assert {k: v for k, v in doc["totals"].items() if k != "held"} == {"waiting": 3, "parked": 2, "unroutable": 1}
+    assert {k: v for k, v in doc["totals"].items() if k != "held"} == {"waiting": 3, "parked": 2, "unroutable": 1,
+                                                                       "cancelled": 0}
     assert doc["totals"]["held"] in (0, None) and doc["held"] in ({}, None)  # None: no management API of this broker
     assert doc["ladder"]["max_delay"] == "1.1 min" and doc["ladder"]["namespace"] == f"{spec.prefix}.3x4"
     top = doc["levels"][0]
