@@ -181,6 +181,7 @@ def _now(live: Mapping[str, Any] | None) -> list[str]:
         return parts
     totals = live["totals"]
     held = totals.get("held")
+    hint = f"celery -A {html.escape(str(live.get('app') or 'APP'))} delayq"
     parts.append(_card_row([
         ("waiting in the ladder", _fmt(totals["waiting"]), False),
         ("held: due, not passed on", "unknown" if held is None else _fmt(held), bool(held)),
@@ -201,12 +202,12 @@ def _now(live: Mapping[str, Any] | None) -> list[str]:
     if stuck:
         parts.append(_table([("q", "queue holding overdue messages"), ("n", "messages")],
                             [[name, _fmt(n)] for name, n in sorted(stuck.items())], left=1, alarm=(1,)))
-        parts.append('<p class="note">These are due but RabbitMQ keeps them in the dead-letter state: after a '
-                     "broker restart <code>celery -A APP delayq topology recover</code> moves them; an exit "
+        parts.append(f'<p class="note">These are due but RabbitMQ keeps them in the dead-letter state: after a '
+                     f"broker restart <code>{hint} topology recover</code> moves them; an exit "
                      "queue keeps them until its destination has a binding for their routing key.</p>")
     if totals["parked"]:
-        parts.append('<p class="note">Parked: <code>celery -A APP delayq parking list</code>, then '
-                     "<code>parking replay</code>.</p>")
+        parts.append(f'<p class="note">Parked: <code>{hint} parking list</code>, then '
+                     f"<code>{hint} parking replay</code>.</p>")
     return parts
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import click
 
-from .base import AppContext, named
+from .base import AppContext, app_name as named_app, named
 from .when import Moment
 
 __all__ = ["report_command", "main"]
@@ -61,11 +61,12 @@ def _app_of(ctx: click.Context, app_name: str | None) -> Any:
     return None
 
 
-def live_state(app: Any) -> dict[str, Any]:
+def live_state(app: Any, name: str = "APP") -> dict[str, Any]:
     """What the broker holds now for ``app``'s ladder: ``delayq status --json``'s document, or why not.
 
-    Never raises: the history is worth writing even when the broker is down;
-    the report then says so instead of showing stale numbers.
+    ``name`` is how the operator names the app (``-A``), for the report's hints
+    (the document's ``app``). Never raises: the history is worth writing even
+    when the broker is down; the report then says so instead of showing stale numbers.
     """
     from .status import ladder_status
 
@@ -74,8 +75,8 @@ def live_state(app: Any) -> dict[str, Any]:
         with context.connected() as raw:
             doc = ladder_status(context, raw)
     except Exception as exc:  # broker down, refused, not AMQP: say it in the report
-        return {"error": f"{type(exc).__name__}: {exc}", "broker": _safe_uri(context)}
-    return doc
+        return {"error": f"{type(exc).__name__}: {exc}", "broker": _safe_uri(context), "app": name}
+    return {**doc, "app": name}
 
 
 def _safe_uri(context: AppContext) -> str:
@@ -145,7 +146,7 @@ def report_command(ctx: click.Context, events_dir: str | None, app_name: str | N
     except ImportError as exc:
         raise click.ClickException(f"the report needs pyspark: pip install 'celery_delayq[analytics]' ({exc})") from exc
     started = time.perf_counter()
-    now = live_state(app) if (live and app is not None) else None
+    now = live_state(app, app_name or named_app(ctx)) if (live and app is not None) else None
     live_s = time.perf_counter() - started
     try:
         summary = run_report(events_dir, out_dir, master=master, conf=conf, since=since, until=until,
