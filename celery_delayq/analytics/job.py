@@ -95,27 +95,6 @@ def _files_to_read(events_dir: str, since: float | None, until: float | None) ->
     return files
 
 
-#: Below this much JSON, one shuffle partition does every aggregate: the
-#: tables are a few hundred rows, and each extra partition is a task to
-#: schedule per stage (about 40% of a 40-event report's aggregate time here).
-SMALL_INPUT_BYTES = 64 * 1024**2
-
-
-def _job_conf(files: list[EventFile] | None, conf: Mapping[str, str] | None) -> dict[str, str]:
-    """The caller's Spark settings, plus one shuffle partition for a small local input."""
-    out = dict(conf or {})
-    if files is not None and sum(f.size for f in files) < SMALL_INPUT_BYTES:
-        out.setdefault("spark.sql.shuffle.partitions", "1")
-    return out
-
-
-def _window_text(since: float | None, until: float | None) -> str:
-    if since is None and until is None:
-        return ""
-    fmt = lambda t: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))  # noqa: E731
-    return f" between {fmt(since) if since is not None else 'the start'} and {fmt(until) if until is not None else 'now'}"
-
-
 def _incremental_events(
     session: SparkSession, events_dir: str, out: Path, since: float | None, until: float | None
 ) -> tuple[DataFrame, int, dict[str, Any]]:
@@ -223,8 +202,7 @@ def run_report(
     out.mkdir(parents=True, exist_ok=True)
     clock = _Stages()
     info: dict[str, Any] = {}
-    with session_scope(master, spark, _job_conf(listed, conf),
-                       log=out / "spark.log" if quiet else None) as session:
+    with session_scope(master, spark, conf, log=out / "spark.log" if quiet else None) as session:
         clock.lap("start Spark")
         cpu_start = _jvm_cpu_s(session)
         if incremental:
