@@ -14,8 +14,9 @@ for ``--minutes`` publishes delayed work every second:
 * ``reports.render``: a plain task that sometimes fails (``failed``);
 * a few ``orders.confirm`` are revoked before they are due (``cancelled``).
 
-At the end the parked messages are replayed once, and the report job runs
-over the events (``--report``).  Telemetry lands in ``<out>/events``, the
+At the end the parked messages are replayed once, and ``celery -A realrun_app
+delayq report`` runs over the events (``--report``) while the vhost still
+exists, so its first section shows what the broker holds then.  Telemetry lands in ``<out>/events``, the
 report in ``<out>/report``.
 """
 
@@ -174,15 +175,17 @@ def main(minutes: float, rate: int, out_dir: Path, report: bool, broker_host: st
             print(parked.replay(), flush=True)
         time.sleep(10)
         flush_all()
+        print(f"published {n} tasks in {minutes} min; events in {events}", flush=True)
+        if report:
+            # As an operator runs it, while the vhost still exists: the report opens with what
+            # the broker holds now (the parked messages a replay parked again, the ladder's queues).
+            subprocess.run([sys.executable, "-m", "celery", "-A", "realrun_app", "delayq", "report",
+                            "--out", str(out_dir / "report"), "--master", "local[2]"],
+                           check=True, env=env, cwd=module_dir)
     finally:
         worker.terminate()
         worker.wait(60)
         _ctl("delete_vhost", vhost)
-    print(f"published {n} tasks in {minutes} min; events in {events}", flush=True)
-    if report:
-        subprocess.run([sys.executable, "-m", "celery_delayq.analytics", "--events", str(events), "--out",
-                        str(out_dir / "report"), "--master", "local[2]", "-v"], check=True,
-                       env={**os.environ, "PYTHONPATH": env["PYTHONPATH"]})
 
 
 if __name__ == "__main__":

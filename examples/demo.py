@@ -1,31 +1,43 @@
 """celery_delayq demo: a flaky task retrying with exponential backoff through the ladder.
 
-Run against the local broker:  python examples/demo.py
+Run against the local broker:  python examples/demo.py  [--keep | --clean]
 (or ./dev demo, which also sets up the virtualenv). It starts a real Celery
 worker in this process, sends a card charge that fails three times, and
 prints, for every attempt, when it was due and when it ran. While the retry
 waits, it shows which ladder levels hold the message: the worker holds nothing.
+
+At the end it removes what it declared on the broker (the ladder's queues and
+exchanges, their index streams and the demo's task queue) with the same code
+as ``celery -A APP delayq topology delete``. ``--keep`` leaves them to look at
+(``delayq status``, the management UI) and prints the one command that
+removes them later: ``--clean``.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 import threading
 import time
 from datetime import datetime
 
 from celery import Celery
+from celery.bin.base import CLIContext
 from celery.contrib.testing.worker import start_worker
 
 from celery_delayq import DelayedRetryTask, router_for
+from celery_delayq.cli import delayq
 from celery_delayq.occupancy import ladder_occupancy
 
 BROKER = os.environ.get("DELAYQ_DEMO_BROKER", "amqp://guest:guest@127.0.0.1:5672//")
+#: The demo's own names: everything it declares starts with one of them.
+QUEUE, PREFIX = "delayq-demo", "delayq_demo"
 
 app = Celery("shop", broker=BROKER)
 app.conf.update(
-    task_default_queue="delayq-demo",
-    delayq_prefix="delayq_demo",
+    task_default_queue=QUEUE,
+    delayq_prefix=PREFIX,
     broker_heartbeat=0,
     worker_hijack_root_logger=False,
 )
@@ -77,7 +89,25 @@ def watch_ladder() -> None:
         conn.release()
 
 
-def main() -> None:
+def remove_from_broker() -> None:
+    """Delete the demo's ladder (``delayq topology delete``) and its task queue and exchange."""
+    # The CLI command itself, in this process: the same checks and the same report an operator gets.
+    delayq.main(["topology", "delete", "--yes", "--discard-messages"], prog_name="delayq",
+                obj=CLIContext(app=app, no_color=True, workdir=None), standalone_mode=False)
+    with app.connection_for_write() as conn:
+        channel = conn.default_channel
+        channel.queue_delete(QUEUE)
+        channel.exchange_delete(QUEUE)
+    print(f"deleted the demo's task queue and exchange {QUEUE!r}")
+
+
+def clean_command() -> str:
+    """How to run this demo's --clean from where it was started."""
+    via = os.environ.get("DELAYQ_DEMO_VIA")
+    return f"{via} --clean" if via else f"{os.path.relpath(sys.executable)} {os.path.relpath(__file__)} --clean"
+
+
+def run_demo() -> None:
     print(f"celery_delayq demo against {BROKER.split('@')[-1]}")
     with start_worker(app, pool="solo", perform_ping_check=False, loglevel="WARNING", shutdown_timeout=10):
         watcher = threading.Thread(target=watch_ladder, daemon=True)
@@ -89,6 +119,27 @@ def main() -> None:
         watcher.join(2)
         time.sleep(0.2)
     print("\nEvery wait happened in RabbitMQ TTL queues; the worker held no message while it waited.")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--keep", action="store_true",
+                      help="leave the demo's queues on the broker to look at (--clean removes them)")
+    what.add_argument("--clean", action="store_true", help="only remove what an earlier --keep left")
+    args = parser.parse_args(argv)
+    if args.clean:
+        remove_from_broker()
+        return
+    try:
+        run_demo()
+    finally:
+        if args.keep:
+            print(f"\nThe demo's ladder ({PREFIX}.*) and task queue ({QUEUE}) are still on the broker, "
+                  f"for you to look at. Remove them with:\n  {clean_command()}")
+        else:
+            print(f"\nRemoving what the demo declared on the broker (--keep leaves it):")
+            remove_from_broker()
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ def _window(events: DataFrame, since: float | None, until: float | None) -> Data
     return events
 
 
-def _files_to_read(events_dir: str, since: float | None, until: float | None) -> list[str] | None:
+def _files_to_read(events_dir: str, since: float | None, until: float | None) -> list[EventFile] | None:
     """The local files to parse (None: a remote path, Spark lists it).
 
     Raises NoValidEventsError at once when there is nothing to read, so an
@@ -92,14 +92,7 @@ def _files_to_read(events_dir: str, since: float | None, until: float | None) ->
     files = list_event_files(events_dir, since=since, until=until)
     if not files:
         raise NoValidEventsError(f"no event files under {events_dir}" + _window_text(since, until))
-    return [f.path for f in files]
-
-
-def _window_text(since: float | None, until: float | None) -> str:
-    if since is None and until is None:
-        return ""
-    fmt = lambda t: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))  # noqa: E731
-    return f" between {fmt(since) if since is not None else 'the start'} and {fmt(until) if until is not None else 'now'}"
+    return files
 
 
 def _incremental_events(
@@ -169,6 +162,8 @@ def run_report(
     since: float | None = None,
     until: float | None = None,
     incremental: bool = False,
+    live: Mapping[str, Any] | None = None,
+    quiet: bool = False,
 ) -> dict[str, Any]:
     """Analyse the telemetry under ``events_dir`` and write the report to ``out_dir``.
 
@@ -190,6 +185,11 @@ def run_report(
     :func:`~celery_delayq.analytics.session.default_conf` plus ``conf``, and
     stops it at the end.
 
+    ``live`` is what the broker holds now (``delayq status --json``'s document,
+    or ``{"error": ...}``): the report's first section.  With ``quiet``, a
+    session created here sends the JVM's own output to ``<out>/spark.log``.
+    The summary's ``timings_s`` says how long each stage took.
+
     Returns the summary dict (also written as ``summary.json``).  Raises
     :class:`~celery_delayq.analytics.errors.EventsNotFoundError` or
     :class:`~celery_delayq.analytics.errors.NoValidEventsError`, for a local
@@ -197,43 +197,64 @@ def run_report(
     """
     events_dir = check_events_path(events_dir)
     out = Path(out_dir).resolve()
-    files = None if incremental else _files_to_read(events_dir, since, until)
+    listed = None if incremental else _files_to_read(events_dir, since, until)
+    files = [f.path for f in listed] if listed is not None else None
     out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
+    clock = _Stages()
     info: dict[str, Any] = {}
-    with session_scope(master, spark, conf) as session:
+    with session_scope(master, spark, conf, log=out / "spark.log" if quiet else None) as session:
+        clock.lap("start Spark")
         cpu_start = _jvm_cpu_s(session)
         if incremental:
             events, malformed, info = _incremental_events(session, events_dir, out, since, until)
         else:
             events, malformed = read_events(session, files or events_dir, since=since, until=until)
-        parsed_at = time.perf_counter()
+        clock.lap("parse")
         try:
             _write_tables(build_tables(session, events), out)
         finally:
             events.unpersist()
-        aggregated_at = time.perf_counter()
+        clock.lap("aggregate")
         tables = _read_back(session, out)
         cpu_end = _jvm_cpu_s(session)
+    clock.lap("read back")
 
     storms = [s.to_dict() for s in find_storms(tables["retries_per_minute"])]
     window = {"since": since, "until": until, "files": len(files) if files is not None else None,
               "incremental": incremental, **info}
     summary = build_summary(tables["task_summary"], malformed, queues=tables["queue_summary"],
                             storms=storms, window=window)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     images = render_all(tables, storms)
+    clock.lap("charts")
+    summary["live"] = dict(live) if live is not None else None
+    summary["timings_s"] = clock.stages
     for name, png in images.items():
         (out / name).write_bytes(png)
     (out / "report.html").write_text(
         render_html(summary, tables, images, events_dir=events_dir), encoding="utf-8"
     )
+    clock.lap("html")
+    summary["timings_s"] = clock.stages
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     logger.info(
-        "report written to %s: parse+cache %.1fs, aggregates %.1fs, total %.1fs, driver jvm cpu %s",
-        out,
-        parsed_at - started,
-        aggregated_at - parsed_at,
-        time.perf_counter() - started,
+        "report written to %s: %s; total %.1fs, driver jvm cpu %s", out,
+        ", ".join(f"{name} {secs:.1f}s" for name, secs in clock.stages.items()), clock.total(),
         f"{cpu_end - cpu_start:.1f}s" if cpu_start is not None and cpu_end is not None else "n/a",
     )
     return summary
+
+
+class _Stages:
+    """Wall-clock seconds of each stage of a report run, in order."""
+
+    def __init__(self) -> None:
+        self.started = self.last = time.perf_counter()
+        self.stages: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.stages[name] = round(now - self.last, 2)
+        self.last = now
+
+    def total(self) -> float:
+        return time.perf_counter() - self.started

@@ -27,6 +27,7 @@ __all__ = [
     "lateness_over_time_png",
     "format_duration",
     "lateness_by_delay_png",
+    "minute_span",
     "render_all",
     "retries_over_time_png",
 ]
@@ -141,6 +142,11 @@ def lateness_by_delay_png(rows: Iterable[Mapping[str, Any]]) -> bytes:
             y_scale = "symlog"
         ax.xaxis.set_major_locator(ticker.FixedLocator(xs))
         ax.xaxis.set_minor_locator(ticker.NullLocator())
+        # How many deliveries each point stands for: a p99 of five deliveries is their maximum.
+        for x, r, low in zip(xs, data, p50, strict=True):
+            ax.annotate(f"n={int(r.get('delivered') or 0):,}", (x, low), xytext=(0, -13),
+                        textcoords="offset points", ha="center", va="top", fontsize=7, color="0.35")
+        ax.margins(y=0.12)
         labels = [format_duration(r["delay_bucket_s"]) for r in data]
         ax.set_xticks(
             xs, labels, rotation=45 if len(xs) > 8 else 0, ha="right" if len(xs) > 8 else "center"
@@ -157,10 +163,40 @@ _BIN_MINUTES = (1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440)
 _MAX_BINS = 150
 
 
-def _time_axis(ax: Any) -> None:
-    locator = mdates.AutoDateLocator(tz=timezone.utc)
+#: The narrowest time axis: a window of one minute is drawn over five, so its
+#: ticks read as clock times and not as a sub-second scale.
+_MIN_SPAN_S = 300
+
+
+def _time_axis(ax: Any, span: tuple[float, float] | None = None) -> None:
+    """UTC clock ticks; with ``span`` (epoch s), exactly that range (widened to :data:`_MIN_SPAN_S`).
+
+    Without explicit limits matplotlib pads a date axis by years around a
+    single point: a 1-minute report once showed 2025–2029.
+    """
+    locator = mdates.AutoDateLocator(tz=timezone.utc, minticks=3, maxticks=8)
     ax.xaxis.set_major_locator(locator)
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=timezone.utc))
+    if span is not None:
+        start, end = span
+        if end - start < _MIN_SPAN_S:
+            pad = (_MIN_SPAN_S - (end - start)) / 2
+            start, end = start - pad, end + pad
+        ax.set_xlim(_utc(start), _utc(end))
+
+
+def _count_axis(ax: Any, top: float) -> None:
+    """Whole-number ticks for counts: no ``0.5 messages``, no ``-0``."""
+    ax.yaxis.set_major_locator(ticker.MaxNLocator(integer=True, min_n_ticks=2))
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{round(v) + 0:,}"))
+    if top <= 0:
+        ax.set_ylim(0, 1)
+
+
+def minute_span(timeline: Iterable[Mapping[str, Any]]) -> tuple[float, float] | None:
+    """``(start, end)`` epoch seconds of the minutes the timeline covers (end = last minute's end)."""
+    minutes = [int(r["minute_s"]) for r in timeline]
+    return (min(minutes), max(minutes) + 60) if minutes else None
 
 
 def _utc(seconds: float) -> datetime:
@@ -204,7 +240,7 @@ def retries_over_time_png(
         first = min(m for _, points in stacks for m in points)
         last = max(m for _, points in stacks for m in points)
         if span is not None:
-            first, last = min(first, span[0] // 60), max(last, span[1] // 60)
+            first, last = min(first, int(span[0]) // 60), max(last, (int(span[1]) - 1) // 60)
         width = next((b for b in _BIN_MINUTES if (last - first) / b <= _MAX_BINS), _BIN_MINUTES[-1])
         start = first - first % width
         bins = list(range(start, last + 1, width))  # silent bins stay 0 instead of being interpolated
@@ -237,8 +273,7 @@ def retries_over_time_png(
                 ha="left",
                 va="top",
             )
-        _time_axis(ax)
-        ax.set_xlim(edges[0], edges[-1])
+        _time_axis(ax, (bins[0] * 60, (bins[-1] + width) * 60))
         ax.set_ylim(0, top * 1.2 if top else 1)
         ax.set_xlabel("time (UTC)")
         ax.set_ylabel("retries / minute")
@@ -255,11 +290,15 @@ def lateness_over_time_png(timeline: Iterable[Mapping[str, Any]]) -> bytes:
 
     ``timeline`` rows have ``minute_s``, ``lateness_p50_ms`` and
     ``lateness_p99_ms`` (null in minutes without deliveries, left as gaps).
+    Each minute's point sits in the middle of its minute, on the same time
+    range as the other time charts.
     """
     with matplotlib.rc_context(_STYLE):
         fig = _figure()
         title = "Delivery lateness over time (per minute)"
-        by_minute = {int(r["minute_s"]) // 60: r for r in timeline
+        rows = list(timeline)
+        span = minute_span(rows)
+        by_minute = {int(r["minute_s"]) // 60: r for r in rows
                      if r.get("lateness_p50_ms") is not None}
         if not by_minute:
             return _no_data(fig, title)
@@ -267,7 +306,7 @@ def lateness_over_time_png(timeline: Iterable[Mapping[str, Any]]) -> bytes:
         # the line, not a straight segment over hours without data.
         minutes = range(min(by_minute), max(by_minute) + 1)
         nan = float("nan")
-        xs = [_utc(m * 60) for m in minutes]
+        xs = [_utc(m * 60 + 30) for m in minutes]
         p50 = [by_minute[m]["lateness_p50_ms"] if m in by_minute else nan for m in minutes]
         p99 = [by_minute[m]["lateness_p99_ms"] if m in by_minute else nan for m in minutes]
         ax = fig.add_subplot()
@@ -285,7 +324,7 @@ def lateness_over_time_png(timeline: Iterable[Mapping[str, Any]]) -> bytes:
             ax.axhline(0, color="0.3", linewidth=0.8)
             scale = "symlog"
         ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-        _time_axis(ax)
+        _time_axis(ax, span)
         ax.set_xlabel("time (UTC)")
         ax.set_ylabel(f"lateness: delivered − due (ms, {scale})")
         ax.set_title(title)
@@ -293,20 +332,19 @@ def lateness_over_time_png(timeline: Iterable[Mapping[str, Any]]) -> bytes:
         return _png(fig)
 
 
-def backlog(timeline: Iterable[Mapping[str, Any]]) -> list[tuple[int, int]]:
-    """``(minute_s, backlog)`` at the end of each minute: scheduled minus delivered so far.
+def backlog(rows: Iterable[Mapping[str, Any]]) -> list[tuple[int, int]]:
+    """``(minute_s, backlog)`` at the end of each minute: what entered the ladder and has not left.
 
-    A task revoked or cancelled is dropped by the worker before Celery's
-    ``task_received``, so it has a ``cancelled`` event instead of a
-    ``delivered`` one: it left the ladder too, and is subtracted as well.
-    Counts from the start of the report's window, so a window that starts
-    while messages already wait shows them as negative backlog.
+    ``rows`` are the ``backlog`` table's (``entered``, ``left``: ladder passes
+    scheduled, and delivered or cancelled, that minute; see
+    :func:`~celery_delayq.analytics.tables.build_tables`). Counted from the
+    start of the report's window, so it is never below zero: a delivery of
+    something scheduled before the window is not a pass of the window.
     """
     level = 0
     out = []
-    for r in sorted(timeline, key=lambda r: r["minute_s"]):
-        level += (int(r.get("scheduled") or 0) - int(r.get("delivered") or 0)
-                  - int(r.get("cancelled") or 0))
+    for r in sorted(rows, key=lambda r: r["minute_s"]):
+        level += int(r.get("entered") or 0) - int(r.get("left") or 0)
         out.append((int(r["minute_s"]), level))
     return out
 
@@ -322,39 +360,52 @@ _THROUGHPUT = (
 )
 
 
-def backlog_throughput_png(timeline: Iterable[Mapping[str, Any]]) -> bytes:
-    """Two panels over time: the backlog (scheduled − delivered) and events per minute."""
+def backlog_throughput_png(timeline: Iterable[Mapping[str, Any]],
+                           passes: Iterable[Mapping[str, Any]] = ()) -> bytes:
+    """Two panels over time: the backlog (see :func:`backlog`, from ``passes``) and events per minute."""
     with matplotlib.rc_context(_STYLE):
         rows = sorted(timeline, key=lambda r: r["minute_s"])
         title = "Backlog and throughput"
         if not rows:
             return _no_data(_figure(), title)
+        span = minute_span(rows)
+        assert span is not None
         fig = Figure(figsize=(_SIZE[0], _SIZE[1] * 1.45), dpi=_DPI, layout="constrained")
         top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(1, 1.3))
-        levels = backlog(rows)
+        # Every minute of the span, so a quiet minute keeps the level of the one before.
+        moves = {int(r["minute_s"]): r for r in passes}
+        minutes = range(int(span[0]), int(span[1]), 60)
+        levels = backlog([moves.get(m, {"minute_s": m}) for m in minutes])
         # Step "post" over [minute start, next minute start): one more edge at the end.
         edges = [_utc(m) for m, _ in levels] + [_utc(levels[-1][0] + 60)]
         values = [v for _, v in levels]
         top.fill_between(edges, [*values, values[-1]], step="post", color=_PALETTE[0], alpha=0.25,
                          linewidth=0)
         top.step(edges, [*values, values[-1]], where="post", color=_PALETTE[0], linewidth=1.2)
-        top.axhline(0, color="0.3", linewidth=0.8)
-        top.set_ylabel("waiting messages")
-        top.set_title("Backlog: scheduled − delivered − cancelled (end of each minute)")
-        top.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        top.set_ylabel("in the ladder")
+        top.set_title("Backlog: scheduled, not yet delivered or cancelled")
+        _count_axis(top, max(values))
+        top.set_ylim(0, max(1, max(values)) * 1.15)
+        peak = 0
+        per_minute = {int(r["minute_s"]): r for r in rows}
         for name, label, color in _THROUGHPUT:
-            ys = [int(r.get(name) or 0) for r in rows]
+            ys = [int(per_minute.get(m, {}).get(name) or 0) for m in minutes]
             if not any(ys):
                 continue
-            bottom.step(edges, [*ys, ys[-1]], where="post", label=label,
-                        color=_PALETTE[color], linewidth=1.1)
-        bottom.set_yscale("symlog", linthresh=10)
-        bottom.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
-        bottom.set_ylabel("events / minute (symlog)")
+            peak = max(peak, *ys)
+            bottom.step(edges, [*ys, ys[-1]], where="post", label=label, color=_PALETTE[color], linewidth=1.1)
+        if peak > 1000:
+            # Bursts and quiet minutes on one chart; small counts stay linear.
+            bottom.set_yscale("symlog", linthresh=10)
+            bottom.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+            bottom.set_ylabel("events / minute (symlog)")
+        else:
+            _count_axis(bottom, peak)
+            bottom.set_ylim(0, max(1, peak) * 1.15)
+            bottom.set_ylabel("events / minute")
         bottom.set_title("Throughput")
         fig.legend(loc="outside lower center", ncols=6, fontsize=8)
-        _time_axis(bottom)
-        bottom.set_xlim(edges[0], edges[-1])
+        _time_axis(bottom, span)
         bottom.set_xlabel("time (UTC)")
         return _png(fig)
 
@@ -421,11 +472,6 @@ def attempts_to_success_png(rows: Iterable[Mapping[str, Any]]) -> bytes:
         return _png(fig)
 
 
-def _span(timeline: Sequence[Mapping[str, Any]]) -> tuple[int, int] | None:
-    minutes = [int(r["minute_s"]) for r in timeline]
-    return (min(minutes), max(minutes)) if minutes else None
-
-
 #: The charts, in report order.
 CHARTS: tuple[str, ...] = (
     "lateness_over_time.png",
@@ -442,9 +488,9 @@ def render_all(
     """Render every chart from collected table rows; keys are the PNG file names (:data:`CHARTS`)."""
     return {
         "lateness_over_time.png": lateness_over_time_png(tables["timeline"]),
-        "backlog_throughput.png": backlog_throughput_png(tables["timeline"]),
+        "backlog_throughput.png": backlog_throughput_png(tables["timeline"], tables.get("backlog", ())),
         "retries_over_time.png": retries_over_time_png(
-            tables["retries_per_minute"], storms, _span(tables["timeline"])
+            tables["retries_per_minute"], storms, minute_span(tables["timeline"])
         ),
         "lateness_by_delay.png": lateness_by_delay_png(tables["lateness_by_delay"]),
         "attempts_to_success.png": attempts_to_success_png(tables["attempts_to_success"]),

@@ -54,8 +54,9 @@ _SUMMARY_COLUMNS = (
     ("delivered", "delivered"),
     ("succeeded", "succeeded"),
     ("retried", "retried"),
-    ("failed", "failed"),
+    ("celery_failures", "FAILURE (Celery)"),
     ("parked", "parked"),
+    ("failed", "failed, not parked"),
     ("exhausted", "exhausted"),
     ("replayed", "replayed"),
     ("cancelled", "cancelled"),
@@ -66,7 +67,7 @@ _SUMMARY_COLUMNS = (
 )
 _QUEUE_COLUMNS = tuple(c for c in _SUMMARY_COLUMNS if c[0] != "success_after_retry_rate")
 #: Columns drawn in red when not zero: what an on-call engineer looks at first.
-_ALARMING = frozenset({"failed", "parked", "exhausted"})
+_ALARMING = frozenset({"celery_failures", "failed", "parked", "exhausted"})
 
 def _fmt(value: Any, kind: str = "") -> str:
     if value is None:
@@ -117,7 +118,8 @@ def _table(
 
 def _row(stats: Mapping[str, Any], columns: Sequence[tuple[str, str]]) -> list[str]:
     return [
-        _fmt(stats.get(key), "rate" if key == "success_after_retry_rate" else "")
+        _fmt(celery_failures(stats) if key == "celery_failures" else stats.get(key),
+             "rate" if key == "success_after_retry_rate" else "")
         for key, _ in columns
     ]
 
@@ -126,21 +128,16 @@ def _alarm_indexes(columns: Sequence[tuple[str, str]], offset: int = 1) -> list[
     return [i + offset for i, (key, _) in enumerate(columns) if key in _ALARMING]
 
 
-def _cards(overall: Mapping[str, Any], malformed: int, storms: int, backlog_now: int | None) -> str:
-    items = [
-        ("scheduled", _fmt(overall.get("scheduled")), False),
-        ("delivered", _fmt(overall.get("delivered")), False),
-        ("succeeded", _fmt(overall.get("succeeded")), False),
-        ("retried", _fmt(overall.get("retried")), False),
-        ("failed", _fmt(overall.get("failed")), bool(overall.get("failed"))),
-        ("parked", _fmt(overall.get("parked")), bool(overall.get("parked"))),
-        ("retry storms", _fmt(storms), bool(storms)),
-        ("backlog at end", _fmt(backlog_now), False),
-        ("p50 lateness", f"{_fmt(overall.get('lateness_p50_ms'))} ms", False),
-        ("p99 lateness", f"{_fmt(overall.get('lateness_p99_ms'))} ms", False),
-        ("success after retry", _fmt(overall.get("success_after_retry_rate"), "rate"), False),
-        ("malformed lines", _fmt(malformed), bool(malformed)),
-    ]
+def celery_failures(stats: Mapping[str, Any]) -> int:
+    """Runs Celery marked FAILURE: ``failed`` (nothing handles them) plus ``parked`` (kept to replay).
+
+    A parked task raised too; Celery's result says FAILURE for both, so the
+    report counts both under that name and shows the split beside it.
+    """
+    return int(stats.get("failed") or 0) + int(stats.get("parked") or 0)
+
+
+def _card_row(items: Sequence[tuple[str, str, bool]]) -> str:
     return (
         '<div class="cards">'
         + "".join(
@@ -150,6 +147,68 @@ def _cards(overall: Mapping[str, Any], malformed: int, storms: int, backlog_now:
         )
         + "</div>"
     )
+
+
+def _cards(overall: Mapping[str, Any], malformed: int, storms: int, backlog_now: int | None) -> str:
+    failures = celery_failures(overall)
+    items = [
+        ("scheduled", _fmt(overall.get("scheduled")), False),
+        ("delivered", _fmt(overall.get("delivered")), False),
+        ("succeeded", _fmt(overall.get("succeeded")), False),
+        ("retried", _fmt(overall.get("retried")), False),
+        ("FAILURE (Celery)", _fmt(failures), bool(failures)),
+        ("of which parked", _fmt(overall.get("parked")), bool(overall.get("parked"))),
+        ("retry storms", _fmt(storms), bool(storms)),
+        ("still in the ladder at end", _fmt(backlog_now), False),
+        ("p50 lateness", f"{_fmt(overall.get('lateness_p50_ms'))} ms", False),
+        ("p99 lateness", f"{_fmt(overall.get('lateness_p99_ms'))} ms", False),
+        ("success after retry", _fmt(overall.get("success_after_retry_rate"), "rate"), False),
+        ("malformed lines", _fmt(malformed), bool(malformed)),
+    ]
+    return _card_row(items)
+
+
+def _now(live: Mapping[str, Any] | None) -> list[str]:
+    """The first section: what the broker holds now (``delayq status``'s numbers), or why it is not shown."""
+    parts = ["<h2>Now, on the broker</h2>"]
+    if live is None:
+        parts.append('<p class="note">Not read: run it as <code>celery -A APP delayq report</code> '
+                     "(the app names the broker) to see what waits, is held or is parked now.</p>")
+        return parts
+    if "error" in live:
+        parts.append(f'<p class="note">The broker ({html.escape(str(live.get("broker", "")))}) did not '
+                     f"answer: {html.escape(str(live['error']))}. The history below is from the events.</p>")
+        return parts
+    totals = live["totals"]
+    held = totals.get("held")
+    hint = f"celery -A {html.escape(str(live.get('app') or 'APP'))} delayq"
+    parts.append(_card_row([
+        ("waiting in the ladder", _fmt(totals["waiting"]), False),
+        ("held: due, not passed on", "unknown" if held is None else _fmt(held), bool(held)),
+        ("parked", _fmt(totals["parked"]), bool(totals["parked"])),
+        ("unroutable", _fmt(totals["unroutable"]), bool(totals["unroutable"])),
+    ]))
+    notes = [f"Read at {html.escape(str(live.get('observed_at')))} from {html.escape(str(live.get('broker')))} "
+             f"(ladder <code>{html.escape(str(live['ladder']['prefix']))}</code>)."]
+    if live.get("next_due_by"):
+        notes.append(f"The next waiting task is due by {html.escape(live['next_due_by'])}, all by "
+                     f"{html.escape(live['all_due_by'])} (bounds from the queue TTLs).")
+    if not live.get("exists", True):
+        notes.append("The ladder does not exist on this broker (nothing waits in it).")
+    if held is None:
+        notes.append("Held messages need the management API, which did not answer.")
+    parts.append(f'<p class="note">{" ".join(notes)}</p>')
+    stuck = live.get("held") or {}
+    if stuck:
+        parts.append(_table([("q", "queue holding overdue messages"), ("n", "messages")],
+                            [[name, _fmt(n)] for name, n in sorted(stuck.items())], left=1, alarm=(1,)))
+        parts.append(f'<p class="note">These are due but RabbitMQ keeps them in the dead-letter state: after a '
+                     f"broker restart <code>{hint} topology recover</code> moves them; an exit "
+                     "queue keeps them until its destination has a binding for their routing key.</p>")
+    if totals["parked"]:
+        parts.append(f'<p class="note">Parked: <code>{hint} parking list</code>, then '
+                     f"<code>{hint} parking replay</code>.</p>")
+    return parts
 
 
 def _img(name: str, png: bytes, alt: str) -> str:
@@ -179,15 +238,16 @@ def _attention(summary: Mapping[str, Any]) -> list[str]:
     if hurt:
         parts.append(
             _table(
-                [("t", "task"), ("f", "failed"), ("p", "parked"), ("x", "exhausted"),
-                 ("r", "retried"), ("s", "succeeded")],
+                [("t", "task"), ("c", "FAILURE (Celery)"), ("f", "failed, not parked"), ("p", "parked"),
+                 ("x", "exhausted"), ("r", "retried"), ("s", "succeeded")],
                 [
-                    [name, _fmt(s.get("failed")), _fmt(s.get("parked")), _fmt(s.get("exhausted")),
+                    [name, _fmt(celery_failures(s)), _fmt(s.get("failed")), _fmt(s.get("parked")),
+                     _fmt(s.get("exhausted")),
                      _fmt(s.get("retried")), _fmt(s.get("succeeded"))]
                     for name, s in hurt
                 ],
                 left=1,
-                alarm=(1, 2),
+                alarm=(1, 2, 3),
             )
         )
     if storms:
@@ -229,7 +289,10 @@ def render_html(
     generated = (generated_at or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M:%S UTC")
     overall = summary["overall"]
     timeline = sorted(tables.get("timeline", ()), key=lambda r: r["minute_s"])
-    backlog_now = backlog(timeline)[-1][1] if timeline else None
+    passes = backlog(tables.get("backlog", ()))
+    backlog_now = passes[-1][1] if passes else (0 if timeline else None)
+    timings = summary.get("timings_s") or {}
+    took = (" · took " + ", ".join(f"{html.escape(k)} {v:.1f} s" for k, v in timings.items())) if timings else ""
     span = (
         f" · events from {_utc(timeline[0]['minute_s'])} to {_utc(timeline[-1]['minute_s'] + 60)} UTC"
         if timeline else ""
@@ -242,7 +305,9 @@ def render_html(
         f"<style>{_CSS}</style></head><body><main>",
         "<h1>celery-delayq telemetry report</h1>",
         f'<div class="meta">events: <code>{html.escape(events_dir)}</code>{span}'
-        f" · generated {generated}</div>",
+        f" · generated {generated}{took}</div>",
+        *_now(summary.get("live")),
+        "<h2>In the events of this window</h2>",
         _cards(overall, int(summary.get("malformed", 0)), len(summary.get("retry_storms", [])),
                backlog_now),
         *_attention(summary),
@@ -250,7 +315,7 @@ def render_html(
     ]
     alts = {
         "lateness_over_time.png": "p50 and p99 delivery lateness per minute",
-        "backlog_throughput.png": "backlog (scheduled minus delivered) and events per minute",
+        "backlog_throughput.png": "backlog (scheduled, not yet delivered or cancelled) and events per minute",
         "retries_over_time.png": "retries per minute over time, per task, retry storms shaded",
         "lateness_by_delay.png": "p50 and p99 delivery lateness by requested delay bucket",
         "attempts_to_success.png": "histogram of the attempt on which tasks succeeded",
@@ -266,8 +331,9 @@ def render_html(
         "<h2>Per task</h2>",
         _table(headers, rows, left=1, alarm=_alarm_indexes(_SUMMARY_COLUMNS)),
         '<p class="note">Lateness = delivery time − due time over <em>delivered</em> '
-        "events; early = delivered before due; failed = failed with no retry left and not "
-        "parked; success after retry = share of task ids that retried at least once and "
+        "events; early = delivered before due; FAILURE (Celery) = runs whose Celery state is "
+        "FAILURE: parked ones (kept, replayable) plus failed ones (with no retry left and not "
+        "parked); success after retry = share of task ids that retried at least once and "
         "later succeeded.</p>",
     ]
     queues = summary.get("queues", {})

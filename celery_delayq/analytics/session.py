@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
+
+from celery_delayq.analytics.errors import AnalyticsError
 
 __all__ = ["create_session", "default_conf", "session_scope"]
 
@@ -56,20 +60,70 @@ def default_conf() -> dict[str, str]:
     return conf
 
 
+@contextmanager
+def _output_to(log: Path | None) -> Iterator[None]:
+    """Send this process's stdout and stderr (file descriptors 1 and 2) to ``log`` meanwhile.
+
+    The driver JVM is a child process: it inherits the descriptors it is
+    started with and keeps them, so everything it prints for its whole life
+    (the JDK's incubator notice, log4j's profile line, the loopback-address
+    and native-hadoop warnings) lands in ``log`` instead of on the terminal.
+    Python's own ``sys.stdout``/``sys.stderr`` are restored on exit.
+    """
+    if log is None:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    target = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(target, 1)
+        os.dup2(target, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, target):
+            os.close(fd)
+
+
 def create_session(
     master: str = "local[*]",
     conf: Mapping[str, str] | None = None,
     app_name: str = "celery-delayq-report",
+    *,
+    log: Path | None = None,
 ) -> SparkSession:
     """Create (or reuse) a SparkSession with :func:`default_conf` and ``conf`` on top.
 
     JVM-level settings such as ``spark.driver.memory`` only take effect when
-    no JVM is running yet in this process.
+    no JVM is running yet in this process. With ``log``, the JVM's own output
+    goes to that file (see :func:`_output_to`) and Spark logs errors only:
+    a report run prints its result, not Spark's start-up chatter.
     """
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in {**default_conf(), **(conf or {})}.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    if log is not None and master.startswith("local") and "SPARK_LOCAL_IP" not in os.environ:
+        # A local job talks to itself: binding to loopback skips the hostname
+        # lookup (and its "resolves to a loopback address" warning).
+        os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    try:
+        with _output_to(log):
+            session = builder.getOrCreate()
+    except Exception as exc:
+        if log is None:
+            raise
+        # Its reason is in the log we hid it in: show the end of it.
+        tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-15:] if log.exists() else []
+        raise AnalyticsError("Spark did not start (is Java 17+ installed?): " + str(exc).strip()
+                             + ("\n" + "\n".join(tail) if tail else "") + f"\n(full log: {log})") from exc
+    if log is not None:
+        session.sparkContext.setLogLevel("ERROR")
+    return session
 
 
 @contextmanager
@@ -77,6 +131,8 @@ def session_scope(
     master: str = "local[*]",
     spark: SparkSession | None = None,
     conf: Mapping[str, str] | None = None,
+    *,
+    log: Path | None = None,
 ) -> Iterator[SparkSession]:
     """Yield ``spark`` if given, else a session that is stopped on exit.
 
@@ -95,7 +151,7 @@ def session_scope(
         logger.info("reusing the running SparkSession; master %s is ignored", master)
         yield active
         return
-    created = create_session(master, conf)
+    created = create_session(master, conf, log=log)
     try:
         yield created
     finally:

@@ -63,6 +63,7 @@ TABLE_NAMES: tuple[str, ...] = (
     "queue_summary",
     "lateness_by_delay",
     "timeline",
+    "backlog",
     "retries_per_minute",
     "top_exceptions",
     "attempts_to_success",
@@ -79,9 +80,19 @@ def _delivered() -> Column:
     return F.col("event") == "delivered"
 
 
-def _minute() -> Column:
-    """Epoch seconds of the event's minute (UTC)."""
-    return (F.floor(F.col("ts") / 60) * 60).cast("long")
+def _minute(ts: str = "ts") -> Column:
+    """Epoch seconds of the minute (UTC) of ``ts``."""
+    return (F.floor(F.col(ts) / 60) * 60).cast("long")
+
+
+#: Suffix of the ladder's laps queue (``LadderSpec.laps_queue``): a delay longer
+#: than the ladder is first scheduled into it, then again to its real queue.
+LAPS_SUFFIX = ".laps"
+
+
+def _lap_leg() -> Column:
+    """A ``scheduled`` event into the laps queue: a leg of a long delay, not a destination."""
+    return (_event() == "scheduled") & F.col("queue").endswith(LAPS_SUFFIX)
 
 
 def delay_bucket(delay_s: Column) -> Column:
@@ -118,7 +129,8 @@ def _reduce(events: DataFrame, *, sketches: bool = HAS_SKETCHES) -> tuple[DataFr
     """
     delivered = _delivered()
     early = (delivered & (F.col("ts") < F.col("due_at"))).alias("early")
-    counts = events.groupBy(
+    # A lap's leg is scheduled again to its real queue: counted once, there.
+    counts = events.where(~_lap_leg()).groupBy(
         "task_name",
         "queue",
         _minute().alias("minute_s"),
@@ -274,6 +286,44 @@ def _timeline(counts: DataFrame, source: Lateness) -> DataFrame:
     )
 
 
+def _backlog(events: DataFrame) -> DataFrame:
+    """Per minute: ladder passes that ``entered`` (were scheduled) and ``left`` (delivered or cancelled).
+
+    A pass is one ``(task_id, attempt)``: it enters at its first ``scheduled``
+    event (a long delay's laps leg included) and leaves at its first
+    ``delivered`` or ``cancelled`` one, so a revoked task that is both counts
+    once, and a delivery with no scheduling in the window (a replay, or a
+    message already waiting when the window began) is not a pass of this
+    window: the backlog is "scheduled in this window and not out yet", never
+    below zero.  One shuffle of the three event kinds by a 64-bit hash of the id.
+    """
+    passes = (
+        events.where(_event().isin("scheduled", "delivered", "cancelled"))
+        .groupBy(F.xxhash64("task_id").alias("_id"), "attempt")
+        .agg(
+            F.min(F.when(_event() == "scheduled", F.col("ts"))).alias("entered_ts"),
+            F.min(F.when(_event() != "scheduled", F.col("ts"))).alias("left_ts"),
+        )
+        .where(F.col("entered_ts").isNotNull())
+    )
+    moves = passes.select(
+        F.explode(
+            F.array(
+                F.struct(_minute("entered_ts").alias("minute_s"), F.lit(1).alias("entered"),
+                         F.lit(0).alias("left")),
+                F.when(
+                    F.col("left_ts").isNotNull(),
+                    F.struct(_minute("left_ts").alias("minute_s"), F.lit(0).alias("entered"),
+                             F.lit(1).alias("left")),
+                ),
+            )
+        ).alias("m")
+    ).where(F.col("m").isNotNull())
+    return moves.groupBy(F.col("m.minute_s").alias("minute_s")).agg(
+        F.sum("m.entered").cast("long").alias("entered"), F.sum("m.left").cast("long").alias("left")
+    )
+
+
 def _retries_per_minute(counts: DataFrame) -> DataFrame:
     return (
         counts.where(_event() == "retried")
@@ -331,6 +381,9 @@ def build_tables(
     * ``timeline``: ``minute_s`` (epoch seconds, UTC minute start), the
       counts of :data:`TIMELINE_EVENTS` in that minute, and the
       ``lateness_p50_ms``/``lateness_p99_ms`` of its deliveries.
+    * ``backlog``: ``minute_s``, ``entered`` and ``left``: ladder passes
+      (``(task_id, attempt)``) scheduled, and delivered or cancelled, in that
+      minute (see :func:`_backlog`).
     * ``retries_per_minute``: ``task_name``, ``minute_s``, ``retries``.
     * ``top_exceptions``: ``task_name``, ``rank`` (1 = most frequent),
       ``exception``, ``count``, then ``retried``, ``exhausted``, ``parked``,
@@ -352,6 +405,7 @@ def build_tables(
         "queue_summary": queue_summary,
         "lateness_by_delay": _lateness_by_delay(source),
         "timeline": _timeline(counts, source),
+        "backlog": _backlog(df),
         "retries_per_minute": _retries_per_minute(counts),
         "top_exceptions": _top_exceptions(counts, top_exceptions),
         "attempts_to_success": _attempts_to_success(counts),

@@ -18,6 +18,7 @@ from .metrics import metrics
 from .parking import parking
 from .pending import pending
 from .reschedule import cancel_matching, reschedule, run_now
+from .report import report_command
 from .status import status
 from .topology import topology
 from .web import web
@@ -42,15 +43,4 @@ delayq.add_command(run_now)
 delayq.add_command(reschedule)
 delayq.add_command(metrics)
 delayq.add_command(web)
-
-
-@delayq.command(name="report", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.pass_context
-def report(ctx: click.Context) -> None:
-    """Run the PySpark telemetry report (needs the ``analytics`` extra); same options as
-    ``python -m celery_delayq.analytics``."""
-    try:
-        from celery_delayq.analytics.cli import report_command
-    except ImportError as exc:  # pragma: no cover - without the extra
-        raise click.ClickException(f"the report needs `pip install celery_delayq[analytics]` ({exc})")
-    report_command.main(args=ctx.args, standalone_mode=False, obj=ctx.obj)  # obj: celery -A's app
+delayq.add_command(report_command)

@@ -7,6 +7,8 @@
 * :class:`AppContext` gives commands the settings and a connection without
   installing the ladder hook, so reading commands cannot write.
 * :func:`confirm` is the one confirmation rule of every destructive command.
+* :func:`named` puts the app's own name into the ``celery -A APP ...`` hints
+  that the layers below write without knowing it.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from ..management import ManagementAPI
 from ..topology import Topology, broker_version, resolve_queue_type
 from ..typing import CeleryApp
 
-__all__ = ["DelayqGroup", "AppContext", "app_context", "confirm", "console", "yes_option"]
+__all__ = ["DelayqGroup", "AppContext", "app_context", "app_name", "confirm", "console", "named", "yes_option"]
 
 #: Failures to reach or log in to the broker, whichever layer raises them.
 _CONNECTION_ERRORS = (OSError, kombu.exceptions.OperationalError, amqp.exceptions.ConnectionError)
@@ -123,6 +125,30 @@ def app_context(ctx: click.Context) -> AppContext:
     return found
 
 
+def app_name(ctx: click.Context | None) -> str:
+    """How the operator names the app: the ``-A`` value given to ``celery``, else the app's ``main``, else ``APP``.
+
+    The ``-A`` text is what they typed (``proj``, ``proj.celery:app``), so a
+    hint that repeats it can be pasted back as it is. An app's ``main`` is the
+    name it was created with (``Celery("shop")``), a fair guess when it was
+    handed over without ``-A`` (tests, embedding); ``__main__`` is not a name.
+    """
+    if ctx is None:
+        return "APP"
+    given = ctx.find_root().params.get("app")
+    if isinstance(given, str) and given.strip():
+        return given.strip()
+    main = getattr(getattr(ctx.obj, "app", None), "main", None)
+    if isinstance(main, str) and main and main != "__main__":
+        return main
+    return "APP"
+
+
+def named(ctx: click.Context | None, text: str) -> str:
+    """``text`` with every ``celery -A APP`` hint naming the app as the operator does (:func:`app_name`)."""
+    return text.replace("celery -A APP ", f"celery -A {app_name(ctx)} ")
+
+
 def _cause(exc: BaseException) -> str:
     """The useful part of an error: the AMQP reply text, or the OS error without its errno."""
     text = getattr(exc, "reply_text", None) or str(exc) or type(exc).__name__
@@ -135,10 +161,14 @@ class DelayqGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.ClickException, click.exceptions.Exit, click.Abort):
+        except click.ClickException as exc:
+            if type(exc) is click.ClickException and "celery -A APP " in exc.message:
+                raise click.ClickException(named(ctx, exc.message)) from None
+            raise
+        except (click.exceptions.Exit, click.Abort):
             raise
         except DelayqError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(named(ctx, str(exc))) from None
         except _CONNECTION_ERRORS as exc:
             raise click.ClickException(
                 f"cannot reach RabbitMQ at {_uri(ctx)}: {_cause(exc)}. Check that the broker runs "
@@ -174,8 +204,19 @@ def yes_option(command: Any) -> Any:
     return click.option("-y", "--yes", is_flag=True, help="Go ahead without asking (needed when not interactive).")(command)
 
 
-def console(ctx: click.Context | None = None) -> Console:
-    """A rich console for people: no colour when Celery's ``--no-color`` is given."""
-    no_color = bool(getattr(getattr(ctx, "obj", None), "no_color", False)) if ctx is not None else False
-    return Console(soft_wrap=True, highlight=False, no_color=no_color or None)
+class _NamingConsole(Console):
+    """A rich console whose printed text names the app in ``celery -A APP`` hints (:func:`named`)."""
 
+    def __init__(self, app: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._hint = f"celery -A {app} "
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:  # noqa: A003 - rich's name
+        super().print(*(o.replace("celery -A APP ", self._hint) if isinstance(o, str) else o for o in objects),
+                      **kwargs)
+
+
+def console(ctx: click.Context | None = None) -> Console:
+    """A rich console for people: no colour when Celery's ``--no-color`` is given; hints name the app."""
+    no_color = bool(getattr(getattr(ctx, "obj", None), "no_color", False)) if ctx is not None else False
+    return _NamingConsole(app_name(ctx), soft_wrap=True, highlight=False, no_color=no_color or None)

@@ -14,7 +14,7 @@ import json
 import click
 
 from ..doctor import ERROR, OK, WARN, Finding, diagnose
-from .base import app_context, console
+from .base import app_context, console, named
 
 __all__ = ["doctor"]
 
@@ -56,7 +56,8 @@ def doctor(ctx: click.Context, as_json: bool, timeout: float) -> None:
         findings = diagnose(app.app, app.connection(), raw, app.config, parking_queue=app.parking_queue,
                             inspect_timeout=timeout, app_spec=_app_spec(ctx))
     if as_json:
-        click.echo(json.dumps([f.as_dict() for f in findings], indent=2, default=str))
+        docs = [{**f.as_dict(), "next_step": named(ctx, f.next_step)} for f in findings]
+        click.echo(json.dumps(docs, indent=2, default=str))
     else:
         _render(findings, ctx, app.uri)
     if any(f.status == ERROR for f in findings):

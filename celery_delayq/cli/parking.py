@@ -25,11 +25,12 @@ from rich.table import Table
 from ..parking import ParkedFilter, ParkedMessage, ParkingQueue
 from ..parking import record as R
 from .base import AppContext, app_context, confirm, console, yes_option
+from .when import Moment
 
 __all__ = ["parking"]
 
-_DATETIME = click.DateTime(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S",
-                                    "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S%z"])
+#: Parking times look back: ``--since 2h`` is two hours ago.
+_PARKED = Moment("ago")
 #: How many candidates an ambiguous id lists.
 _CANDIDATES = 10
 #: Headers ``inspect`` already shows as metadata (the traceback above all): not repeated.
@@ -42,18 +43,17 @@ def _filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("-q", "--queue", default=None, help="Parking queue (default: the app's delayq_parking_queue)."),
         click.option("--task", default=None, help="Only tasks whose name matches this glob."),
         click.option("--exception", default=None, help="Only exceptions whose type matches this glob."),
-        click.option("--since", type=_DATETIME, default=None, help="Parked at or after (local time unless offset given)."),
-        click.option("--until", type=_DATETIME, default=None, help="Parked before (local time unless offset given)."),
+        click.option("--since", metavar="WHEN", type=_PARKED, default=None, help=_PARKED.help("Parked at or after")),
+        click.option("--until", metavar="WHEN", type=_PARKED, default=None, help=_PARKED.help("Parked before")),
         click.option("--id", "ids", multiple=True, help="Parked id, or enough of its start to be unique (repeatable)."),
     ]):
         command = option(command)
     return command
 
 
-def _match(task: str | None, exception: str | None, since: datetime | None, until: datetime | None,
+def _match(task: str | None, exception: str | None, since: float | None, until: float | None,
            ids: tuple[str, ...]) -> ParkedFilter:
-    return ParkedFilter(task=task, exception=exception, ids=tuple(ids),
-                        since=since.timestamp() if since else None, until=until.timestamp() if until else None)
+    return ParkedFilter(task=task, exception=exception, ids=tuple(ids), since=since, until=until)
 
 
 def _open(app: AppContext, queue: str | None) -> ParkingQueue:
@@ -85,11 +85,11 @@ def _exists(pq: ParkingQueue, kind: str, name: str) -> bool:
                 ch.close()
 
 
-def _described(task: str | None, exception: str | None, since: datetime | None, until: datetime | None,
+def _described(task: str | None, exception: str | None, since: float | None, until: float | None,
                ids: tuple[str, ...]) -> str:
-    """The filters given, as the options that gave them."""
+    """The filters given, as the options that gave them (times in UTC, as the CLI reads them)."""
     parts = [f"{name} {value}" for name, value in (("--task", task), ("--exception", exception)) if value]
-    parts += [f"{name} {value.isoformat(sep=' ')}" for name, value in (("--since", since), ("--until", until)) if value]
+    parts += [f"{name} {_when(value)}" for name, value in (("--since", since), ("--until", until)) if value is not None]
     parts += [f"--id {i}" for i in ids]
     return " ".join(parts)
 
@@ -151,7 +151,7 @@ def parking() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array ([] when nothing matches).")
 @click.pass_context
 def list_(ctx: click.Context, queue: str | None, task: str | None, exception: str | None,
-          since: datetime | None, until: datetime | None, ids: tuple[str, ...], limit: int, as_json: bool) -> None:
+          since: float | None, until: float | None, ids: tuple[str, ...], limit: int, as_json: bool) -> None:
     """List parked messages, oldest first. The queue is left as it was."""
     app = app_context(ctx)
     with _open(app, queue) as pq:
@@ -273,7 +273,7 @@ def _dry_run(ctx: click.Context, pq: ParkingQueue, found: list[ParkedMessage], d
 @yes_option
 @click.pass_context
 def replay_(ctx: click.Context, queue: str | None, task: str | None, exception: str | None,
-            since: datetime | None, until: datetime | None, ids: tuple[str, ...], delay: float | None,
+            since: float | None, until: float | None, ids: tuple[str, ...], delay: float | None,
             limit: int | None, reset_attempts: bool, batch_size: int, dry_run: bool, yes: bool) -> None:
     """Replay parked messages to their original queue, all or filtered.
 
@@ -309,7 +309,7 @@ def replay_(ctx: click.Context, queue: str | None, task: str | None, exception: 
 @click.option("-f", "--force", is_flag=True, hidden=True, help="Old spelling of --yes.")
 @click.pass_context
 def purge_(ctx: click.Context, queue: str | None, task: str | None, exception: str | None,
-           since: datetime | None, until: datetime | None, ids: tuple[str, ...], yes: bool, force: bool) -> None:
+           since: float | None, until: float | None, ids: tuple[str, ...], yes: bool, force: bool) -> None:
     """Delete parked messages, all or filtered. There is no undo."""
     match = _match(task, exception, since, until, ids)
     out = console(ctx)

@@ -12,9 +12,7 @@ short); an empty result is ``[]``.
 from __future__ import annotations
 
 import json
-import re
 import time
-from datetime import datetime, timezone
 from typing import Any
 
 import click
@@ -26,41 +24,14 @@ from ..humanize import human_duration
 from ..pending import pending as find_pending
 from ..pending.query import iso
 from .base import app_context, console
+from .when import Moment
 
-__all__ = ["pending", "parse_when"]
+__all__ = ["pending"]
 
-_RELATIVE = re.compile(r"^\+?(\d+(?:\.\d+)?)\s*(s|m|min|h|d)$")
-_SECONDS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 #: Rows the table shows unless --limit says otherwise (--json shows all).
 _TABLE_ROWS = 200
-
-
-def parse_when(text: str, *, now: float | None = None) -> float:
-    """Epoch seconds of ``text``: ISO 8601 (no offset = UTC) or a time from now (``90s``, ``10m``, ``2h``, ``3d``).
-
-    Raises:
-        ValueError: naming the accepted forms.
-    """
-    m = _RELATIVE.match(text.strip())
-    if m:
-        return (time.time() if now is None else now) + float(m.group(1)) * _SECONDS[m.group(2)]
-    try:
-        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"{text!r} is not a time: give ISO 8601 (2026-11-23T08:00:00Z; no offset means UTC) "
-                         "or a time from now such as 90s, 10m, 2h or 3d") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return when.timestamp()
-
-
-def _when_option(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return parse_when(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+#: Due times look ahead: ``--due-before 10m`` is ten minutes from now.
+_DUE = Moment("ahead")
 
 
 @click.command(name="pending")
@@ -68,9 +39,8 @@ def _when_option(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.option("--queue", metavar="NAME", help="Only tasks for this queue (or routing key, when the queue is not known).")
 @click.option("--id", "task_id", metavar="TASK_ID",
               help="Only this task: its id (the fast lookup: one index shard) or a unique start of one.")
-@click.option("--due-before", metavar="WHEN", callback=_when_option,
-              help="Only tasks due before WHEN: ISO 8601 (UTC unless an offset is given) or from now (10m, 2h, 3d).")
-@click.option("--due-after", metavar="WHEN", callback=_when_option, help="Only tasks due at or after WHEN.")
+@click.option("--due-before", metavar="WHEN", type=_DUE, help=_DUE.help("Only tasks due before"))
+@click.option("--due-after", metavar="WHEN", type=_DUE, help=_DUE.help("Only tasks due at or after"))
 @click.option("--limit", type=click.IntRange(min=0), default=None,
               help=f"Show at most this many, soonest due first (table default {_TABLE_ROWS}; --json: all).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of objects ([] when none).")

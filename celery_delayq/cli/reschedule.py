@@ -19,7 +19,7 @@ from ..cancels import cancel as cancel_tasks
 from ..cancels.supersede import reschedule as move
 from ..pending.browse import WaitingFilter, page_of
 from .base import app_context, confirm, console, yes_option
-from .pending import parse_when
+from .when import Moment, parse_moment
 
 __all__ = ["run_now", "reschedule", "cancel_matching"]
 
@@ -55,9 +55,9 @@ def run_now(ctx: click.Context, task_id: str, as_json: bool, yes: bool) -> None:
 @yes_option
 @click.pass_context
 def reschedule(ctx: click.Context, task_id: str, when: str, as_json: bool, yes: bool) -> None:
-    """Move a waiting task to WHEN: ISO 8601 (UTC unless an offset is given) or from now (90s, 10m, 2h, 3d)."""
+    """Move a waiting task to WHEN: ISO 8601 (UTC unless it has an offset), epoch seconds, or a duration from now (90s, 10m, 2h, 3d)."""
     try:
-        due = parse_when(when)
+        due = parse_moment(when, direction="ahead")
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="WHEN") from None
     app = app_context(ctx)
@@ -70,13 +70,8 @@ def reschedule(ctx: click.Context, task_id: str, when: str, as_json: bool, yes: 
     console(ctx).print(f"task {task_id} ({done.old.task_name}) now due {new}; was due {done.old.due_iso}")
 
 
-def _when(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return parse_when(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+#: Due times look ahead: ``--due-before 10m`` is ten minutes from now.
+_DUE = Moment("ahead")
 
 
 @click.command(name="cancel-matching")
@@ -84,8 +79,8 @@ def _when(ctx: click.Context, param: click.Parameter, value: str | None) -> floa
 @click.option("--queue", metavar="NAME", help="Tasks for this queue (or routing key).")
 @click.option("--id-prefix", metavar="PREFIX", help="Task ids starting with this.")
 @click.option("--args", "text", metavar="TEXT", help="Arguments containing this text (case-insensitive).")
-@click.option("--due-after", metavar="WHEN", callback=_when, help="Due at or after WHEN (ISO 8601 or 10m, 2h).")
-@click.option("--due-before", metavar="WHEN", callback=_when, help="Due before WHEN.")
+@click.option("--due-after", metavar="WHEN", type=_DUE, help=_DUE.help("Due at or after"))
+@click.option("--due-before", metavar="WHEN", type=_DUE, help=_DUE.help("Due before"))
 @click.option("--retries", is_flag=True, help="Only retries.")
 @click.option("--dry-run", is_flag=True, help="Only count the matching tasks.")
 @yes_option

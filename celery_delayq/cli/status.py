@@ -84,7 +84,7 @@ from ..ladder import LadderSpec
 from ..placement import leader_counts, owned_leaders
 from ..recovery import held_on_two_looks
 from ..topology import LadderState
-from .base import AppContext, app_context, console
+from .base import AppContext, app_context, console, named
 from .topology import no_ladder
 
 __all__ = ["status", "ladder_status", "SCHEMA"]
@@ -288,7 +288,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         if missing_text:
-            click.echo(missing_text, err=True)
+            click.echo(named(ctx, missing_text), err=True)
             ctx.exit(1)
         return
     if missing_text:

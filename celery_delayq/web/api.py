@@ -34,13 +34,13 @@ class BadInput(ValueError):
 
 
 def parse_time(value: str | None, name: str) -> float | None:
-    """Epoch seconds of an API time (ISO 8601, or from now: ``90s``, ``10m``, ``2h``, ``3d``)."""
-    from ..cli.pending import parse_when
+    """Epoch seconds of an API time: the CLI's one rule (ISO 8601, no offset = UTC; epoch seconds; from now: ``10m``)."""
+    from ..cli.when import parse_moment
 
     if value is None or value == "":
         return None
     try:
-        return parse_when(value)
+        return parse_moment(value, direction="ahead")
     except (ValueError, OverflowError, OSError) as exc:
         raise BadInput(f"{name}: {exc}") from None
 

@@ -16,11 +16,12 @@ import pytest
 from click.testing import CliRunner
 
 import celery_delayq.analytics
-from celery_delayq.analytics.cli import TimeParam, report_command
+from celery_delayq.analytics.cli import report_command
 from celery_delayq.analytics.plots import CHARTS
 from celery_delayq.analytics.schema import EVENT_TYPES
 from celery_delayq.analytics.synthetic import generate
 from celery_delayq.analytics.tables import TABLE_NAMES
+from celery_delayq.cli.when import Moment
 
 REPO_ROOT = Path(celery_delayq.analytics.__file__).resolve().parents[2]
 
@@ -181,7 +182,7 @@ def test_an_app_without_telemetry_says_so(tmp_path, monkeypatch):
 
 
 def test_time_param():
-    param = TimeParam()
+    param = Moment("ago")  # what report's --since/--until take
     assert param.convert("2024-01-01T00:00:00Z", None, None) == 1704067200.0
     assert param.convert("2024-01-01T01:00", None, None) == 1704070800.0  # UTC unless it says
     assert param.convert("1704067200", None, None) == 1704067200.0

@@ -216,6 +216,30 @@ def test_timeline(spark, tables, events):
     assert {r.minute_s for r in tables["timeline"].collect()} >= {960, 1020, 2400}
 
 
+def test_backlog_counts_ladder_passes_once(spark, tables):
+    """A pass is a (task id, attempt) from its scheduling to its delivery or cancel.
+
+    a3's second delivery, b1's delivery and b5's cancel have no scheduling in
+    the data (a replay, or scheduled before the window): they are not passes,
+    so the backlog never dips below zero.
+    """
+    rows = {r.minute_s: (r.entered, r.left) for r in tables["backlog"].collect()}
+    assert rows == {960: (3, 2), 1020: (1, 2), 2160: (1, 1)}
+
+
+def test_a_laps_leg_is_not_a_destination(spark, write_events, ev, tmp_path):
+    """A delay longer than the ladder is scheduled into <prefix>.laps first, then to its queue."""
+    lap = scheduled(ev, "long", 100.0, 5000.0, queue="shop.laps")
+    final = scheduled(ev, "long", 4000.0, 1100.0, queue="orders")
+    d = write_events([lap, final, delivered(ev, "long", 5100.01, 1100.0, 5100.0, queue="orders"),
+                      ev("succeeded", "long", 5100.5, queue="orders")])
+    summary = run_report(d, tmp_path / "out", spark=spark)
+    assert set(summary["queues"]) == {"orders"}
+    assert summary["overall"]["scheduled"] == 1 and summary["queues"]["orders"]["scheduled"] == 1
+    passes = spark.read.parquet(str(tmp_path / "out" / "backlog")).collect()
+    assert sorted((r.minute_s, r.entered, r.left) for r in passes) == [(60, 1, 0), (5100, 0, 1)]
+
+
 def test_lateness_by_delay(spark, tables, events):
     e = events
     expected = [
@@ -319,7 +343,10 @@ def test_run_report_outputs(spark, events_dir, events, tmp_path):
 
     stats = expected_stats(events)
     expected = {"overall": stats["overall"], "tasks": {A: stats[A], B: stats[B]}, "malformed": 0}
-    assert set(summary) == {"overall", "tasks", "queues", "retry_storms", "malformed", "window"}
+    assert set(summary) == {"overall", "tasks", "queues", "retry_storms", "malformed", "window", "live",
+                            "timings_s"}
+    assert summary["live"] is None  # no broker asked: the report says so instead of guessing
+    assert list(summary["timings_s"]) == ["start Spark", "parse", "aggregate", "read back", "charts", "html"]
     assert summary["tasks"][A]["parked"] == 1 and summary["tasks"][B]["failed"] == 1
     assert summary["overall"]["parked"] == 1 and summary["overall"]["failed"] == 1
     assert summary["queues"]["qb"]["failed"] == 1 and summary["queues"]["q"]["parked"] == 1
@@ -341,6 +368,7 @@ def test_run_report_outputs(spark, events_dir, events, tmp_path):
         ("retries_per_minute", 5),
         ("top_exceptions", 4),
         ("attempts_to_success", 4),
+        ("backlog", 3),
     ]:
         assert spark.read.parquet(str(out / name)).count() == n_rows, name
 

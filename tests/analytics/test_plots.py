@@ -15,12 +15,12 @@ T0 = 1_704_067_200
 
 
 def test_backlog_is_what_was_scheduled_and_has_not_left_yet():
-    timeline = [
-        {"minute_s": T0 + 60, "scheduled": 5, "delivered": 4, "cancelled": 1},
-        {"minute_s": T0, "scheduled": 10, "delivered": 2, "cancelled": 0},
-        {"minute_s": T0 + 120, "scheduled": 0, "delivered": 6, "cancelled": None},
+    passes = [
+        {"minute_s": T0 + 60, "entered": 5, "left": 5},
+        {"minute_s": T0, "entered": 10, "left": 2},
+        {"minute_s": T0 + 120, "entered": 0, "left": 6},
     ]
-    assert backlog(timeline) == [(T0, 8), (T0 + 60, 8), (T0 + 120, 2)]
+    assert backlog(passes) == [(T0, 8), (T0 + 60, 8), (T0 + 120, 2)]
 
 
 def test_charts_render_edge_cases():

@@ -45,7 +45,7 @@ def test_list_shows_and_filters_without_consuming(cli, broker_url, parking_name,
     rows = json.loads(cli("list", "--json", "--task", "proj.billing.*").output)
     assert [r["parked_id"] for r in rows] == charge and rows[0]["attempts"] == 4
     assert _ids(cli("list", "--json", "--exception", "KeyError").output) == mail
-    later = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() + 120))
+    later = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(time.time() + 120))  # no offset: UTC
     assert cli("list", "--json", "--since", later).output.strip() == "[]"
     assert len(_ids(cli("list", "--json", "--until", later).output)) == 3
 

@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,8 @@ def test_the_readme_runs_as_written(broker_url: str, uid: str, tmp_path: Path) -
                 "CELERY_BROKER_URL=redis://localhost:6379/0 python manage.py check"]
     assert [c for c in commands if c in expected] == expected, commands
     base = {k: v for k, v in os.environ.items() if not k.startswith(("CELERY_", "DJANGO_"))}
-    base.update(CELERY_BROKER_URL=broker_url, SHOP_QUEUE=f"shop.{uid}", SHOP_DELAYQ_PREFIX=f"rd{uid}")
+    base.update(CELERY_BROKER_URL=broker_url, SHOP_QUEUE=f"shop.{uid}", SHOP_DELAYQ_PREFIX=f"rd{uid}",
+                TZ="America/Chicago")  # a machine whose local time is not UTC
 
     def run(command: str) -> subprocess.CompletedProcess[str]:
         extra, argv = _argv(command)
@@ -68,6 +70,12 @@ def test_the_readme_runs_as_written(broker_url: str, uid: str, tmp_path: Path) -
         line = _wait_for(log, "reminder for order 42 sent", 60)
         late = float(re.search(r"sent, (-?[\d.]+) s after it was due", line).group(1))
         assert late >= 0
+        # The log's clock reads the due time's clock (UTC), though this shell's TZ is 6 hours off.
+        logged = datetime.strptime(re.match(r"\[([\d-]+ [\d:]+),", line).group(1), "%Y-%m-%d %H:%M:%S")
+        due = datetime.fromisoformat(re.search(r"after it was due \((\S+)\)", line).group(1))
+        assert abs(logged.replace(tzinfo=timezone.utc) - due) < timedelta(seconds=30), line
+        printed = datetime.fromisoformat(sent.stdout.split("reminder due at ")[1].split()[0])
+        assert abs(printed - due) < timedelta(seconds=2), (sent.stdout, line)
     finally:
         worker.terminate()
         try:

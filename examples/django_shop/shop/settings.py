@@ -4,6 +4,9 @@ import os
 SECRET_KEY = "example-only-not-secret"
 DEBUG = True
 USE_TZ = True
+# Django's default TIME_ZONE is America/Chicago, and Django sets the process's TZ from it: the
+# worker's log lines would read hours off the UTC due times that `remind` and `delayq` print.
+TIME_ZONE = "UTC"
 INSTALLED_APPS = ["django.contrib.contenttypes", "celery_delayq.django", "shop"]
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
 
