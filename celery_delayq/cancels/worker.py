@@ -163,12 +163,17 @@ def mark_if_cancelled(request: Any) -> bool:
     revoked.add(request.id)
     #: Lets ``task_revoked`` receivers tell a delayq cancel from a plain Celery revoke.
     request.delayq_cancelled = True
+    _announce(request, "cancelled")
+    return True
+
+
+def _announce(request: Any, reason: str) -> None:
+    """Send :data:`~celery_delayq.signals.message_cancelled` for a dropped delivery."""
     info = getattr(request, "delivery_info", None) or {}
     signals.message_cancelled.send(
         sender=request.app, task_id=request.id, task_name=getattr(request, "name", "") or "",
         queue=info.get("routing_key") or "", attempt=int((request.request_dict or {}).get("retries") or 0),
-        reason="cancelled")
-    return True
+        reason=reason)
 
 
 def drop_if_superseded(request: Any) -> bool:
@@ -192,11 +197,7 @@ def drop_if_superseded(request: Any) -> bool:
              getattr(request, "name", ""), request.id, entry)
     request.acknowledge()
     request._already_revoked = True  # Celery asks again before executing: the answer stays "drop"
-    info = getattr(request, "delivery_info", None) or {}
-    signals.message_cancelled.send(
-        sender=request.app, task_id=request.id, task_name=getattr(request, "name", "") or "",
-        queue=info.get("routing_key") or "", attempt=int((request.request_dict or {}).get("retries") or 0),
-        reason="superseded")
+    _announce(request, "superseded")
     return True
 
 

@@ -18,8 +18,9 @@ import click
 from ..cancels import cancel as cancel_tasks
 from ..cancels.supersede import reschedule as move
 from ..pending.browse import WaitingFilter, page_of
+from ..pending.query import iso
 from .base import app_context, confirm, console, yes_option
-from .when import Moment, parse_moment
+from .when import Moment
 
 __all__ = ["run_now", "reschedule", "cancel_matching"]
 
@@ -30,6 +31,10 @@ def _installed(app: Any) -> Any:
 
     install(app)
     return app
+
+
+#: Due times look ahead: ``--due-before 10m`` is ten minutes from now.
+_DUE = Moment("ahead")
 
 
 @click.command(name="run-now")
@@ -50,28 +55,21 @@ def run_now(ctx: click.Context, task_id: str, as_json: bool, yes: bool) -> None:
 
 @click.command(name="reschedule")
 @click.argument("task_id")
-@click.argument("when")
+@click.argument("when", type=_DUE)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @yes_option
 @click.pass_context
-def reschedule(ctx: click.Context, task_id: str, when: str, as_json: bool, yes: bool) -> None:
+def reschedule(ctx: click.Context, task_id: str, when: float, as_json: bool, yes: bool) -> None:
     """Move a waiting task to WHEN: ISO 8601 (UTC unless it has an offset), epoch seconds, or a duration from now (90s, 10m, 2h, 3d)."""
-    try:
-        due = parse_moment(when, direction="ahead")
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="WHEN") from None
+    due = when
     app = app_context(ctx)
-    confirm(f"Move task {task_id} to {when}?", yes)
+    confirm(f"Move task {task_id} to {iso(due)}?", yes)
     done = move(_installed(app.app), task_id, due=due)
     if as_json:
         click.echo(json.dumps(done.as_dict()))
         return
     new = done.as_dict()["due"] or "now"
     console(ctx).print(f"task {task_id} ({done.old.task_name}) now due {new}; was due {done.old.due_iso}")
-
-
-#: Due times look ahead: ``--due-before 10m`` is ten minutes from now.
-_DUE = Moment("ahead")
 
 
 @click.command(name="cancel-matching")
