@@ -110,7 +110,8 @@ def op(tmp_path: Path, broker_url: str, uid: str, vhost: str, make_app: Any) -> 
     conn.connect()
     try:
         with contextlib.suppress(Exception):
-            AppContext(app).topology(conn).delete(conn, if_empty=False, keep_shared=False)
+            topo = AppContext(app).topology(conn)  # the worker's exit queue for cc.<uid> too
+            topo.delete(conn, if_empty=False, keep_shared=False, exit_queues=[topo.destination("", f"cc.{uid}").exit_queue])
         with contextlib.suppress(Exception):
             conn.channel().queue_delete(f"cc.{uid}")
     finally:

@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import delete_ladder
 
 pytest.importorskip("django")
 
@@ -50,5 +51,5 @@ def test_django_settings_drive_the_ladder(broker_url: str, uid: str, amqp_conn) 
     from celery_delayq.ladder import LadderSpec
     from celery_delayq.topology import Topology
 
-    topo = Topology(LadderSpec(prefix=f"dj{uid}"), "quorum")
-    topo.delete(amqp_conn, if_empty=False, exit_queues=[topo.destination("", f"shop.{uid}").exit_queue])
+    spec = LadderSpec(prefix=f"dj{uid}")
+    delete_ladder(amqp_conn, spec, exit_queues=[Topology(spec, "quorum").destination("", f"shop.{uid}").exit_queue])
