@@ -304,6 +304,32 @@ def test_a_unique_prefix_resolves_and_an_ambiguous_one_lists_its_candidates(make
         cancel(app, two.id[:3])  # under four characters: never taken as a prefix
 
 
+
+def test_a_whole_uuid_is_looked_up_in_its_shard_only(make_app) -> None:
+    """A miss on a Celery-style id costs one index shard, never a scan of every waiting task."""
+    from celery_delayq.app_ladder import ladder_for
+    from celery_delayq.pending.ids import resolve_ids
+
+    app = make_app(delayq_enabled=True)
+
+    @app.task(name=f"{app.main}.later")
+    def later() -> None: ...
+
+    waiting = later.apply_async(countdown=3600)
+    scans: list[int] = []
+
+    def cancelled() -> frozenset[str]:  # read only when a prefix is matched against every waiting id
+        scans.append(1)
+        return frozenset()
+
+    ladder = ladder_for(app)
+    missing = str(uuid.uuid4())
+    resolved = resolve_ids(ladder, [missing, waiting.id], cancelled=cancelled)
+    assert resolved.unknown == [missing] and list(resolved.found) == [waiting.id] and scans == []
+    assert list(resolve_ids(ladder, [waiting.id[:8]], cancelled=cancelled).found) == [waiting.id[:8]]
+    assert scans == [1]  # a start of an id is still resolved, by reading them all
+    cancel(app, waiting.id)
+
 # -- a cancel lasts until its task's due time, however far ---------------------------------
 def test_celery_revoke_of_a_40_day_task_holds_until_it_is_due(make_app) -> None:
     from celery_delayq.cancels.requests import cancel_book

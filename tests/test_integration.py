@@ -24,7 +24,7 @@ from typing import Any
 import amqp
 import pytest
 
-from helpers import drain
+from helpers import delete_ladder, drain
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -234,5 +234,6 @@ def test_first_delayed_publish_of_a_new_process_is_not_late(
         from celery_delayq.ladder import LadderSpec
         from celery_delayq.topology import Topology
 
+        spec = LadderSpec(prefix=env["PREFIX"])  # with its index and cancel streams and the exit queue
         with contextlib.suppress(Exception):
-            Topology(LadderSpec(prefix=env["PREFIX"]), "quorum").delete(amqp_conn, if_empty=False)
+            delete_ladder(amqp_conn, spec, exit_queues=[Topology(spec, "quorum").destination("", env["QUEUE"]).exit_queue])
