@@ -9,6 +9,7 @@ API on another node of a cluster, and another broker's API, are in
 from __future__ import annotations
 
 import logging
+import time
 
 import amqp
 import pytest
@@ -37,11 +38,20 @@ def test_the_same_cluster_name_identifies_the_broker(amqp_conn: amqp.Connection,
     assert (found.state, found.how) == ("ok", "cluster_name")
 
 
-def test_the_connection_itself_among_the_apis_identifies_the_broker(amqp_conn: amqp.Connection, vhost: str) -> None:
-    """What a load balancer in front of a renamed node leaves: neither name matches, the connection does."""
+def test_the_connection_itself_shows_among_the_apis_connections(amqp_conn: amqp.Connection, vhost: str) -> None:
+    """The third sign (for an API of several nodes, where names differ per node): the connection is listed."""
     _, name = amqp_identity(amqp_conn)
-    found = _api(amqp_conn, vhost, cluster_name="elsewhere@nowhere", connection_name=name).identify()
-    assert (found.state, found.how) == ("ok", "connection")
+    api = _api(amqp_conn, vhost, cluster_name="elsewhere@nowhere", connection_name=name)
+    assert api._sees_connection(name, wait_s=10) is True  # after the node's next statistics emission
+    assert api._sees_connection("10.9.9.9:1 -> 10.9.9.9:2", wait_s=1) is False
+
+
+def test_a_single_node_with_another_name_is_another_broker_at_once(amqp_conn: amqp.Connection, vhost: str) -> None:
+    """One node gives AMQP and HTTP the same cluster_name: a differing one is another broker, no waiting."""
+    _, name = amqp_identity(amqp_conn)
+    started = time.monotonic()
+    found = _api(amqp_conn, vhost, cluster_name="elsewhere@nowhere", connection_name=name).identify(wait_s=6)
+    assert found.state == "other_broker" and time.monotonic() - started < 2
 
 
 def test_an_unknown_cluster_and_connection_is_another_broker(amqp_conn: amqp.Connection, vhost: str,
