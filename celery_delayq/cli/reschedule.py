@@ -44,13 +44,7 @@ _DUE = Moment("ahead")
 @click.pass_context
 def run_now(ctx: click.Context, task_id: str, as_json: bool, yes: bool) -> None:
     """Run a waiting task now (its copy in the ladder is cancelled, so it runs once)."""
-    app = app_context(ctx)
-    confirm(f"Run task {task_id} now?", yes)
-    done = move(_installed(app.app), task_id, due=None)
-    if as_json:
-        click.echo(json.dumps(done.as_dict()))
-        return
-    console(ctx).print(f"task {task_id} ({done.old.task_name}) runs now; was due {done.old.due_iso}")
+    _move(ctx, task_id, None, f"Run task {task_id} now?", as_json, yes)
 
 
 @click.command(name="reschedule")
@@ -61,15 +55,20 @@ def run_now(ctx: click.Context, task_id: str, as_json: bool, yes: bool) -> None:
 @click.pass_context
 def reschedule(ctx: click.Context, task_id: str, when: float, as_json: bool, yes: bool) -> None:
     """Move a waiting task to WHEN: ISO 8601 (UTC unless it has an offset), epoch seconds, or a duration from now (90s, 10m, 2h, 3d)."""
-    due = when
+    _move(ctx, task_id, when, f"Move task {task_id} to {iso(when)}?", as_json, yes)
+
+
+def _move(ctx: click.Context, task_id: str, due: float | None, question: str, as_json: bool, yes: bool) -> None:
+    """Publish the task again due at ``due`` (None: now) once the operator said yes, and say what moved."""
     app = app_context(ctx)
-    confirm(f"Move task {task_id} to {iso(due)}?", yes)
+    confirm(question, yes)
     done = move(_installed(app.app), task_id, due=due)
     if as_json:
         click.echo(json.dumps(done.as_dict()))
         return
-    new = done.as_dict()["due"] or "now"
-    console(ctx).print(f"task {task_id} ({done.old.task_name}) now due {new}; was due {done.old.due_iso}")
+    new = done.as_dict()["due"]
+    what = f"now due {new}" if new else "runs now"
+    console(ctx).print(f"task {task_id} ({done.old.task_name}) {what}; was due {done.old.due_iso}")
 
 
 @click.command(name="cancel-matching")
