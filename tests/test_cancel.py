@@ -174,15 +174,21 @@ def _wait_ran(log: Path, tag: str, timeout: float) -> None:
     raise AssertionError(f"task {tag!r} did not run within {timeout} s: {_runs(log)}")
 
 
+def _worker_project(tmp_path: Path, name: str, queue: str, broker_url: str, backend: str, prefix: str,
+                    make_app: Any) -> tuple[Path, dict[str, str], Any]:
+    """A worker app module ``name`` in ``tmp_path``, its run log, its environment, and the same app here."""
+    (tmp_path / f"{name}.py").write_text(WORKER_APP.format(name=name))
+    log = tmp_path / "runs.jsonl"
+    env = dict(os.environ, K_BROKER=broker_url, K_BACKEND=backend, K_QUEUE=queue, K_PREFIX=prefix,
+               K_LOG=str(log), PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    return log, env, make_app(delayq_enabled=True, result_backend=backend, task_default_queue=queue)
+
+
 def test_cancel_survives_kill_9_of_every_worker(tmp_path: Path, broker_url: str, prefix: str, uid: str,
                                                 backend: str, make_app) -> None:
     """Cancel, kill -9 the only worker, restart it before the due time: the task never runs, REVOKED."""
     name = f"k{uid}"
-    (tmp_path / f"{name}.py").write_text(WORKER_APP.format(name=name))
-    log = tmp_path / "runs.jsonl"
-    env = dict(os.environ, K_BROKER=broker_url, K_BACKEND=backend, K_QUEUE=f"k.{uid}", K_PREFIX=prefix,
-               K_LOG=str(log), PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-    app = make_app(delayq_enabled=True, result_backend=backend, task_default_queue=f"k.{uid}")
+    log, env, app = _worker_project(tmp_path, name, f"k.{uid}", broker_url, backend, prefix, make_app)
 
     @app.task(name=f"{name}.job")
     def job(tag: str) -> str:  # the same task, sent from here
@@ -364,11 +370,7 @@ def test_a_40_day_cancel_outlives_the_logs_retention(tmp_path: Path, broker_url:
     code the entry would leave the stream at day 32 and a worker started after that would run the task.
     """
     name = f"l{uid}"
-    (tmp_path / f"{name}.py").write_text(WORKER_APP.format(name=name))
-    log = tmp_path / "runs.jsonl"
-    env = dict(os.environ, K_BROKER=broker_url, K_BACKEND=backend, K_QUEUE=f"l.{uid}", K_PREFIX=prefix,
-               K_LOG=str(log), PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-    app = make_app(delayq_enabled=True, result_backend=backend, task_default_queue=f"l.{uid}")
+    log, env, app = _worker_project(tmp_path, name, f"l.{uid}", broker_url, backend, prefix, make_app)
 
     @app.task(name=f"{name}.job")
     def job(tag: str) -> str:
