@@ -46,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -63,6 +64,9 @@ RESERVED_FOR_OTHERS = 100
 
 #: How long the check waits for each management API answer (s).
 API_TIMEOUT_S = 15.0
+#: How long it waits for a just-started node's first statistics (its ``fd_total``; emitted every 5 s by default).
+STATS_WAIT_S = 12.0
+STATS_POLL_S = 0.5
 
 #: The ways out, named in every refusal.
 FIX = ("raise the broker's open-files limit (systemd `LimitNOFILE=65536` for rabbitmq-server, or `ulimit -n 65536` "
@@ -165,6 +169,36 @@ class BudgetCheck:
         found: list[dict[str, Any]] | None = self.api.all_queues()
         return found
 
+    def _node_handles(self) -> list[dict[str, Any]] | None:
+        """Every running node's limits, waiting for them on a node just started (``None``: cannot tell).
+
+        A node's ``fd_total`` comes with its first statistics emission
+        (``collect_statistics_interval``, 5 s by default): a node that has just
+        started lists itself without it for about 4.5 s (measured on 3.10.8).
+        A process started beside the broker (a compose file, a CI job) would be
+        refused its ladder for that, so the check waits up to
+        :data:`STATS_WAIT_S` for every node's numbers.
+        """
+        if self.api is None:
+            return None
+        deadline = time.monotonic() + STATS_WAIT_S
+        while True:
+            nodes: list[dict[str, Any]] | None = self.api.node_handles()
+            if not nodes or all(isinstance(n.get("fd_total"), int) for n in nodes) or time.monotonic() > deadline:
+                return nodes
+            time.sleep(STATS_POLL_S)
+
+    def _why_no_numbers(self) -> str:
+        """Why the API gave no budget: switched off, another broker's, or not answering."""
+        if self.api is None:
+            return "delayq_management_url is ''"
+        found = self.api.identity()
+        if found.state == "other_broker":
+            return (f"the management API at {self.api.base_url} answers for {found.how}, so it is not used (set "
+                    "delayq_management_url to the API of a node of the broker in broker_url)")
+        return (f"the management API at {self.api.base_url} did not answer for every node and virtual host (it "
+                "needs the rabbitmq_management plugin and a user tagged monitoring or administrator)")
+
     @property
     def applies(self) -> bool:
         """Whether this broker reserves handles per quorum queue (RabbitMQ < 4.0)."""
@@ -186,17 +220,14 @@ class BudgetCheck:
             # Once per new ladder, so wait longer than a publish-path call would: a node
             # just started, or busy, can take seconds to answer (a refusal would be wrong).
             self.api = dataclasses.replace(self.api, timeout=API_TIMEOUT_S)
-        nodes = self.api.node_handles() if self.api is not None else None
+        nodes = self._node_handles()
         limits = {str(n["name"]): int(n["fd_total"]) for n in nodes or () if isinstance(n.get("fd_total"), int)}
         queues = self._queues(limits, quorum_queues) if limits else None
         if not limits or queues is None:
             if self.explicit:
                 self.unchecked = (namespace, quorum_queues)
                 return
-            why = self.api_why or (f"the management API at {self.api.base_url} did not answer for every node and "
-                                   "virtual host (it needs the rabbitmq_management plugin and a user tagged "
-                                   "monitoring or administrator)" if self.api is not None else
-                                   "delayq_management_url is ''")
+            why = self.api_why or self._why_no_numbers()
             raise FileHandleBudgetUnknown(
                 f"refusing to create ladder {namespace!r} implicitly on RabbitMQ {version}: its {quorum_queues} "
                 f"quorum queues reserve {quorum_queues * 3} or more file handles on RabbitMQ 3.x, and the broker's "

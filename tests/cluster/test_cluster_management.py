@@ -135,14 +135,24 @@ def test_another_brokers_api_is_refused_with_one_warning_and_the_doctor_says_so(
     assert len(warnings) == 1 and "delayq_management_url" in warnings[0], warnings
     prefix = f"mgo{uuid.uuid4().hex[:6]}"
     app_dir = _app(tmp_path, cluster, prefix, OTHER_BROKER_API)
+    env = dict(os.environ, PYTHONPATH=f"{app_dir}:{REPO}")
     try:
         out = _run(app_dir, _PUBLISH)
+        if cluster.nodes[0].flavour.name == "host":
+            # RabbitMQ 3.x: without an API of its own the ladder's file-handle budget cannot be checked, so a
+            # publish never creates the ladder implicitly; the refusal names the true cause and the way out.
+            assert out.returncode != 0 and "FileHandleBudgetUnknown" in out.stderr, out.stderr[-2000:]
+            assert "answers for cluster" in out.stderr and "delayq_management_url" in out.stderr, out.stderr[-3000:]
+            assert "did not answer" not in out.stderr, out.stderr[-3000:]
+            declare = subprocess.run([sys.executable, "-m", "celery", "-A", "mgapp", "delayq", "topology", "declare"],
+                                     env=env, capture_output=True, text=True, timeout=180, cwd=app_dir)
+            assert declare.returncode == 0, declare.stdout[-2000:] + declare.stderr[-2000:]
+            out = _run(app_dir, _PUBLISH)
         assert out.returncode == 0, out.stderr[-2000:]
         assert out.stderr.count("not using the management API at http://127.0.0.1:15672") == 1, out.stderr[-3000:]
         assert list(_leaders(cluster.nodes[0].mgmt_url, prefix)) == [cluster.nodes[0].nodename]  # no placement
         doctor = subprocess.run([sys.executable, "-m", "celery", "-A", "mgapp", "delayq", "doctor", "--json"],
-                                env=dict(os.environ, PYTHONPATH=f"{app_dir}:{REPO}"), capture_output=True,
-                                text=True, timeout=180, cwd=app_dir)
+                                env=env, capture_output=True, text=True, timeout=180, cwd=app_dir)
         assert "other_broker" in doctor.stdout and "delayq_management_url" in doctor.stdout, doctor.stdout[-3000:]
     finally:
         _delete_ladder(app_dir)
