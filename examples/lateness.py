@@ -75,14 +75,18 @@ def _remove_ladder(app: Celery, keep: bool) -> None:
     publisher = celery_delayq.ladder_for(app).publisher
     topology = publisher.declare()
     try:
-        deleted = topology.delete(publisher.raw_connection())  # only once empty: a demo may share the prefix
+        raw = publisher.raw_connection()
+        deleted = topology.delete(raw)  # only once empty: a demo may share the prefix
+        channel = raw.channel()
+        channel.queue_delete(app.conf.task_default_queue, if_empty=True)  # the example's own destination
+        channel.close()
     except celery_delayq.TopologyError as exc:
         click.echo(f"kept the ladder: {exc} Once it drains, {how}.")
         return
     finally:
         publisher.close()
-    click.echo(f"deleted the ladder {app.conf.delayq_prefix!r} ({len(deleted)} exchanges and queues); "
-               "--keep-ladder keeps it")
+    click.echo(f"deleted the ladder {app.conf.delayq_prefix!r} ({len(deleted)} exchanges and queues) and the "
+               f"queue {app.conf.task_default_queue!r}; --keep-ladder keeps them")
 
 
 if __name__ == "__main__":
