@@ -49,7 +49,6 @@ sys.path.insert(0, str(REPO_ROOT))  # run from a checkout without installing
 
 from celery_delayq.telemetry import TelemetryRecorder, make_event  # noqa: E402
 
-_TIMINGS = re.compile(r"parse\+cache ([\d.]+)s, aggregates ([\d.]+)s, total ([\d.]+)s")
 _JVM_CPU = re.compile(r"driver jvm cpu ([\d.]+)s")
 
 
@@ -138,8 +137,10 @@ def _run_job(n: int, work: Path, master: str, conf: tuple[str, ...] = ()) -> dic
     if proc.returncode != 0:
         raise click.ClickException(f"job failed for {n:,} events:\n{proc.stderr[-4000:]}")
     summary = json.loads((out / "summary.json").read_text())
-    found = _TIMINGS.search(proc.stderr)
-    parse_s, agg_s, in_job_s = (float(g) for g in found.groups()) if found else (None, None, None)
+    # The job's own stage clock (summary.json ``timings_s``); Spark start-up is outside parse and aggregates.
+    stages = summary.get("timings_s") or {}
+    parse_s, agg_s = stages.get("parse"), stages.get("aggregate")
+    in_job_s = round(sum(v for k, v in stages.items() if k != "start Spark"), 2) if stages else None
     from celery_delayq.telemetry import EVENT_TYPES
 
     counted = sum(summary["overall"][k] for k in EVENT_TYPES)
@@ -150,6 +151,7 @@ def _run_job(n: int, work: Path, master: str, conf: tuple[str, ...] = ()) -> dic
         "job_parse_cache_s": parse_s,
         "job_aggregates_s": agg_s,
         "job_in_session_s": in_job_s,
+        "job_spark_start_s": stages.get("start Spark"),
         # CPU of the driver JVM (all of the work on local[N]): other load on the
         # machine stretches the wall time, much less this.
         "job_driver_jvm_cpu_s": float(cpu.group(1)) if cpu else None,

@@ -68,6 +68,15 @@ def format_duration(seconds: float) -> str:
     return f"{seconds / 86400:.2g} d"
 
 
+def format_count(n: int) -> str:
+    """``n`` in at most four characters and a suffix: ``950``, ``5.8k``, ``16k``, ``1.2M``."""
+    for size, suffix in ((1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k")):
+        if n >= size:
+            value = n / size
+            return f"{value:.1f}{suffix}" if round(value, 1) < 10 else f"{value:.0f}{suffix}"
+    return str(n)
+
+
 def _figure() -> Figure:
     return Figure(figsize=_SIZE, dpi=_DPI, layout="constrained")
 
@@ -143,10 +152,14 @@ def lateness_by_delay_png(rows: Iterable[Mapping[str, Any]]) -> bytes:
         ax.xaxis.set_major_locator(ticker.FixedLocator(xs))
         ax.xaxis.set_minor_locator(ticker.NullLocator())
         # How many deliveries each point stands for: a p99 of five deliveries is their maximum.
-        for x, r, low in zip(xs, data, p50, strict=True):
-            ax.annotate(f"n={int(r.get('delivered') or 0):,}", (x, low), xytext=(0, -13),
-                        textcoords="offset points", ha="center", va="top", fontsize=7, color="0.35")
-        ax.margins(y=0.12)
+        # In a row along the bottom, short, every other one a line higher where buckets crowd: at 10M events
+        # there are 20 buckets, and counts written under each point ran into their neighbours.
+        crowded = len(xs) > 8
+        for i, (x, r) in enumerate(zip(xs, data, strict=True)):
+            ax.annotate(f"n={format_count(int(r.get('delivered') or 0))}", (x, 0),
+                        xycoords=("data", "axes fraction"), xytext=(0, 3 + (9 if crowded and i % 2 else 0)),
+                        textcoords="offset points", ha="center", va="bottom", fontsize=7, color="0.35")
+        ax.margins(y=0.2)
         labels = [format_duration(r["delay_bucket_s"]) for r in data]
         ax.set_xticks(
             xs, labels, rotation=45 if len(xs) > 8 else 0, ha="right" if len(xs) > 8 else "center"

@@ -6,6 +6,7 @@ from celery_delayq.analytics.plots import (
     attempts_to_success_png,
     backlog,
     backlog_throughput_png,
+    format_count,
     lateness_over_time_png,
     retries_over_time_png,
 )
@@ -45,3 +46,9 @@ def test_charts_render_edge_cases():
                                  {"task_name": "a", "attempt": 1, "count": 1}]),
     ):
         assert png.startswith(PNG)
+
+
+def test_bucket_counts_are_short_enough_to_sit_side_by_side():
+    # At 10M events the lateness-by-delay chart has 20 buckets; "n=15,801" labels overlapped their neighbours.
+    assert [format_count(n) for n in (0, 950, 5_810, 9_999, 15_801, 444_816, 1_234_567, 2_000_000_000)] == [
+        "0", "950", "5.8k", "10k", "16k", "445k", "1.2M", "2.0G"]
