@@ -33,7 +33,7 @@ figure img{max-width:100%;height:auto;display:block;margin:0 auto}
 table{border-collapse:collapse;background:#fff;font-size:.84rem;width:100%;
 border:1px solid #d0d7de}
 th,td{padding:.35rem .45rem;border-bottom:1px solid #eaeef2;text-align:right;white-space:nowrap}
-th{background:#f0f3f6;position:sticky;top:0}
+th{background:#f0f3f6;position:sticky;top:0;white-space:normal;vertical-align:bottom}
 td.l,th.l{text-align:left}
 td{font-variant-numeric:tabular-nums}
 tr:hover td{background:#f6f8fa}
@@ -92,7 +92,10 @@ def _table(
     alarm: Sequence[int] = (),
 ) -> str:
     """HTML table; ``left`` leading columns are text (left-aligned), ``alarm``
-    column indexes are highlighted when their cell is not zero."""
+    column indexes are highlighted when their cell is not zero. No rows: one
+    line saying so (a header row over nothing reads as a broken page)."""
+    if not rows:
+        return '<p class="note">None in this window.</p>'
     head = "".join(
         f'<th class="l">{html.escape(label)}</th>' if i < left else f"<th>{html.escape(label)}</th>"
         for i, (_, label) in enumerate(headers)
