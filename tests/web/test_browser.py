@@ -2,7 +2,7 @@
 
 Loads each view (and saves a screenshot of it to ``docs/img/web-*.png``),
 finds a task by id, cancels one and sees it not run, runs one now and sees it
-run once, and replays a parked task. Skips when Chromium or Playwright is not
+run once, moves one to a new due time and sees it run once then, and replays a parked task. Skips when Chromium or Playwright is not
 installed, except under CI (``./dev`` installs Chromium there).
 """
 
@@ -127,6 +127,19 @@ def test_operator_finds_cancels_runs_now_and_replays(served: tuple[Any, str], br
         while time.time() < deadline and not [i for i in collector.items if i.get("customer") == "acme-now"]:
             time.sleep(0.1)
 
+        moved = others[0]  # reschedule: due in 900 s, moved to 3 s from now with the row's own form
+        page.goto(url + "/waiting?args=customer-0")
+        row = page.locator("table.tasks tbody tr")
+        assert row.count() == 1 and moved.id in row.first.inner_text()
+        moved_at = time.time()
+        row.first.locator("input[name=due]").fill("3s")
+        row.first.locator("button:has-text('Move')").click()
+        page.wait_for_selector(".flash.good")
+        assert f"task {moved.id} now due" in page.inner_text(".flash")
+        deadline = time.time() + 20
+        while time.time() < deadline and not [i for i in collector.items if i.get("customer") == "customer-0"]:
+            time.sleep(0.1)
+
         page.goto(url + "/waiting?id=nothing-like-this")
         assert "No waiting task matches --id nothing-like-this" in page.inner_text("p.empty")
 
@@ -155,5 +168,8 @@ def test_operator_finds_cancels_runs_now_and_replays(served: tuple[Any, str], br
         page.screenshot(path=str(SHOTS / "web-overview.png"), full_page=True)
     ran = [i.get("customer") for i in collector.items if i["kind"] == "report"]
     assert ran.count("acme-now") == 1 and "acme-doomed" not in ran
+    assert ran.count("customer-0") == 1, ran  # moved, ran once: the copy due in 900 s was cancelled
+    moved_ran = next(i["at"] for i in collector.items if i.get("customer") == "customer-0")
+    assert moved_ran >= moved_at + 3 - 0.05, f"the moved task ran {moved_at + 3 - moved_ran:.3f} s early"
     assert len([i for i in collector.items if i.get("amount") == -7]) == 2  # parked, replayed, ran again
-    cancel(app, *[o.id for o in others], retried.id, soon.id)
+    cancel(app, *[o.id for o in others[1:]], retried.id, soon.id)
