@@ -1,6 +1,7 @@
 """The page in a real browser (Debian's Chromium via Playwright), a real broker and a real worker.
 
-Loads each view (and saves a screenshot of it to ``docs/img/web-*.png``),
+Loads each view (and saves a screenshot of it, to ``docs/img/web-*.png`` with
+``DELAYQ_UPDATE_SCREENSHOTS=1``),
 finds a task by id, cancels one and sees it not run, runs one now and sees it
 run once, moves one to a new due time and sees it run once then, and replays a parked task. Skips when Chromium or Playwright is not
 installed, except under CI (``./dev`` installs Chromium there).
@@ -22,7 +23,7 @@ from celery_delayq import DelayedRetryTask, cancel
 from helpers import Collector, running_worker
 
 CHROMIUM = os.environ.get("DELAYQ_CHROMIUM", "/usr/bin/chromium")
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "img"
+DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 
 
 def _need(what: str) -> None:
@@ -75,8 +76,10 @@ def served(make_app: Any, uid: str, amqp_conn: Any, tmp_path: Path) -> Iterator[
 
 
 def test_operator_finds_cancels_runs_now_and_replays(served: tuple[Any, str], browser: Any,
-                                                      collector: Collector) -> None:
+                                                      collector: Collector, tmp_path: Path) -> None:
     app, url = served
+    # The README's screenshots are refreshed on request only: a test run leaves the checkout as it found it.
+    shots = DOCS_IMG if os.environ.get("DELAYQ_UPDATE_SCREENSHOTS") else tmp_path
 
     @app.task(name=f"{app.main}.report", bind=True)
     def report(self: Any, customer: str) -> None:
@@ -94,7 +97,7 @@ def test_operator_finds_cancels_runs_now_and_replays(served: tuple[Any, str], br
 
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.on("dialog", lambda d: d.accept())
-    SHOTS.mkdir(parents=True, exist_ok=True)
+    shots.mkdir(parents=True, exist_ok=True)
     with running_worker(app):
         doomed_due = time.time() + 25
         doomed = report.apply_async(("acme-doomed",), countdown=25)
@@ -109,7 +112,7 @@ def test_operator_finds_cancels_runs_now_and_replays(served: tuple[Any, str], br
 
         page.goto(url + "/waiting")
         assert page.locator(f"text={soon.id}").count() == 1
-        page.screenshot(path=str(SHOTS / "web-waiting.png"), full_page=True)
+        page.screenshot(path=str(shots / "web-waiting.png"), full_page=True)
 
         page.fill("input[name=id]", doomed.id[:8])  # search by id prefix
         page.click("text=Filter")
@@ -145,14 +148,14 @@ def test_operator_finds_cancels_runs_now_and_replays(served: tuple[Any, str], br
 
         page.goto(url + "/retries")
         assert "card network timed out" in page.inner_text("table.tasks")
-        page.screenshot(path=str(SHOTS / "web-retries.png"), full_page=True)
+        page.screenshot(path=str(shots / "web-retries.png"), full_page=True)
 
         page.goto(url + "/parked")
         assert "card declined" in page.inner_text("table.tasks")
-        page.screenshot(path=str(SHOTS / "web-parked.png"), full_page=True)
+        page.screenshot(path=str(shots / "web-parked.png"), full_page=True)
         page.locator("table.tasks tbody tr a").first.click()
         page.wait_for_selector("text=Traceback")
-        page.screenshot(path=str(SHOTS / "web-parked-detail.png"), full_page=True)
+        page.screenshot(path=str(shots / "web-parked-detail.png"), full_page=True)
         page.locator("button:has-text('Replay')").click()
         page.wait_for_selector(".flash.good")
         assert "replayed 1 of 1" in page.inner_text(".flash")
@@ -165,7 +168,7 @@ def test_operator_finds_cancels_runs_now_and_replays(served: tuple[Any, str], br
         flush_all()
         page.goto(url + "/")
         assert "Deliveries per minute" in page.inner_text("main")
-        page.screenshot(path=str(SHOTS / "web-overview.png"), full_page=True)
+        page.screenshot(path=str(shots / "web-overview.png"), full_page=True)
     ran = [i.get("customer") for i in collector.items if i["kind"] == "report"]
     assert ran.count("acme-now") == 1 and "acme-doomed" not in ran
     assert ran.count("customer-0") == 1, ran  # moved, ran once: the copy due in 900 s was cancelled
