@@ -38,7 +38,7 @@ from celery.contrib.testing.worker import start_worker
 
 import celery_delayq
 from celery_delayq import DelayedRetryTask
-from celery_delayq import headers as H
+from celery_delayq.ladder import headers as H
 from celery_delayq import signals as delayq_signals
 from celery_delayq.telemetry import attach as telemetry_attach
 from celery_delayq.telemetry import detach as telemetry_detach

@@ -21,16 +21,16 @@ from .errors import (
     PublishNacked, PublishReturned, PublishTimeout, TopologyError, TopologyMismatch,
     TopologyMissing, UnroutableDestination, UnsupportedTransport,
 )
-from .integration import install, is_installed, ladder_for, router_for, uninstall
-from .app_ladder import AppLadder
-from .ladder import LadderSpec
-from .producer import DelayqProducer, LadderProducer
-from .publisher import LadderPublisher, Scheduled, publisher_for
-from .task import DelayedRetryTask
-from .batching import batch
+from .glue.integration import install, is_installed, ladder_for, router_for, uninstall
+from .glue.app_ladder import AppLadder
+from .ladder.spec import LadderSpec
+from .glue.producer import DelayqProducer, LadderProducer
+from .rabbitmq.publisher import LadderPublisher, Scheduled, publisher_for
+from .glue.task import DelayedRetryTask
+from .glue.batching import batch
 from .parking import ParkedMessage, ParkedMessageNotFound, ParkingError, ParkingFailed, ParkingQueue, UnsafeToBrowse
 from .policies import RetryAfter, RetryPolicy
-from .queue_delays import DelayedQueue
+from .glue.queue_delays import DelayedQueue
 from .pending import AmbiguousTaskId, IndexUnavailable, PendingTask, TaskIdError, TaskIdNotFound, pending
 from .cancels import CancelResult, cancel
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, fields
 from typing import Any, Iterable
 
 from .errors import DelayTooLong
-from .ladder import LadderSpec
-from .queue_delays import normalize_queue_delays
+from .ladder.spec import LadderSpec
+from .glue.queue_delays import normalize_queue_delays
 from .typing import CeleryApp
 
 __all__ = ["DelayqConfig", "SETTINGS", "unknown_settings", "warn_unknown_settings"]
@@ -90,7 +90,7 @@ class DelayqConfig:
             needs the management API to list them) or ``broker`` (wherever the
             broker's queue-leader locator puts them; with its default,
             ``client-local``, all on the declaring process's node). Existing
-            queues never move; see :mod:`celery_delayq.placement`.
+            queues never move; see :mod:`celery_delayq.rabbitmq.placement`.
         metrics_port: Serve Prometheus metrics (:mod:`celery_delayq.metrics`) on this port
             from each worker's main process (``None`` = off). With the prefork pool,
             retries and parks happen in the children and are not counted there.
@@ -141,14 +141,14 @@ class DelayqConfig:
         """Refuse a delay longer than ``max_delay`` when one is set (``DelayTooLong``).
 
         Without a cap any finite delay is accepted: one longer than the ladder
-        makes laps through it (:mod:`celery_delayq.laps`).
+        makes laps through it (:mod:`celery_delayq.rabbitmq.laps`).
         """
         if seconds > LONGEST_DELAY_S:
             raise DelayTooLong(
                 f"a delay of {seconds:.0f} s is longer than celery_delayq accepts (100 years); "
                 "it never truncates a delay")
         if self.max_delay is not None and seconds > self.max_delay:
-            from .humanize import human_duration
+            from .ladder.humanize import human_duration
 
             raise DelayTooLong(
                 f"a delay of {human_duration(seconds)} ({seconds:.3f} s) exceeds delayq_max_delay "

@@ -2,12 +2,12 @@
 
 One delayed publish crosses two seams, each one way:
 
-1. :class:`~celery_delayq.producer.LadderProducer` (kombu layer) asks a
+1. :class:`~celery_delayq.glue.producer.LadderProducer` (kombu layer) asks a
    :class:`DelayRouting` whether a publish is delayed and where it must
    arrive (:meth:`DelayRouting.divert`), and gets a :class:`Diversion` back.
 2. It serialises the message itself and hands it to the routing's
    :class:`DelayBackend` (:meth:`DelayBackend.schedule`). The TTL-queue ladder
-   (:class:`~celery_delayq.publisher.LadderPublisher`) is the backend today; a
+   (:class:`~celery_delayq.rabbitmq.publisher.LadderPublisher`) is the backend today; a
    broker-native delay (RabbitMQ's per-message quorum delays, DESIGN-NOTES §8)
    can be another implementation of the same method, chosen per destination.
 
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Protocol, runtime_checkable
 if TYPE_CHECKING:  # pragma: no cover
     from kombu.connection import Connection
 
-    from .publisher import Scheduled
+    from .rabbitmq.publisher import Scheduled
 
 __all__ = ["Diversion", "DelayRouting", "DelayBackend", "CeleryApp"]
 
@@ -124,7 +124,7 @@ class DelayBackend(Protocol):
 
 @runtime_checkable
 class DelayRouting(Protocol):
-    """What a :class:`~celery_delayq.producer.LadderProducer` asks about each publish."""
+    """What a :class:`~celery_delayq.glue.producer.LadderProducer` asks about each publish."""
 
     @property
     def backend(self) -> DelayBackend:

@@ -28,7 +28,7 @@ from celery.contrib.testing.worker import start_worker
 
 from celery_delayq import DelayedRetryTask, router_for
 from celery_delayq.cli import delayq
-from celery_delayq.occupancy import ladder_occupancy
+from celery_delayq.rabbitmq.occupancy import ladder_occupancy
 
 BROKER = os.environ.get("DELAYQ_DEMO_BROKER", "amqp://guest:guest@127.0.0.1:5672//")
 #: The demo's own names: everything it declares starts with one of them.

@@ -15,8 +15,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "celery_delayq"
 #: The modules above the hook: they may import it (the CLI, the Django app, the doctor, tasks).
-ABOVE_THE_HOOK = ("celery_delayq.cli", "celery_delayq.django", "celery_delayq.doctor", "celery_delayq.task",
-                  "celery_delayq.integration", "celery_delayq.analytics", "celery_delayq.export",
+ABOVE_THE_HOOK = ("celery_delayq.cli", "celery_delayq.django", "celery_delayq.doctor", "celery_delayq.glue.task",
+                  "celery_delayq.glue.integration", "celery_delayq.analytics", "celery_delayq.rabbitmq.export",
                   "celery_delayq.web")
 
 
@@ -97,11 +97,11 @@ def test_a_cycle_is_found_when_there_is_one() -> None:
 def test_below_the_hook_nothing_imports_the_hook() -> None:
     graph = import_graph()
     offenders = sorted(m for m, deps in graph.items()
-                       if "celery_delayq.integration" in deps and not m.startswith(ABOVE_THE_HOOK)
+                       if "celery_delayq.glue.integration" in deps and not m.startswith(ABOVE_THE_HOOK)
                        and m != "celery_delayq")
     assert offenders == []
 
 
 def test_the_producer_hook_depends_only_on_its_protocols() -> None:
     """The producer asks a typed Protocol whether a publish is delayed; it imports no ladder code."""
-    assert import_graph()["celery_delayq.producer"] <= {"celery_delayq.typing", "celery_delayq.plugin_compat"}
+    assert import_graph()["celery_delayq.glue.producer"] <= {"celery_delayq.typing", "celery_delayq.ladder.plugin_compat"}

@@ -12,7 +12,7 @@ from kombu import Exchange, Queue
 
 import celery_delayq
 from celery_delayq import DelayedRetryTask
-from celery_delayq import headers as H
+from celery_delayq.ladder import headers as H
 from celery_delayq.errors import DelayTooLong, InvalidDelay
 from helpers import Collector, queue_depth, running_worker
 
@@ -267,8 +267,8 @@ def test_autoretry_with_backoff_waits_in_ladder(make_app, collector: Collector) 
 
 
 def test_worker_declares_the_ladder_when_it_starts(make_app, amqp_conn, uid: str) -> None:
-    from celery_delayq.ladder import LadderSpec
-    from celery_delayq.topology import Topology
+    from celery_delayq.ladder.spec import LadderSpec
+    from celery_delayq.rabbitmq.topology import Topology
 
     prefix = f"ws{uid}"
     app = make_app(delayq_prefix=prefix, delayq_levels=6)

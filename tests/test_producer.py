@@ -24,10 +24,10 @@ import pytest
 from kombu import Connection, Exchange, Queue
 
 import celery_delayq
-from celery_delayq import headers as H
-from celery_delayq.app_ladder import exchange_name
+from celery_delayq.ladder import headers as H
+from celery_delayq.glue.app_ladder import exchange_name
 from celery_delayq.errors import InvalidName
-from celery_delayq.producer import LadderProducer, LadderProducerPool
+from celery_delayq.glue.producer import LadderProducer, LadderProducerPool
 from celery_delayq.typing import DelayBackend, DelayRouting, Diversion
 from helpers import drain
 

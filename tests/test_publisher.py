@@ -10,12 +10,12 @@ import amqp
 import kombu
 import pytest
 
-from celery_delayq import headers as H
+from celery_delayq.ladder import headers as H
 from celery_delayq.config import DelayqConfig
 from celery_delayq.errors import (
     DelayTooLong, InvalidDelay, PublishNacked, PublishReturned, TopologyMissing, UnroutableDestination,
 )
-from celery_delayq.publisher import LadderPublisher
+from celery_delayq.rabbitmq.publisher import LadderPublisher
 from helpers import drain, queue_depth
 
 

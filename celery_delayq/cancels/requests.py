@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from .. import signals
-from ..app_ladder import ladder_for
+from ..glue.app_ladder import ladder_for
 from ..pending.ids import Resolved, TaskIdNotFound, resolve_ids
-from ..pending.layout import MARGIN_S
+from ..ladder.index_layout import MARGIN_S
 from ..pending.query import IndexUnavailable, PendingTask, iso, open_layout, read_index
 from ..pending.stream import reader_connection
 from .book import CancelBook

@@ -18,7 +18,7 @@ twice: the documented at-least-once, never lost.
 Limits: the new copy is rebuilt from the index entry: task name,
 destination, attempt and the arguments as Celery's ``argsrepr`` /
 ``kwargsrepr`` headers wrote them. Arguments that are not Python literals,
-or that were cut (longer than :data:`~celery_delayq.pending.writer.ARGS_MAX`),
+or that were cut (longer than :data:`~celery_delayq.rabbitmq.index_writer.ARGS_MAX`),
 cannot be rebuilt and the task is left as it is (:class:`CannotReschedule`).
 Workers older than this module ignore pass cancels and would run both copies.
 """
@@ -36,10 +36,10 @@ from typing import Any, Sequence
 import amqp
 
 from ..errors import DelayqError
-from ..pending.layout import MARGIN_S
+from ..ladder.index_layout import MARGIN_S
 from ..pending.query import PendingTask, iso, open_layout, read_index
 from ..pending.stream import reader_connection
-from ..pending.writer import ARGS_CUT
+from ..rabbitmq.index_writer import ARGS_CUT
 from .log import CANCEL_PASS, REASON, UNTIL
 
 __all__ = ["CannotReschedule", "TaskNotWaiting", "Rescheduled", "read_index_one", "cancel_passes", "cancel_state", "reschedule"]
@@ -81,10 +81,10 @@ def cancel_passes(app: Any, passes: Sequence[PendingTask], *, reason: str = "sup
         CannotReschedule: a pass has no entry id (listed by an old version).
         PublishError: naming the passes whose cancel may not be recorded.
     """
-    from ..app_ladder import ladder_for
-    from ..confirms import ConfirmChannel, Tracker
-    from ..headers import ENTRY
-    from ..publisher import combine
+    from ..glue.app_ladder import ladder_for
+    from ..rabbitmq.confirms import ConfirmChannel, Tracker
+    from ..ladder.headers import ENTRY
+    from ..rabbitmq.publisher import combine
 
     if not passes:
         return
@@ -166,7 +166,7 @@ class TaskNotWaiting(DelayqError):
 
 def read_index_one(app: Any, task_id: str, *, now: float) -> PendingTask:
     """The waiting pass of ``task_id`` (one index shard read), or :class:`TaskNotWaiting`."""
-    from ..app_ladder import ladder_for
+    from ..glue.app_ladder import ladder_for
 
     found = read_index(ladder_for(app), task_ids=[task_id], now=now).get(task_id)
     if found is None or found.due <= now or found.task_name is None:

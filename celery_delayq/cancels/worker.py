@@ -7,7 +7,7 @@
   of its own, and reconnects (resuming after the last entry it read) when
   that connection drops.
 * :func:`mark_if_cancelled` is called by the worker's request class
-  (:class:`~celery_delayq.request.LadderRequest`) whenever Celery asks
+  (:class:`~celery_delayq.glue.request.LadderRequest`) whenever Celery asks
   whether a request is revoked. A cancelled id is put in Celery's own
   revoked set, so Celery's revocation path does the rest exactly as for
   ``revoke``: the task does not run, the message is acknowledged, the
@@ -38,9 +38,9 @@ from typing import Any
 from celery import bootsteps
 
 from .. import signals
-from ..following import QueueFollower
-from ..headers import ENTRY
-from ..pending.layout import MARKER, IndexLayout
+from ..rabbitmq.following import QueueFollower
+from ..ladder.headers import ENTRY
+from ..ladder.index_layout import MARKER, IndexLayout
 from ..pending.stream import OFFSET, reader_connection
 from .book import CancelBook
 from .log import add, load, record
@@ -204,7 +204,7 @@ def drop_if_superseded(request: Any) -> bool:
 class CancelStep(bootsteps.StartStopStep):
     """Consumer bootstep: load the cancel log before consuming, then follow it."""
 
-    requires = ("celery_delayq.integration:DelayqWorkerStep",)
+    requires = ("celery_delayq.glue.integration:DelayqWorkerStep",)
 
     def start(self, c: Any) -> None:
         ladder = getattr(c, "delayq_ladder", None)  # handed over by DelayqWorkerStep, which runs first

@@ -10,7 +10,7 @@ only to run.
 The events directory defaults to the app's ``delayq_telemetry_dir``
 (``celery -A APP`` hands the app over; standalone, give ``-A module:app``).
 When the app is known and its broker answers, the report opens with what
-waits, is held or is parked *now* (:func:`~celery_delayq.cli.status.ladder_status`,
+waits, is held or is parked *now* (:func:`~celery_delayq.rabbitmq.status.ladder_status`,
 the numbers of ``delayq status``), before the history the events tell.
 """
 
@@ -24,7 +24,8 @@ from typing import Any
 
 import click
 
-from .base import AppContext, app_name as named_app, named
+from ..rabbitmq.context import AppContext
+from .base import app_name as named_app, named
 from .when import Moment
 
 __all__ = ["report_command", "main"]
@@ -68,7 +69,7 @@ def live_state(app: Any, name: str = "APP") -> dict[str, Any]:
     (the document's ``app``). Never raises: the history is worth writing even
     when the broker is down; the report then says so instead of showing stale numbers.
     """
-    from .status import ladder_status
+    from ..rabbitmq.status import ladder_status
 
     context = AppContext(app)
     try:

@@ -27,7 +27,7 @@ __all__ = ["run_now", "reschedule", "cancel_matching"]
 
 def _installed(app: Any) -> Any:
     """The app with the ladder installed: the moved copy is published through it."""
-    from ..integration import install
+    from ..glue.integration import install
 
     install(app)
     return app

@@ -11,9 +11,10 @@ from typing import Any
 import amqp
 import click
 
-from ..humanize import describe_ladder
-from ..topology import Destination, Topology
-from .base import AppContext, app_context, confirm, yes_option
+from ..ladder.humanize import describe_ladder
+from ..rabbitmq.topology import Destination, Topology
+from ..rabbitmq.context import AppContext
+from .base import app_context, confirm, yes_option
 
 __all__ = ["topology", "no_ladder", "parse_destinations"]
 
@@ -134,7 +135,7 @@ def recover(ctx: click.Context, held_for: float) -> None:
     this themselves when their connection comes back; this is the operator's
     way. Needs the management API and a user that may set policies.
     """
-    from ..recovery import Recovery
+    from ..rabbitmq.recovery import Recovery
 
     app = app_context(ctx)
     with app.connected() as raw:

@@ -32,7 +32,7 @@ class DelayqAppConfig(AppConfig):
         from celery import current_app
 
         from ..config import DelayqConfig
-        from ..integration import install
+        from ..glue.integration import install
         from .checks import check_broker_reachable, check_settings
 
         checks.register(check_settings, "celery_delayq")

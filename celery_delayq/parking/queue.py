@@ -8,8 +8,8 @@ from typing import Any, Callable
 import kombu
 
 from ..errors import UnsupportedTransport
-from ..app_ladder import ladder_for
-from ..publisher import LadderPublisher
+from ..glue.app_ladder import ladder_for
+from ..rabbitmq.publisher import LadderPublisher
 from .errors import ParkedMessageNotFound
 from .record import ParkedFilter, ParkedMessage
 from .redeclare import redeclare

@@ -24,7 +24,7 @@ import contextlib
 
 import amqp
 
-from ..topology import broker_version
+from ..rabbitmq.topology import broker_version
 from .errors import ParkingError
 from .limits import declare_arguments
 from .record import LOOK_HEADERS

@@ -37,7 +37,7 @@ def pending(app: Any, *, task: str | None = None, queue: str | None = None, task
         AmbiguousTaskId: ``task_id`` is the start of several waiting ids (they are listed).
     """
     # On use: app_ladder imports the publisher, whose index writer imports this package.
-    from ..app_ladder import ladder_for
+    from ..glue.app_ladder import ladder_for
     from ..cancels.supersede import cancel_state
 
     ladder = ladder_for(app)

@@ -4,7 +4,7 @@ Two problems, two answers:
 
 * **Where does the stream end?** AMQP 0-9-1 never says; a consumer simply
   waits for more. So the reader first appends a *marker* (a tiny message
-  with the :data:`~celery_delayq.pending.layout.MARKER` header, confirmed),
+  with the :data:`~celery_delayq.ladder.index_layout.MARKER` header, confirmed),
   then reads until it meets that marker. Everything confirmed into the
   stream before the read began is therefore seen, and the answer does not
   depend on timing. Markers are skipped by every reader and expire with the
@@ -33,12 +33,12 @@ from typing import Any, Collection, Iterator
 
 import amqp
 
-from ..confirms import ConfirmChannel, Tracker
+from ..rabbitmq.confirms import ConfirmChannel, Tracker
 from ..errors import DelayqError
-from ..headers import ENTRY
+from ..ladder.headers import ENTRY
 from .frames import BASIC_DELIVER, HeaderReader, delivery_tag
-from .layout import MARKER
-from .writer import ENTRIES
+from ..ladder.index_layout import MARKER
+from ..rabbitmq.index_writer import ENTRIES
 
 __all__ = ["StreamReader", "StreamEntry", "StreamReadError", "OFFSET", "BODY", "reader_connection"]
 

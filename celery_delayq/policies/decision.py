@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from tenacity import RetryCallState
 
-from ..delays import parse_eta
+from ..ladder.delays import parse_eta
 from .explicit import RetryAfter
 from .resolve import RetryOptions
 

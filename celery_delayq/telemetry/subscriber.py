@@ -4,7 +4,7 @@ Like a dramatiq middleware, telemetry is an object added to one app, not a
 side effect of an import.  :func:`attach` connects receivers to Celery's task
 signals and to :mod:`celery_delayq.signals`; each receiver records only what
 concerns *its* app and returns at once for any other.  Nothing here imports
-the Celery glue (:mod:`celery_delayq.integration`): the glue calls
+the Celery glue (:mod:`celery_delayq.glue.integration`): the glue calls
 ``attach(app, config)`` when ``delayq_telemetry_dir`` is set, and
 ``detach(app)`` when it is undone.
 
@@ -44,7 +44,7 @@ from typing import Any, Protocol
 
 from celery import signals as celery_signals
 
-from .. import headers as H
+from ..ladder import headers as H
 from .. import signals
 from .events import Cancelled, Delivered, Exhausted, Failed, Parked, Replayed, Retried, Scheduled, Succeeded
 from .recorder import TelemetryRecorder
