@@ -21,10 +21,10 @@ from .errors import (
     PublishNacked, PublishReturned, PublishTimeout, TopologyError, TopologyMismatch,
     TopologyMissing, UnroutableDestination, UnsupportedTransport,
 )
-from .glue.integration import install, is_installed, ladder_for, router_for, uninstall
+from .glue.integration import install, is_installed, ladder_for, uninstall
 from .glue.app_ladder import AppLadder
 from .ladder.spec import LadderSpec
-from .glue.producer import DelayqProducer, LadderProducer
+from .glue.producer import LadderProducer
 from .rabbitmq.publisher import LadderPublisher, Scheduled, publisher_for
 from .glue.task import DelayedRetryTask
 from .glue.batching import batch
@@ -39,9 +39,9 @@ __all__ = [
     # tasks and settings
     "DelayedRetryTask", "DelayqConfig", "DelayedQueue", "batch",
     # activation
-    "install", "uninstall", "ladder_for", "is_installed", "router_for", "AppLadder",
+    "install", "uninstall", "ladder_for", "is_installed", "AppLadder",
     # kombu-level publishing
-    "LadderProducer", "DelayqProducer", "LadderPublisher", "Scheduled", "publisher_for", "LadderSpec",
+    "LadderProducer", "LadderPublisher", "Scheduled", "publisher_for", "LadderSpec",
     # policies
     "RetryPolicy", "RetryAfter",
     # parking

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import difflib
 import logging
+import math
 import weakref
 from dataclasses import dataclass, fields
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
-from .errors import DelayTooLong
+from .errors import DelayTooLong, InvalidDelay
 from .ladder.spec import LadderSpec
-from .glue.queue_delays import normalize_queue_delays
 from .typing import CeleryApp
 
-__all__ = ["DelayqConfig", "SETTINGS", "unknown_settings", "warn_unknown_settings"]
+__all__ = ["DelayqConfig", "SETTINGS", "unknown_settings", "warn_unknown_settings", "normalize_queue_delays"]
 
 log = logging.getLogger(__name__)
 
@@ -251,3 +251,21 @@ def warn_unknown_settings(app: CeleryApp) -> list[tuple[str, str | None]]:
         hint = f"did you mean {suggestion!r}?" if suggestion else "see celery_delayq.config.SETTINGS for the valid ones."
         log.warning("celery_delayq: unknown setting %r is ignored; %s", key, hint)
     return found
+
+
+def normalize_queue_delays(value: Any, spec: LadderSpec) -> tuple[tuple[str, float], ...]:
+    """Sorted ``(queue, seconds)`` pairs from a mapping or pairs, validated against the ladder.
+
+    Raises:
+        InvalidDelay: a delay that is not a finite, non-negative number of seconds.
+        DelayTooLong: a delay the configured ladder cannot hold.
+    """
+    items: Iterable[Any] = value.items() if isinstance(value, Mapping) else (value or ())
+    out: dict[str, float] = {}
+    for name, seconds in items:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
+            raise InvalidDelay(
+                f"delayq_queue_delays[{name!r}] must be a finite number of seconds >= 0, got {seconds!r}")
+        spec.units_for(float(seconds))  # DelayTooLong now, not at the first publish
+        out[str(name)] = float(seconds)
+    return tuple(sorted(out.items()))

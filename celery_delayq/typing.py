@@ -26,9 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Protocol, runtime_checkable
 if TYPE_CHECKING:  # pragma: no cover
     from kombu.connection import Connection
 
-    from .rabbitmq.publisher import Scheduled
-
-__all__ = ["Diversion", "DelayRouting", "DelayBackend", "CeleryApp"]
+__all__ = ["Diversion", "DelayRouting", "DelayBackend", "Receipt", "CeleryApp"]
 
 
 class CeleryApp(Protocol):
@@ -110,6 +108,40 @@ class Diversion:
     queue_hint: str | None = None
 
 
+class Receipt(Protocol):
+    """What any backend tells about one message it accepted (the ladder's is
+    :class:`~celery_delayq.rabbitmq.publisher.Scheduled`, which adds its hops and route).
+
+    Backend-neutral, so this module names no backend: the seam's types live
+    below every implementation of it.
+    """
+
+    @property
+    def entry(self) -> str:
+        """The message's id in the index of waiting tasks (``pending``, ``cancel``)."""
+        ...
+
+    @property
+    def due(self) -> float:
+        """Epoch seconds the message is delivered, never earlier."""
+        ...
+
+    @property
+    def delay(self) -> float:
+        """Seconds from the publish to ``due``."""
+        ...
+
+    @property
+    def exchange(self) -> str:
+        """The exchange the message is delivered to when due."""
+        ...
+
+    @property
+    def routing_key(self) -> str:
+        """The routing key it is delivered with."""
+        ...
+
+
 @runtime_checkable
 class DelayBackend(Protocol):
     """Something that holds an already serialised message until ``due``, then delivers it."""
@@ -117,7 +149,7 @@ class DelayBackend(Protocol):
     def schedule(self, body: bytes | str, *, due: float, delay: float, exchange: str, routing_key: str,
                  headers: dict[str, Any], content_type: str | None = None,
                  content_encoding: str | None = None, queue_hint: str | None = None,
-                 **properties: Any) -> "Scheduled":
+                 **properties: Any) -> Receipt:
         """Deliver ``body`` to ``exchange``/``routing_key`` at ``due``; confirmed before it returns."""
         ...
 

@@ -26,7 +26,7 @@ from celery import Celery
 from celery.bin.base import CLIContext
 from celery.contrib.testing.worker import start_worker
 
-from celery_delayq import DelayedRetryTask, router_for
+from celery_delayq import DelayedRetryTask, is_installed, ladder_for
 from celery_delayq.cli import delayq
 from celery_delayq.rabbitmq.occupancy import ladder_occupancy
 
@@ -71,8 +71,8 @@ def charge(self, order_id: int) -> str:
 
 def watch_ladder() -> None:
     """Print the ladder levels that hold a message whenever that changes."""
-    router = router_for(app)
-    assert router is not None
+    assert is_installed(app)
+    router = ladder_for(app)
     spec = router.config.spec
     conn = router.connection()
     conn.connect()

@@ -17,7 +17,7 @@ from celery_delayq.ladder import headers as H
 from celery_delayq.glue.attempts import (
     Attempt, begin_attempt, current_attempt, end_attempt, first_attempt_time, state_for,
 )
-from celery_delayq.parking.capture import RAW_KEY
+from celery_delayq.glue.request import RAW_KEY
 
 
 @pytest.fixture(autouse=True)

@@ -166,7 +166,7 @@ def test_human_output_lists_every_check_with_a_next_step(small_app: Any) -> None
 def test_parking_queue_where_and_what(small_app: Any, amqp_conn: amqp.Connection) -> None:
     name = f"{small_app.conf.delayq_prefix}.parking"
     assert "does not exist yet" in findings(small_app)["parking"]["summary"]
-    from celery_delayq.parking.limits import declare_arguments
+    from celery_delayq.rabbitmq.delivery_limit import declare_arguments
     from celery_delayq.rabbitmq.topology import broker_version
 
     version = broker_version(amqp_conn)

@@ -33,7 +33,7 @@ from hcl2 import SerializationOptions
 from celery_delayq.rabbitmq import export
 from celery_delayq.config import DelayqConfig
 from celery_delayq.ladder.spec import LadderSpec
-from celery_delayq.parking.limits import declare_arguments
+from celery_delayq.rabbitmq.delivery_limit import declare_arguments
 from celery_delayq.rabbitmq.topology import Topology
 from helpers import BROKER_HOST
 from tf_apply import TERRAFORM, apply, load, terraform_eval

@@ -92,7 +92,7 @@ def test_worker_holds_nothing_while_tasks_wait(make_app, amqp_conn, collector: C
         consumer = worker.consumer
         assert len(state.reserved_requests) == 0
         assert len(consumer.timer.queue) < 5  # no ETA entries scheduled in the worker
-        spec = celery_delayq.router_for(app).config.spec
+        spec = celery_delayq.ladder_for(app).config.spec
         held = sum(queue_depth(amqp_conn, name) for _k, _d, name, _s in spec.level_queues())
         assert held >= n  # everything waits in the broker
         assert queue_depth(amqp_conn, app.conf.task_default_queue) == 0

@@ -1,4 +1,4 @@
-"""Where the time goes in ``apply_async`` -> DelayqProducer.publish -> Router.publish -> LadderPublisher.schedule.
+"""Where the time goes in ``apply_async`` -> LadderProducer.publish -> AppLadder.divert -> LadderPublisher.schedule.
 
 In one child process: cProfile of N ``apply_async`` calls (plain, and inside
 ``celery_delayq.batch``), reduced to the functions on that path, and

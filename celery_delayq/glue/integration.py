@@ -62,7 +62,7 @@ from .takeover import TakeoverStep
 from ..typing import CeleryApp
 from .. import telemetry
 
-__all__ = ["install", "uninstall", "ladder_for", "router_for", "is_installed", "watch_app",
+__all__ = ["install", "uninstall", "ladder_for", "is_installed", "watch_app",
            "DelayqWorkerStep"]
 
 log = logging.getLogger(__name__)
@@ -71,11 +71,6 @@ _INSTALLED: "weakref.WeakKeyDictionary[CeleryApp, AppLadder]" = weakref.WeakKeyD
 _WATCHED: "weakref.WeakSet[CeleryApp]" = weakref.WeakSet()
 _LOCK = threading.RLock()
 _FIXUP = "celery_delayq.glue.integration:watch_app"
-
-
-def router_for(app: CeleryApp) -> AppLadder | None:
-    """The ladder installed on ``app``, or ``None`` (kept from 0.1; see :func:`is_installed`)."""
-    return _INSTALLED.get(app)
 
 
 def is_installed(app: CeleryApp) -> bool:
@@ -311,7 +306,7 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
             self.watcher = HeldWatcher(Recovery(api, ladder.config.spec.prefix)).start()
 
     def start(self, c: Any) -> None:  # c: Celery's worker Consumer (untyped)
-        ladder = router_for(c.app)
+        ladder = _INSTALLED.get(c.app)
         c.delayq_ladder = ladder  # for the steps that require this one (CancelStep): no lookup up a layer
         if ladder is None:
             return

@@ -25,7 +25,7 @@ from kombu.pools import ProducerPool
 from ..ladder.plugin_compat import PLUGIN_TYPE, has_plugin_entities, plain_entities, plain_exchange
 from ..typing import DelayRouting, Diversion
 
-__all__ = ["LadderProducer", "LadderProducerPool", "producer_factory", "DelayqProducer"]
+__all__ = ["LadderProducer", "LadderProducerPool", "producer_factory"]
 
 #: AMQP basic properties a publish may carry into the ladder (the rest are kombu options).
 _AMQP_PROPERTIES = frozenset({
@@ -135,7 +135,3 @@ class LadderProducerPool(ProducerPool):
     def __init__(self, connections: Any, *args: Any, routing: DelayRouting, **kwargs: Any) -> None:
         self.routing = routing
         super().__init__(connections, *args, Producer=producer_factory(routing), **kwargs)
-
-
-#: Old name (before 0.2), kept for imports.
-DelayqProducer = LadderProducer

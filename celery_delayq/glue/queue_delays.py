@@ -6,23 +6,21 @@ argument (so an existing queue need not be redeclared):
 * the setting ``delayq_queue_delays = {"slow": 30}``, by queue name;
 * ``DelayedQueue("slow", delay=30)`` in ``task_queues``.
 
-A message's own countdown or eta always wins, including an eta in the past
+The setting is checked where every setting is
+(:func:`celery_delayq.config.normalize_queue_delays`). A message's own countdown or eta always wins, including an eta in the past
 ("run now"). Queues without a default cost nothing: the producer checks one
 cached flag before looking any further.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Iterable, Mapping
 
 from kombu import Queue
 
-from ..errors import InvalidDelay
-from ..ladder.spec import LadderSpec
 from ..typing import CeleryApp
 
-__all__ = ["DelayedQueue", "normalize_queue_delays", "queue_delays_of", "default_delay"]
+__all__ = ["DelayedQueue", "queue_delays_of", "default_delay"]
 
 
 class DelayedQueue(Queue):
@@ -35,24 +33,6 @@ class DelayedQueue(Queue):
     attrs = Queue.attrs + (("delay", float),)  # type: ignore[assignment]  # kombu copies attrs on bind
 
     delay: float | None = None
-
-
-def normalize_queue_delays(value: Any, spec: LadderSpec) -> tuple[tuple[str, float], ...]:
-    """Sorted ``(queue, seconds)`` pairs from a mapping or pairs, validated against the ladder.
-
-    Raises:
-        InvalidDelay: a delay that is not a finite, non-negative number of seconds.
-        DelayTooLong: a delay the configured ladder cannot hold.
-    """
-    items: Iterable[Any] = value.items() if isinstance(value, Mapping) else (value or ())
-    out: dict[str, float] = {}
-    for name, seconds in items:
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
-            raise InvalidDelay(
-                f"delayq_queue_delays[{name!r}] must be a finite number of seconds >= 0, got {seconds!r}")
-        spec.units_for(float(seconds))  # DelayTooLong now, not at the first publish
-        out[str(name)] = float(seconds)
-    return tuple(sorted(out.items()))
 
 
 def queue_delays_of(app: CeleryApp, configured: Iterable[tuple[str, float]]) -> dict[str, float]:

@@ -30,7 +30,7 @@ from .errors import ParkingFailed
 from ..rabbitmq.topology import broker_version, resolve_queue_type
 from . import record as R
 from ..glue.request import RawMessage
-from .limits import declare_arguments
+from ..rabbitmq.delivery_limit import declare_arguments
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..policies.resolve import RetryOptions

@@ -26,7 +26,7 @@ import amqp
 
 from ..rabbitmq.topology import broker_version
 from .errors import ParkingError
-from .limits import declare_arguments
+from ..rabbitmq.delivery_limit import declare_arguments
 from .record import LOOK_HEADERS
 from .scan import Scan, queue_depth
 

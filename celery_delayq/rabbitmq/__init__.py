@@ -9,6 +9,7 @@
 * :mod:`.recovery`, :mod:`.laps`, :mod:`.following`, :mod:`.registry`: a ladder
   that lost queues, messages that went round again, followers, per-process state;
 * :mod:`.index_writer`: the entries of the index of waiting tasks;
+* :mod:`.delivery_limit`: how a parking queue is declared on each RabbitMQ version;
 * :mod:`.context`, :mod:`.status`: a read-only view of an app's ladder on its broker;
 * :mod:`.export`: the ladder as a definitions file.
 

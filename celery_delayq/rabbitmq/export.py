@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping
 
+from .delivery_limit import declare_arguments
 from .topology import Destination, Topology
 
 if TYPE_CHECKING:
@@ -54,15 +55,13 @@ def parking_queue_def(config: "DelayqConfig", ladder_queue_type: str,
                       broker_version: tuple[int, ...] | None = None) -> ParkingQueueDef:
     """The app's parking queue, with the arguments the app itself declares it with.
 
-    The arguments come from :func:`celery_delayq.parking.limits.declare_arguments`,
+    The arguments come from :func:`celery_delayq.rabbitmq.delivery_limit.declare_arguments`,
     which depend on the target broker's version (no delivery limit on 4.x).
     With ``broker_version=None`` (not known) the queue gets the arguments of a
     3.x broker, i.e. no ``x-delivery-limit``: on 3.x ``-1`` would drop a parked
     message at its first look; on 4.3 a look never counts, and on 4.0 to 4.2
     the parking commands refuse to browse such a queue and name the fix.
     """
-    from ..parking.limits import declare_arguments
-
     qtype = ladder_queue_type if config.parking_queue_type == "auto" else config.parking_queue_type
     name = config.parking_queue or f"{config.prefix}.parking"
     return ParkingQueueDef(name, declare_arguments(qtype, broker_version or (3,)))

@@ -31,7 +31,6 @@ import threading
 import time
 import uuid
 from datetime import datetime, timezone
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
@@ -326,12 +325,6 @@ class LadderPublisher:
         return self.schedule(payload, due=due, delay=delay if delay is not None else due - self.clock(),
                              exchange=exchange, routing_key=routing_key, headers=dict(headers or {}),
                              content_type=content_type, content_encoding=content_encoding, **properties)
-
-    def publish(self, body: Any, **kwargs: Any) -> Scheduled | None:
-        """Deprecated name of :meth:`schedule_body` (kept for code written against 0.x)."""
-        warnings.warn("LadderPublisher.publish() is deprecated; use schedule_body()",
-                      DeprecationWarning, stacklevel=2)
-        return self.schedule_body(body, **kwargs)
 
     def plan_pass(self, exchange: str, routing_key: str, headers: dict[str, Any], *, delay: float) -> tuple[str, str]:
         """Plan one ladder pass to ``exchange``/``routing_key``, ``delay`` seconds from now, for a

@@ -23,7 +23,7 @@ SCRIPT = textwrap.dedent('''
     from shop.celery import app
     from shop import tasks
     import celery_delayq
-    router = celery_delayq.router_for(app)
+    router = celery_delayq.ladder_for(app)
     cfg = router.config
     with start_worker(app, pool="solo", perform_ping_check=False, loglevel="WARNING", shutdown_timeout=10):
         tasks.send_reminder.apply_async((7, time.time() + 0.7), countdown=0.7)
