@@ -85,6 +85,15 @@ class CeleryApp(Protocol):
         """Celery's signal sent once the configuration is loaded (``None`` while the app is built)."""
         ...
 
+    @property
+    def control(self) -> Any:
+        """``celery.app.control.Control``: revoke, and asking workers (the doctor)."""
+        ...
+
+    def send_task(self, name: Any, *args: Any, **kwargs: Any) -> Any:
+        """Send a task by name (a rescheduled task's new copy)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Diversion:

@@ -44,6 +44,7 @@ from ..ladder.index_layout import MARKER, IndexLayout
 from ..pending.stream import OFFSET, reader_connection
 from .book import CancelBook
 from .log import add, load, record
+from ..typing import CeleryApp
 
 __all__ = ["CancelFollower", "CancelStep", "mark_if_cancelled", "drop_if_superseded", "follower_for", "stop_follower"]
 
@@ -131,12 +132,12 @@ class CancelFollower(QueueFollower):
         channel.basic_ack(message.delivery_tag)
 
 
-def follower_for(app: Any) -> CancelFollower | None:
+def follower_for(app: CeleryApp) -> CancelFollower | None:
     """The app's running cancel follower in this process, if any."""
     return _FOLLOWERS.get(app)
 
 
-def stop_follower(app: Any) -> None:
+def stop_follower(app: CeleryApp) -> None:
     """Stop and forget the app's cancel follower (worker shutdown, ``uninstall``)."""
     with _LOCK:
         follower = _FOLLOWERS.pop(app, None)

@@ -27,6 +27,7 @@ import click
 from ..rabbitmq.context import AppContext
 from .base import app_name as named_app, named
 from .when import Moment
+from ..typing import CeleryApp
 
 __all__ = ["report_command", "main"]
 
@@ -62,7 +63,7 @@ def _app_of(ctx: click.Context, app_name: str | None) -> Any:
     return None
 
 
-def live_state(app: Any, name: str = "APP") -> dict[str, Any]:
+def live_state(app: CeleryApp, name: str = "APP") -> dict[str, Any]:
     """What the broker holds now for ``app``'s ladder: ``delayq status --json``'s document, or why not.
 
     ``name`` is how the operator names the app (``-A``), for the report's hints

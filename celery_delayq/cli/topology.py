@@ -6,7 +6,6 @@ there, and asks first.
 
 from __future__ import annotations
 
-from typing import Any
 
 import amqp
 import click
@@ -15,6 +14,7 @@ from ..ladder.humanize import describe_ladder
 from ..rabbitmq.topology import Destination, Topology
 from ..rabbitmq.context import AppContext
 from .base import app_context, confirm, yes_option
+from ..typing import CeleryApp
 
 __all__ = ["topology", "no_ladder", "parse_destinations"]
 
@@ -51,7 +51,7 @@ def no_ladder(app: AppContext, raw: amqp.Connection) -> str:
     return f"{text} Check delayq_prefix, or create it with `celery -A APP delayq topology declare`."
 
 
-def _app_destinations(app: Any) -> list[str]:
+def _app_destinations(app: CeleryApp) -> list[str]:
     """Where the app's own publishes go: each configured queue's exchange and routing key, and the queue."""
     values: list[str] = []
     for queue in app.amqp.queues.values():

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import amqp
+import kombu
 
 from ..errors import TopologyMismatch
+from ..config import DelayqConfig
 from ..ladder.spec import LadderSpec
 from ..rabbitmq.management import ManagementAPI
 from ..ladder.plugin_compat import PLUGIN_TYPE
@@ -33,6 +35,7 @@ from .checks import (
     plugin_finding, worker_eta_finding,
 )
 from .finding import ApiReach, Finding
+from ..typing import CeleryApp
 
 __all__ = ["Observations", "observe", "classify", "probe_plain_process"]
 
@@ -174,14 +177,14 @@ def probe_plain_process(app_spec: str, *, timeout: float = 60.0) -> dict[str, An
     return answer
 
 
-def _has_quorum_queue(app: Any) -> bool:
+def _has_quorum_queue(app: CeleryApp) -> bool:
     for queue in app.amqp.queues.values():
         if (getattr(queue, "queue_arguments", None) or {}).get("x-queue-type") == "quorum":
             return True
     return False
 
 
-def observe(app: Any, connection: Any, raw: amqp.Connection, config: Any, *, parking_queue: str,
+def observe(app: CeleryApp, connection: kombu.Connection, raw: amqp.Connection, config: DelayqConfig, *, parking_queue: str,
             inspect_timeout: float = 1.0, app_spec: str | None = None) -> Observations:
     """Look at everything the checks need. Creates nothing on the broker (see the module docstring).
 

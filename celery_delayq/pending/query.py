@@ -19,12 +19,15 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from ..errors import TopologyMissing
 from ..ladder.index_layout import IndexLayout, index_layout
 from .stream import BODY, StreamReader, reader_connection as _connection
 from ..rabbitmq.index_writer import ENTRIES, decode_entries, flush_buffers
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..glue.app_ladder import AppLadder
 
 __all__ = ["PendingTask", "IndexUnavailable", "read_index", "open_layout", "iso"]
 
@@ -119,7 +122,7 @@ def tasks_of(headers: dict[str, Any]) -> list[PendingTask]:
     return out
 
 
-def open_layout(ladder: Any, raw: Any) -> IndexLayout:
+def open_layout(ladder: AppLadder, raw: Any) -> IndexLayout:
     """The index layout of ``ladder`` on the broker behind ``raw``, or :class:`IndexUnavailable`."""
     from ..rabbitmq.topology import broker_version
 
@@ -150,7 +153,7 @@ def _check_exists(raw: Any, layout: IndexLayout, names: Iterable[str]) -> None:
             ch.close()
 
 
-def read_index(ladder: Any, *, task_ids: Iterable[str] = (), now: float | None = None) -> dict[str, PendingTask]:
+def read_index(ladder: AppLadder, *, task_ids: Iterable[str] = (), now: float | None = None) -> dict[str, PendingTask]:
     """The latest pass of every task id in the index (due or not, cancelled or not).
 
     With ``task_ids``, only their shards are read and only their entries parsed.

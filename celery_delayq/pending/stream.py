@@ -29,7 +29,7 @@ import socket
 import struct
 import uuid
 from datetime import datetime
-from typing import Any, Collection, Iterator
+from typing import TYPE_CHECKING, Any, Collection, Iterator
 
 import amqp
 
@@ -39,6 +39,9 @@ from ..ladder.headers import ENTRY
 from .frames import BASIC_DELIVER, HeaderReader, delivery_tag
 from ..ladder.index_layout import MARKER
 from ..rabbitmq.index_writer import ENTRIES
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..glue.app_ladder import AppLadder
 
 __all__ = ["StreamReader", "StreamEntry", "StreamReadError", "OFFSET", "BODY", "reader_connection"]
 
@@ -259,7 +262,7 @@ def _entry_of(message: amqp.Message, wanted: Collection[str]) -> StreamEntry:
 
 
 @contextlib.contextmanager
-def reader_connection(ladder: Any, *, retries: int = 1) -> Iterator[amqp.Connection]:
+def reader_connection(ladder: AppLadder, *, retries: int = 1) -> Iterator[amqp.Connection]:
     """A py-amqp connection to ``ladder``'s broker without heartbeats (a long read cannot serve them).
 
     ``retries``: further attempts (0.5 s apart, growing to 5 s) after a failed connect.

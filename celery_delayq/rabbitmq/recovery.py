@@ -39,7 +39,10 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .management import ManagementAPI
 
 __all__ = ["held", "ladder_held", "held_on_two_looks", "touch_pattern", "Recovery", "HeldWatcher", "TOUCH_POLICY",
            "HELD_FOR_S", "SETTLE_S"]
@@ -76,7 +79,7 @@ def ladder_held(rows: Iterable[Mapping[str, Any]], prefix: str) -> dict[str, int
     return held(rows, [name for name in (str(r.get("name")) for r in rows) if name.startswith(f"{prefix}.")])
 
 
-def held_on_two_looks(api: Any, prefix: str, *, held_for: float = HELD_FOR_S,
+def held_on_two_looks(api: ManagementAPI, prefix: str, *, held_for: float = HELD_FOR_S,
                       first: list[dict[str, Any]] | None = None) -> dict[str, int] | None:
     """Ladder queues holding messages on one look and still ``held_for`` seconds later (``None``: cannot tell).
 

@@ -119,7 +119,7 @@ def ladder_status(app: AppContext, raw: amqp.Connection, *, now: float | None = 
     every = api.queues() if api is not None else None
     wanted = set(level_names)
     rows = [r for r in every if r.get("name") in wanted] if every is not None else None
-    held_now = held_on_two_looks(api, spec.prefix, first=every) if every is not None else None
+    held_now = held_on_two_looks(api, spec.prefix, first=every) if every is not None and api is not None else None
     nodes = api.running_nodes() if rows is not None and api is not None else None
     leader_of = {str(r.get("name")): str(r.get("leader") or r.get("node")) for r in rows or []}
     kinds = {name: kind for kind, name, _args in topo.owned_queues()}

@@ -23,6 +23,7 @@ from ..parking import ParkedFilter, ParkedMessage, ParkingQueue
 from ..pending.browse import Page, Snapshot, WaitingFilter, page_of
 from ..pending.query import PendingTask
 from .settings import WebSettings
+from ..typing import CeleryApp
 
 __all__ = ["Service", "BulkResult"]
 
@@ -49,7 +50,7 @@ class Service:
     #: Seconds the doctor's findings are reused (it asks every worker, which takes a second).
     DOCTOR_TTL = 30.0
 
-    def __init__(self, app: Any, settings: WebSettings) -> None:
+    def __init__(self, app: CeleryApp, settings: WebSettings) -> None:
         from ..rabbitmq.context import AppContext
 
         self.app = app
