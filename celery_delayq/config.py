@@ -18,7 +18,8 @@ from .errors import DelayTooLong, InvalidDelay
 from .ladder.spec import LadderSpec
 from .typing import CeleryApp
 
-__all__ = ["DelayqConfig", "SETTINGS", "unknown_settings", "warn_unknown_settings", "normalize_queue_delays"]
+__all__ = ["DelayqConfig", "SETTINGS", "unknown_settings", "warn_unknown_settings", "normalize_queue_delays",
+           "BACKEND_ALIASES"]
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,13 @@ log = logging.getLogger(__name__)
 #: The longest delay accepted without a cap (laps make any length possible; a
 #: Celery eta must still be a datetime, and no task waits a century).
 LONGEST_DELAY_S = 100 * 365.25 * 86400
+
+
+#: ``delayq_backend`` names -> ``"module:Class"`` of the backend, as kombu's
+#: ``TRANSPORT_ALIASES`` name transports. A new backend is one module and one row here.
+BACKEND_ALIASES: dict[str, str] = {
+    "ladder": "celery_delayq.rabbitmq.publisher:LadderPublisher",
+}
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,12 @@ class DelayqConfig:
         metrics_port: Serve Prometheus metrics (:mod:`celery_delayq.metrics`) on this port
             from each worker's main process (``None`` = off). With the prefork pool,
             retries and parks happen in the children and are not counted there.
+        backend: Where delayed messages wait: a name of :data:`BACKEND_ALIASES`
+            (``ladder``: the TTL-queue ladder) or a ``"module:Class"`` path to a
+            :class:`~celery_delayq.typing.DelayBackend` with a ``for_connection(connection,
+            config)`` class method. A backend sends the ``before_schedule`` and
+            ``message_scheduled`` signals and writes the index entry that ``pending`` and
+            ``cancel`` read, as the ladder does (:mod:`celery_delayq.rabbitmq.index_writer`).
         metrics_address: The address the metrics exporter binds (``delayq_metrics_port``
             and ``delayq metrics``). Loopback by default, so the metrics are not
             served to the network unless asked: ``0.0.0.0`` (every IPv4 interface),
@@ -127,10 +141,14 @@ class DelayqConfig:
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"
     leader_placement: str = "spread"
+    backend: str = "ladder"
 
     def __post_init__(self) -> None:
         if self.leader_placement not in ("spread", "broker"):
             raise ValueError(f"delayq_leader_placement must be 'spread' or 'broker', got {self.leader_placement!r}")
+        if self.backend not in BACKEND_ALIASES and ":" not in self.backend:
+            raise ValueError(f"delayq_backend must be one of {sorted(BACKEND_ALIASES)} or a 'module:Class' "
+                             f"path, got {self.backend!r}")
         # Settings arrive as dicts and lists; the config is a dict key of the
         # process-wide publisher registry, so keep every field hashable.
         object.__setattr__(self, "queue_delays", normalize_queue_delays(self.queue_delays, self.spec))

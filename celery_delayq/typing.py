@@ -21,12 +21,12 @@ signature says "a Celery app" rather than ``Any``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # pragma: no cover
     from kombu.connection import Connection
 
-__all__ = ["Diversion", "DelayRouting", "DelayBackend", "Receipt", "CeleryApp"]
+__all__ = ["Diversion", "DelayRouting", "DelayBackend", "Receipt", "WorkerService", "CeleryApp"]
 
 
 class CeleryApp(Protocol):
@@ -151,9 +151,41 @@ class Receipt(Protocol):
         ...
 
 
+class WorkerService(Protocol):
+    """What a backend runs in each worker (the ladder: declare, relay laps, watch held queues)."""
+
+    def start(self) -> str:
+        """Start (again, after a lost connection); returns the line the worker logs."""
+        ...
+
+    def stop(self) -> None:
+        """Pause: the worker lost its connection, or is stopping."""
+        ...
+
+    def shutdown(self) -> None:
+        """Stop for good."""
+        ...
+
+
 @runtime_checkable
 class DelayBackend(Protocol):
-    """Something that holds an already serialised message until ``due``, then delivers it."""
+    """Something that holds an already serialised message until ``due``, then delivers it.
+
+    ``delayq_backend`` chooses one per app by name
+    (:data:`celery_delayq.config.BACKEND_ALIASES`); the class's
+    ``for_connection(connection, config)`` gives the process's instance.
+    """
+
+    def batch(self) -> ContextManager[None]:
+        """A block whose schedules are confirmed together when it ends (:func:`celery_delayq.batch`)."""
+        ...
+
+    def worker_service(self, connection_for: Callable[[str], "Connection"]) -> WorkerService | None:
+        """What each worker of the app runs for this backend (``None``: nothing).
+
+        ``connection_for(role)`` gives a new connection of the backend's own.
+        """
+        ...
 
     def schedule(self, body: bytes | str, *, due: float, delay: float, exchange: str, routing_key: str,
                  headers: dict[str, Any], content_type: str | None = None,

@@ -24,9 +24,10 @@ from typing import Any, Callable, Iterable
 
 from kombu import Exchange
 from kombu.connection import Connection
+from kombu.utils.imports import symbol_by_name
 
 from ..ladder import headers as H
-from ..config import DelayqConfig
+from ..config import BACKEND_ALIASES, DelayqConfig
 from ..ladder.delays import parse_eta
 from ..ladder.spec import check_name
 from ..rabbitmq.management import key_matches
@@ -34,7 +35,7 @@ from ..rabbitmq.owned import dedicated_copy
 from ..ladder.plugin_compat import DELAY_HEADER, delay_of, plain_entities
 from ..rabbitmq.publisher import LadderPublisher, publisher_for
 from .queue_delays import default_delay, queue_delays_of
-from ..typing import CeleryApp, Diversion
+from ..typing import CeleryApp, DelayBackend, Diversion
 
 __all__ = ["AppLadder", "ladder_for", "forget_ladder", "refresh_ladder", "native_unwrap", "exchange_name"]
 
@@ -77,6 +78,7 @@ class AppLadder:
         #: (the :class:`~celery_delayq.DelayedRetryTask` tasks of the app).
         self.tasks: set[str] = set()
         self._publisher: LadderPublisher | None = None
+        self._backend: DelayBackend | None = None
         self._queue_delays: dict[str, float] | None = None
 
     def __repr__(self) -> str:
@@ -113,9 +115,19 @@ class AppLadder:
         return self._publisher
 
     @property
-    def backend(self) -> LadderPublisher:
-        """The :class:`~celery_delayq.typing.DelayBackend` delayed messages go to: the ladder."""
-        return self.publisher
+    def backend(self) -> DelayBackend:
+        """The :class:`~celery_delayq.typing.DelayBackend` delayed messages go to (``delayq_backend``).
+
+        The ladder's is this app's :attr:`publisher` itself.
+        """
+        if self._backend is None:
+            name = self.config.backend
+            if name == "ladder":
+                self._backend = self.publisher
+            else:
+                cls = symbol_by_name(BACKEND_ALIASES.get(name, name))
+                self._backend = cls.for_connection(self.connection(), self.config)
+        return self._backend
 
     @property
     def queue_delays(self) -> dict[str, float]:
@@ -152,7 +164,7 @@ class AppLadder:
             return
         fresh = DelayqConfig.from_app(self.app)
         if fresh != self._config:
-            self._config, self._publisher, self._queue_delays = fresh, None, None
+            self._config, self._publisher, self._backend, self._queue_delays = fresh, None, None, None
 
     def wants(self, headers: dict[str, Any]) -> bool:
         """Does this task's delay belong in the ladder (``delayq_enabled``, or a ladder task)?"""

@@ -20,6 +20,6 @@ __all__ = ["batch"]
 
 @contextlib.contextmanager
 def batch(app: CeleryApp) -> Iterator[None]:
-    """Pipeline ladder confirms for the delayed publishes of ``app`` in this block."""
-    with ladder_for(app).publisher.batch():
+    """Pipeline the confirms of the delayed publishes of ``app`` in this block (its backend's ``batch()``)."""
+    with ladder_for(app).backend.batch():
         yield

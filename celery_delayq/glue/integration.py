@@ -54,12 +54,10 @@ from .. import signals
 from .app_ladder import AppLadder, forget_ladder, ladder_for, refresh_ladder
 from ..cancels import CancelStep, hook_revoke, stop_follower, unhook_revoke
 from ..config import _lookup, warn_unknown_settings
-from ..ladder.humanize import describe_ladder
-from ..rabbitmq.laps import LapRelay
 from .message_check import CheckedTaskMessage
 from .producer import LadderProducerPool, producer_factory
 from .takeover import TakeoverStep
-from ..typing import CeleryApp
+from ..typing import CeleryApp, WorkerService
 from .. import telemetry
 
 __all__ = ["install", "uninstall", "ladder_for", "is_installed", "watch_app",
@@ -275,52 +273,30 @@ def _register_fixup() -> None:
 
 # -- worker side -----------------------------------------------------------------------
 class DelayqWorkerStep(bootsteps.StartStopStep):
-    """Worker bootstep: declare (or verify) the ladder before consuming, relay laps, set held queues moving.
+    """Worker bootstep: starts the delay backend's own worker services before consuming, and metrics.
 
-    Delays longer than the ladder wait in its laps queue between laps; every
-    worker puts them back (:class:`~celery_delayq.rabbitmq.laps.LapRelay`). On RabbitMQ
-    < 4.3 it also watches for ladder queues that a broker restart left holding
-    messages (:class:`~celery_delayq.rabbitmq.recovery.HeldWatcher`).
+    What a backend needs from each worker is its own
+    (:meth:`~celery_delayq.typing.DelayBackend.worker_service`): for the ladder,
+    the topology declared, laps relayed and held queues set moving
+    (:class:`~celery_delayq.rabbitmq.worker.LadderWorker`).
     """
 
     requires = ("celery.worker.consumer.connection:Connection",)
 
     def __init__(self, c: Any, **kwargs: Any) -> None:
         super().__init__(c, **kwargs)
-        self.relay: LapRelay | None = None
+        self.service: WorkerService | None = None
         self.metrics: Any = None  # celery_delayq.metrics.MetricsServer, in the worker's main process only
-        self.started_before = False
-        self.watcher: Any = None  # celery_delayq.rabbitmq.recovery.HeldWatcher, on RabbitMQ < 4.3
-
-    def _watch_held_queues(self, ladder: Any) -> None:
-        """On RabbitMQ < 4.3, a :class:`~celery_delayq.rabbitmq.recovery.HeldWatcher` (4.3 recovers exchanges first)."""
-        from ..rabbitmq.management import ManagementAPI
-        from ..rabbitmq.recovery import HeldWatcher, Recovery
-        from ..rabbitmq.topology import broker_version
-
-        raw = ladder.publisher.raw_connection()
-        if broker_version(raw) >= (4, 3):
-            return
-        api = ManagementAPI.for_broker(ladder.publisher.template, raw, ladder.config.management_url)
-        if api is not None:
-            self.watcher = HeldWatcher(Recovery(api, ladder.config.spec.prefix)).start()
 
     def start(self, c: Any) -> None:  # c: Celery's worker Consumer (untyped)
         ladder = _INSTALLED.get(c.app)
         c.delayq_ladder = ladder  # for the steps that require this one (CancelStep): no lookup up a layer
         if ladder is None:
             return
-        topology = ladder.publisher.declare()
-        log.info("delayq: %s ready", describe_ladder(ladder.config.spec, queue_type=topology.queue_type))
-        if not self.started_before:
-            self._watch_held_queues(ladder)
-        elif self.watcher is not None:
-            self.watcher.poke()
-        self.started_before = True
-        if self.relay is None:
-            self.relay = LapRelay(ladder.publisher, ladder.dedicated_connection("lap relay"),
-                                  ladder.config.spec.laps_queue)
-        self.relay.start()
+        if self.service is None:
+            self.service = ladder.backend.worker_service(ladder.dedicated_connection)
+        if self.service is not None:
+            log.info("delayq: %s", self.service.start())
         if self.metrics is None and ladder.config.metrics_port is not None:
             from ..metrics import serve
 
@@ -328,16 +304,14 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
             log.info("delayq: metrics on %s port %s", ladder.config.metrics_address, self.metrics.port)
 
     def stop(self, c: Any) -> None:
-        """Celery stops consumer steps on a lost broker connection too: relaying pauses,
-        the metrics exporter keeps its counters (it closes at :meth:`shutdown`)."""
-        if self.relay is not None:
-            self.relay.stop()
+        """Celery stops consumer steps on a lost broker connection too: the backend's services
+        pause, the metrics exporter keeps its counters (it closes at :meth:`shutdown`)."""
+        if self.service is not None:
+            self.service.stop()
 
     def shutdown(self, c: Any) -> None:
-        self.stop(c)
-        if self.watcher is not None:
-            self.watcher.stop()
-            self.watcher = None
+        if self.service is not None:
+            self.service.shutdown()
         if self.metrics is not None:
             self.metrics.close()
             self.metrics = None

@@ -92,10 +92,9 @@ class LadderProducer(Producer):
         reply_to = props.get("reply_to")
         if reply_to is not None and not isinstance(reply_to, str):
             props["reply_to"] = reply_to.name
-        # A per-message TTL would expire the message inside a ladder level, so it is
-        # not carried; Celery's own ``expires`` header still makes the worker discard
-        # a task that comes due after its expiry.
-        for name in ("expiration", "content_type", "content_encoding"):
+        # ``expiration`` goes on to the backend, which alone knows what a per-message TTL
+        # would do there (the ladder drops it: it would expire the message inside a level).
+        for name in ("content_type", "content_encoding"):
             props.pop(name, None)
         return self.routing.backend.schedule(
             payload, due=diversion.due, delay=diversion.delay,

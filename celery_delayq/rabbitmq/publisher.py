@@ -53,6 +53,7 @@ from .placement import LeaderPlacement
 from .topology import Destination, Topology, broker_version, resolve_queue_type
 from ..ladder.index_layout import index_layout
 from .index_writer import IndexBuffer, index_batch
+from .worker import LadderWorker
 
 __all__ = ["LadderPublisher", "Scheduled", "publisher_for", "plan"]
 
@@ -130,6 +131,11 @@ class LadderPublisher:
 
     Thread-safe; fork-safe (a child process reconnects on first use).
     """
+
+    @classmethod
+    def for_connection(cls, connection: Connection, config: DelayqConfig) -> "LadderPublisher":
+        """The process-wide publisher for a broker and configuration (``delayq_backend = "ladder"``)."""
+        return publisher_for(connection, config)
 
     def __init__(self, connection: Connection, config: DelayqConfig, *, clock: Any = time.time) -> None:
         self.template = connection
@@ -360,7 +366,10 @@ class LadderPublisher:
             PublishError: the message (and, inside ``batch()``, every other one
                 that may not be scheduled) is named in ``failed`` by task id.
         """
-        properties.pop("expiration", None)  # a per-message TTL would make it skip levels early
+        # A per-message TTL would expire the message inside a ladder level, so it is not
+        # carried (the one place it is dropped); Celery's own ``expires`` header still makes
+        # the worker discard a task that comes due after its expiry.
+        properties.pop("expiration", None)
         entry = uuid.uuid4().hex
         this = ((str(headers.get("id") or properties.get("message_id") or entry), entry),)
         with self._lock:
@@ -426,6 +435,10 @@ class LadderPublisher:
         failures = self._take(tracker)
         if failures:
             raise combine(failures)
+
+    def worker_service(self, connection_for: Callable[[str], Connection]) -> LadderWorker:
+        """Each worker declares the ladder, relays laps and sets held queues moving (:mod:`.worker`)."""
+        return LadderWorker(self, connection_for)
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
