@@ -29,10 +29,10 @@ from ..ladder import headers as H
 from .. import signals
 from .attempts import begin_attempt, current_attempt, end_attempt, first_attempt_time, state_for
 from .dedup import DuplicateGuard, delivery_key, guard_for
-from ..ladder.delays import due_from, parse_eta
+from ..ladder.delays import due_from
 from .integration import install, ladder_for
 from ..parking.park import park_attempt as park
-from ..policies.decision import RetryDecision, decide_retry
+from ..policies.decision import RetryDecision, decide_failure, decide_retry
 from ..policies.explicit import RetryAfter
 from ..policies.resolve import RetryOptions, resolve_options, split_call_options
 
@@ -129,15 +129,12 @@ class DelayedRetryTask(Task):
         """An exception escaped the task body: retry it, park it, or let it fail (the caller re-raises)."""
         if current_attempt(self.request).settled:
             return  # retry() gave up on this attempt already; this is its re-raise
-        if isinstance(exc, RetryAfter):
-            raise self.retry(exc=exc)
         options = self.delayq_options()
-        if options.park_on and isinstance(exc, options.park_on):
-            park(self, self.request, exc, reason="park_on", options=options)
-            return
-        policy = options.policy
-        if policy is not None and policy.retry is not None and policy.retry(state_for(self.request, exc)):
+        action = decide_failure(options, exc, lambda: state_for(self.request, exc))
+        if action == "retry":
             raise self.retry(exc=exc)
+        if action == "park":
+            park(self, self.request, exc, reason="park_on", options=options)
 
     def retry(self, args: Any = None, kwargs: Any = None, exc: Any = None, throw: bool = True,
               eta: Any = None, countdown: Any = None, max_retries: int | None = None, **options: Any) -> Any:
@@ -156,7 +153,8 @@ class DelayedRetryTask(Task):
         attempt_no = int(request.retries or 0) + 1
         decision = decide_retry(opts, outcome=outcome, exc=exc, attempt=attempt_no, countdown=countdown,
                                 eta=eta, max_retries=max_retries, task_max_retries=self.max_retries,
-                                state=state_for(request, outcome), now=time.time())
+                                state=state_for(request, outcome), now=time.time(),
+                                default_delay=self.default_retry_delay)
         if decision.action == "park_now":
             assert outcome is not None
             current_attempt(request).settled = True
@@ -201,10 +199,8 @@ class DelayedRetryTask(Task):
         return headers
 
     def _retry_scheduled(self, decision: RetryDecision) -> None:
-        countdown, eta = decision.countdown, decision.eta
-        delay = float(countdown) if countdown is not None else (
-            max(0.0, parse_eta(eta) - time.time()) if eta is not None else float(self.default_retry_delay))
-        signals.retry_scheduled.send(sender=self, request=self.request, exc=decision.exc, countdown=delay,
+        """Report the retry with the delay the decision chose (:attr:`RetryDecision.delay`)."""
+        signals.retry_scheduled.send(sender=self, request=self.request, exc=decision.exc, countdown=decision.delay,
                                      attempt=decision.attempt)
 
     # -- publishing ----------------------------------------------------------------
