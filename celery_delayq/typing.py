@@ -142,12 +142,12 @@ class Receipt(Protocol):
 
     @property
     def exchange(self) -> str:
-        """The exchange the message is delivered to when due."""
+        """The exchange the backend published the message to (the ladder: its entry exchange)."""
         ...
 
     @property
     def routing_key(self) -> str:
-        """The routing key it is delivered with."""
+        """The routing key it was published with there (the ladder: the key that routes it down the levels)."""
         ...
 
 
