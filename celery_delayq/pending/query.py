@@ -27,6 +27,8 @@ from .stream import BODY, StreamReader, reader_connection as _connection
 from ..rabbitmq.index_writer import ENTRIES, decode_entries, flush_buffers
 
 if TYPE_CHECKING:  # pragma: no cover
+    import amqp
+
     from ..glue.app_ladder import AppLadder
 
 __all__ = ["PendingTask", "IndexUnavailable", "read_index", "open_layout", "iso"]
@@ -122,7 +124,7 @@ def tasks_of(headers: dict[str, Any]) -> list[PendingTask]:
     return out
 
 
-def open_layout(ladder: AppLadder, raw: Any) -> IndexLayout:
+def open_layout(ladder: AppLadder, raw: amqp.Connection) -> IndexLayout:
     """The index layout of ``ladder`` on the broker behind ``raw``, or :class:`IndexUnavailable`."""
     from ..rabbitmq.topology import broker_version
 

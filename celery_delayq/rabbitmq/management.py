@@ -21,7 +21,11 @@ import urllib.parse
 import time
 import urllib.request
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    import amqp
+    from kombu.connection import Connection
 
 __all__ = ["ManagementAPI", "Identity", "amqp_identity", "default_name_of", "key_matches", "report_unused"]
 
@@ -79,7 +83,7 @@ class ManagementAPI:
     configured: bool = False
 
     @classmethod
-    def for_connection(cls, connection: Any, url: str | None = None, *, cluster_name: str | None = None,
+    def for_connection(cls, connection: Connection, url: str | None = None, *, cluster_name: str | None = None,
                        connection_name: str | None = None) -> "ManagementAPI | None":
         """The API of a kombu connection's broker: ``url``, else ``http://<host>:15672``; ``url=""`` = off.
 
@@ -97,7 +101,7 @@ class ManagementAPI:
                    configured=configured)
 
     @classmethod
-    def for_broker(cls, connection: Any, raw: Any, url: str | None = None) -> "ManagementAPI | None":
+    def for_broker(cls, connection: Connection, raw: amqp.Connection, url: str | None = None) -> "ManagementAPI | None":
         """:meth:`for_connection`, checked against the broker ``raw`` reached (:func:`amqp_identity`).
 
         ``raw``: the open ``amqp.Connection``.
@@ -319,7 +323,7 @@ class Identity:
     api_cluster: str = ""
 
 
-def amqp_identity(raw: Any) -> tuple[str | None, str | None]:
+def amqp_identity(raw: amqp.Connection) -> tuple[str | None, str | None]:
     """The open ``amqp.Connection`` ``raw``'s ``cluster_name`` server property and broker-side name.
 
     The name is ``"client_ip:port -> server_ip:port"``, as RabbitMQ names the
