@@ -33,8 +33,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from celery_delayq.config import DelayqConfig  # noqa: E402
-from celery_delayq.laps import LapRelay  # noqa: E402
-from celery_delayq.publisher import LadderPublisher  # noqa: E402
+from celery_delayq.rabbitmq.laps import LapRelay  # noqa: E402
+from celery_delayq.rabbitmq.publisher import LadderPublisher  # noqa: E402
 
 HOST = "127.0.0.1:5672"
 

@@ -38,7 +38,7 @@ from celery.contrib.testing.worker import start_worker
 
 import celery_delayq
 from celery_delayq import DelayedRetryTask
-from celery_delayq import headers as H
+from celery_delayq.ladder import headers as H
 from celery_delayq import signals as delayq_signals
 from celery_delayq.telemetry import attach as telemetry_attach
 from celery_delayq.telemetry import detach as telemetry_detach
@@ -156,7 +156,7 @@ def run_once(broker: str, n: int, telemetry: str | None) -> tuple[float, float]:
         if not done.wait(120):
             raise SystemExit(f"only {len(stamps)} of {n} tasks ran")
     elapsed = stamps[-1] - stamps[0]
-    topology = celery_delayq.router_for(app).publisher.topology
+    topology = celery_delayq.ladder_for(app).publisher.topology
     exit_queue = topology.destination("", f"tele.{tag}").exit_queue if topology is not None else None
     telemetry_detach(app)
     celery_delayq.uninstall(app)

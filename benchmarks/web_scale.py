@@ -46,7 +46,7 @@ def main() -> None:
     from fastapi.testclient import TestClient
 
     import celery_delayq
-    from celery_delayq.app_ladder import ladder_for
+    from celery_delayq.glue.app_ladder import ladder_for
     from celery_delayq.cancels.supersede import cancel_state
     from celery_delayq.pending.query import read_index
     from celery_delayq.web import create_app

@@ -21,16 +21,16 @@ from .errors import (
     PublishNacked, PublishReturned, PublishTimeout, TopologyError, TopologyMismatch,
     TopologyMissing, UnroutableDestination, UnsupportedTransport,
 )
-from .integration import install, is_installed, ladder_for, router_for, uninstall
-from .app_ladder import AppLadder
-from .ladder import LadderSpec
-from .producer import DelayqProducer, LadderProducer
-from .publisher import LadderPublisher, Scheduled, publisher_for
-from .task import DelayedRetryTask
-from .batching import batch
+from .glue.integration import install, is_installed, ladder_for, uninstall
+from .glue.app_ladder import AppLadder
+from .ladder.spec import LadderSpec
+from .glue.producer import LadderProducer
+from .rabbitmq.publisher import LadderPublisher, Scheduled, publisher_for
+from .glue.task import DelayedRetryTask
+from .glue.batching import batch
 from .parking import ParkedMessage, ParkedMessageNotFound, ParkingError, ParkingFailed, ParkingQueue, UnsafeToBrowse
 from .policies import RetryAfter, RetryPolicy
-from .queue_delays import DelayedQueue
+from .glue.queue_delays import DelayedQueue
 from .pending import AmbiguousTaskId, IndexUnavailable, PendingTask, TaskIdError, TaskIdNotFound, pending
 from .cancels import CancelResult, cancel
 
@@ -39,9 +39,9 @@ __all__ = [
     # tasks and settings
     "DelayedRetryTask", "DelayqConfig", "DelayedQueue", "batch",
     # activation
-    "install", "uninstall", "ladder_for", "is_installed", "router_for", "AppLadder",
+    "install", "uninstall", "ladder_for", "is_installed", "AppLadder",
     # kombu-level publishing
-    "LadderProducer", "DelayqProducer", "LadderPublisher", "Scheduled", "publisher_for", "LadderSpec",
+    "LadderProducer", "LadderPublisher", "Scheduled", "publisher_for", "LadderSpec",
     # policies
     "RetryPolicy", "RetryAfter",
     # parking

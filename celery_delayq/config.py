@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import difflib
 import logging
+import math
 import weakref
 from dataclasses import dataclass, fields
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
-from .errors import DelayTooLong
-from .ladder import LadderSpec
-from .queue_delays import normalize_queue_delays
+from .errors import DelayTooLong, InvalidDelay
+from .ladder.spec import LadderSpec
 from .typing import CeleryApp
 
-__all__ = ["DelayqConfig", "SETTINGS", "unknown_settings", "warn_unknown_settings"]
+__all__ = ["DelayqConfig", "SETTINGS", "unknown_settings", "warn_unknown_settings", "normalize_queue_delays",
+           "BACKEND_ALIASES"]
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,13 @@ log = logging.getLogger(__name__)
 #: The longest delay accepted without a cap (laps make any length possible; a
 #: Celery eta must still be a datetime, and no task waits a century).
 LONGEST_DELAY_S = 100 * 365.25 * 86400
+
+
+#: ``delayq_backend`` names -> ``"module:Class"`` of the backend, as kombu's
+#: ``TRANSPORT_ALIASES`` name transports. A new backend is one module and one row here.
+BACKEND_ALIASES: dict[str, str] = {
+    "ladder": "celery_delayq.rabbitmq.publisher:LadderPublisher",
+}
 
 
 @dataclass(frozen=True)
@@ -90,10 +98,16 @@ class DelayqConfig:
             needs the management API to list them) or ``broker`` (wherever the
             broker's queue-leader locator puts them; with its default,
             ``client-local``, all on the declaring process's node). Existing
-            queues never move; see :mod:`celery_delayq.placement`.
+            queues never move; see :mod:`celery_delayq.rabbitmq.placement`.
         metrics_port: Serve Prometheus metrics (:mod:`celery_delayq.metrics`) on this port
             from each worker's main process (``None`` = off). With the prefork pool,
             retries and parks happen in the children and are not counted there.
+        backend: Where delayed messages wait: a name of :data:`BACKEND_ALIASES`
+            (``ladder``: the TTL-queue ladder) or a ``"module:Class"`` path to a
+            :class:`~celery_delayq.typing.DelayBackend` with a ``for_connection(connection,
+            config)`` class method. A backend sends the ``before_schedule`` and
+            ``message_scheduled`` signals and writes the index entry that ``pending`` and
+            ``cancel`` read, as the ladder does (:mod:`celery_delayq.rabbitmq.index_writer`).
         metrics_address: The address the metrics exporter binds (``delayq_metrics_port``
             and ``delayq metrics``). Loopback by default, so the metrics are not
             served to the network unless asked: ``0.0.0.0`` (every IPv4 interface),
@@ -127,10 +141,14 @@ class DelayqConfig:
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"
     leader_placement: str = "spread"
+    backend: str = "ladder"
 
     def __post_init__(self) -> None:
         if self.leader_placement not in ("spread", "broker"):
             raise ValueError(f"delayq_leader_placement must be 'spread' or 'broker', got {self.leader_placement!r}")
+        if self.backend not in BACKEND_ALIASES and ":" not in self.backend:
+            raise ValueError(f"delayq_backend must be one of {sorted(BACKEND_ALIASES)} or a 'module:Class' "
+                             f"path, got {self.backend!r}")
         # Settings arrive as dicts and lists; the config is a dict key of the
         # process-wide publisher registry, so keep every field hashable.
         object.__setattr__(self, "queue_delays", normalize_queue_delays(self.queue_delays, self.spec))
@@ -141,14 +159,14 @@ class DelayqConfig:
         """Refuse a delay longer than ``max_delay`` when one is set (``DelayTooLong``).
 
         Without a cap any finite delay is accepted: one longer than the ladder
-        makes laps through it (:mod:`celery_delayq.laps`).
+        makes laps through it (:mod:`celery_delayq.rabbitmq.laps`).
         """
         if seconds > LONGEST_DELAY_S:
             raise DelayTooLong(
                 f"a delay of {seconds:.0f} s is longer than celery_delayq accepts (100 years); "
                 "it never truncates a delay")
         if self.max_delay is not None and seconds > self.max_delay:
-            from .humanize import human_duration
+            from .ladder.humanize import human_duration
 
             raise DelayTooLong(
                 f"a delay of {human_duration(seconds)} ({seconds:.3f} s) exceeds delayq_max_delay "
@@ -251,3 +269,21 @@ def warn_unknown_settings(app: CeleryApp) -> list[tuple[str, str | None]]:
         hint = f"did you mean {suggestion!r}?" if suggestion else "see celery_delayq.config.SETTINGS for the valid ones."
         log.warning("celery_delayq: unknown setting %r is ignored; %s", key, hint)
     return found
+
+
+def normalize_queue_delays(value: Any, spec: LadderSpec) -> tuple[tuple[str, float], ...]:
+    """Sorted ``(queue, seconds)`` pairs from a mapping or pairs, validated against the ladder.
+
+    Raises:
+        InvalidDelay: a delay that is not a finite, non-negative number of seconds.
+        DelayTooLong: a delay the configured ladder cannot hold.
+    """
+    items: Iterable[Any] = value.items() if isinstance(value, Mapping) else (value or ())
+    out: dict[str, float] = {}
+    for name, seconds in items:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
+            raise InvalidDelay(
+                f"delayq_queue_delays[{name!r}] must be a finite number of seconds >= 0, got {seconds!r}")
+        spec.units_for(float(seconds))  # DelayTooLong now, not at the first publish
+        out[str(name)] = float(seconds)
+    return tuple(sorted(out.items()))

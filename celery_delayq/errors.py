@@ -70,7 +70,7 @@ class FileHandleBudgetExceeded(TopologyError):
     """A new ladder would take RabbitMQ 3.x past its file-handle budget; nothing was created.
 
     Past that budget a 3.x node silently stops accepting connections for every
-    client (:mod:`celery_delayq.budget`). The message names the node, its
+    client (:mod:`celery_delayq.rabbitmq.budget`). The message names the node, its
     open-files limit, the ladders on it, and the fixes.
     """
 

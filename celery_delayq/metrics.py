@@ -7,7 +7,7 @@ another address: serving the network is an explicit choice.
 
 * **Broker state**, read at scrape time with passive declares through the
   same function as ``delayq status --json``
-  (:func:`celery_delayq.cli.status.ladder_status`), so the two never
+  (:func:`celery_delayq.rabbitmq.status.ladder_status`), so the two never
   disagree and a scrape creates nothing:
 
   ``delayq_waiting_messages{level="K"}``
@@ -70,13 +70,13 @@ class BrokerCollector(Collector):
     """Reads the ladder's queue depths from the broker at every scrape (passive declares only)."""
 
     def __init__(self, app: CeleryApp) -> None:
-        from .cli.base import AppContext
+        from .rabbitmq.context import AppContext
 
         self.context = AppContext(app)
 
     def collect(self) -> Iterator[Metric]:
         """One ``delayq status --json`` document, as gauges."""
-        from .cli.status import ladder_status
+        from .rabbitmq.status import ladder_status
 
         up = GaugeMetricFamily("delayq_broker_up", "1 when this scrape could read the ladder's broker.")
         try:

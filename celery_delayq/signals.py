@@ -15,11 +15,11 @@ __all__ = [
 ]
 
 #: Before a message enters the ladder. ``headers`` may still be changed.
-#: Args: ``plan`` (:class:`~celery_delayq.publisher.Scheduled`), ``headers``.
+#: Args: ``plan`` (:class:`~celery_delayq.rabbitmq.publisher.Scheduled`), ``headers``.
 before_schedule = Signal(name="delayq.before_schedule", providing_args={"plan", "headers"})
 
 #: After the broker confirmed a message into the ladder.
-#: Args: ``plan`` (:class:`~celery_delayq.publisher.Scheduled`), ``headers``.
+#: Args: ``plan`` (:class:`~celery_delayq.rabbitmq.publisher.Scheduled`), ``headers``.
 message_scheduled = Signal(name="delayq.message_scheduled", providing_args={"plan", "headers"})
 
 #: A message that waited in the ladder reached a worker.

@@ -2,12 +2,12 @@
 
 One delayed publish crosses two seams, each one way:
 
-1. :class:`~celery_delayq.producer.LadderProducer` (kombu layer) asks a
+1. :class:`~celery_delayq.glue.producer.LadderProducer` (kombu layer) asks a
    :class:`DelayRouting` whether a publish is delayed and where it must
    arrive (:meth:`DelayRouting.divert`), and gets a :class:`Diversion` back.
 2. It serialises the message itself and hands it to the routing's
    :class:`DelayBackend` (:meth:`DelayBackend.schedule`). The TTL-queue ladder
-   (:class:`~celery_delayq.publisher.LadderPublisher`) is the backend today; a
+   (:class:`~celery_delayq.rabbitmq.publisher.LadderPublisher`) is the backend today; a
    broker-native delay (RabbitMQ's per-message quorum delays, DESIGN-NOTES §8)
    can be another implementation of the same method, chosen per destination.
 
@@ -21,14 +21,12 @@ signature says "a Celery app" rather than ``Any``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # pragma: no cover
     from kombu.connection import Connection
 
-    from .publisher import Scheduled
-
-__all__ = ["Diversion", "DelayRouting", "DelayBackend", "CeleryApp"]
+__all__ = ["Diversion", "DelayRouting", "DelayBackend", "Receipt", "WorkerService", "CeleryApp"]
 
 
 class CeleryApp(Protocol):
@@ -87,6 +85,15 @@ class CeleryApp(Protocol):
         """Celery's signal sent once the configuration is loaded (``None`` while the app is built)."""
         ...
 
+    @property
+    def control(self) -> Any:
+        """``celery.app.control.Control``: revoke, and asking workers (the doctor)."""
+        ...
+
+    def send_task(self, name: Any, *args: Any, **kwargs: Any) -> Any:
+        """Send a task by name (a rescheduled task's new copy)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Diversion:
@@ -110,21 +117,87 @@ class Diversion:
     queue_hint: str | None = None
 
 
+class Receipt(Protocol):
+    """What any backend tells about one message it accepted (the ladder's is
+    :class:`~celery_delayq.rabbitmq.publisher.Scheduled`, which adds its hops and route).
+
+    Backend-neutral, so this module names no backend: the seam's types live
+    below every implementation of it.
+    """
+
+    @property
+    def entry(self) -> str:
+        """The message's id in the index of waiting tasks (``pending``, ``cancel``)."""
+        ...
+
+    @property
+    def due(self) -> float:
+        """Epoch seconds the message is delivered, never earlier."""
+        ...
+
+    @property
+    def delay(self) -> float:
+        """Seconds from the publish to ``due``."""
+        ...
+
+    @property
+    def exchange(self) -> str:
+        """The exchange the backend published the message to (the ladder: its entry exchange)."""
+        ...
+
+    @property
+    def routing_key(self) -> str:
+        """The routing key it was published with there (the ladder: the key that routes it down the levels)."""
+        ...
+
+
+class WorkerService(Protocol):
+    """What a backend runs in each worker (the ladder: declare, relay laps, watch held queues)."""
+
+    def start(self) -> str:
+        """Start (again, after a lost connection); returns the line the worker logs."""
+        ...
+
+    def stop(self) -> None:
+        """Pause: the worker lost its connection, or is stopping."""
+        ...
+
+    def shutdown(self) -> None:
+        """Stop for good."""
+        ...
+
+
 @runtime_checkable
 class DelayBackend(Protocol):
-    """Something that holds an already serialised message until ``due``, then delivers it."""
+    """Something that holds an already serialised message until ``due``, then delivers it.
+
+    ``delayq_backend`` chooses one per app by name
+    (:data:`celery_delayq.config.BACKEND_ALIASES`); the class's
+    ``for_connection(connection, config)`` gives the process's instance.
+    """
+
+    def batch(self) -> ContextManager[None]:
+        """A block whose schedules are confirmed together when it ends (:func:`celery_delayq.batch`)."""
+        ...
+
+    def worker_service(self, connection_for: Callable[[str], "Connection"]) -> WorkerService | None:
+        """What each worker of the app runs for this backend (``None``: nothing).
+
+        ``connection_for(role)`` gives a new connection of the backend's own.
+        """
+        ...
 
     def schedule(self, body: bytes | str, *, due: float, delay: float, exchange: str, routing_key: str,
                  headers: dict[str, Any], content_type: str | None = None,
                  content_encoding: str | None = None, queue_hint: str | None = None,
-                 **properties: Any) -> "Scheduled":
+                 **properties: Any) -> Receipt:
         """Deliver ``body`` to ``exchange``/``routing_key`` at ``due``; confirmed before it returns."""
         ...
 
 
 @runtime_checkable
 class DelayRouting(Protocol):
-    """What a :class:`~celery_delayq.producer.LadderProducer` asks about each publish."""
+    """What a :class:`~celery_delayq.glue.producer.LadderProducer` asks about each publish."""
 
     @property
     def backend(self) -> DelayBackend:

@@ -26,9 +26,9 @@ from celery import Celery
 from celery.bin.base import CLIContext
 from celery.contrib.testing.worker import start_worker
 
-from celery_delayq import DelayedRetryTask, router_for
+from celery_delayq import DelayedRetryTask, is_installed, ladder_for
 from celery_delayq.cli import delayq
-from celery_delayq.occupancy import ladder_occupancy
+from celery_delayq.rabbitmq.occupancy import ladder_occupancy
 
 BROKER = os.environ.get("DELAYQ_DEMO_BROKER", "amqp://guest:guest@127.0.0.1:5672//")
 #: The demo's own names: everything it declares starts with one of them.
@@ -71,8 +71,8 @@ def charge(self, order_id: int) -> str:
 
 def watch_ladder() -> None:
     """Print the ladder levels that hold a message whenever that changes."""
-    router = router_for(app)
-    assert router is not None
+    assert is_installed(app)
+    router = ladder_for(app)
     spec = router.config.spec
     conn = router.connection()
     conn.connect()

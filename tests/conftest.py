@@ -133,8 +133,8 @@ def prefix() -> str:
 @pytest.fixture
 def private_ladder(vhost: str) -> Iterator[Callable[..., Any]]:
     """Factory of ladders of a test's own (for tests that break or reshape one); deleted after."""
-    from celery_delayq.ladder import LadderSpec
-    from celery_delayq.topology import Topology
+    from celery_delayq.ladder.spec import LadderSpec
+    from celery_delayq.rabbitmq.topology import Topology
 
     made: list[Any] = []
 
@@ -236,7 +236,7 @@ def make_app(broker_url: str, prefix: str, uid: str, vhost: str) -> Iterator[Cal
                 conn.close()
     import kombu.pools
 
-    from celery_delayq import publisher as _pub
+    from celery_delayq.rabbitmq import publisher as _pub
 
     # kombu's pools are global and shared by equal connections: reset, don't close one
     with contextlib.suppress(Exception):
@@ -279,7 +279,7 @@ def _no_ladder_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test module must delete every ladder queue it creates, but those of the session's shared ladder.
 
     On RabbitMQ 3.x each quorum queue reserves file handles, and leftover ladders
-    wedge the broker for every client (celery_delayq.budget). Checked per module
+    wedge the broker for every client (celery_delayq.rabbitmq.budget). Checked per module
     in the session's vhost, through the management API (skipped where it cannot
     be reached): other vhosts may belong to other test runs on a shared broker,
     and the tests that make vhosts of their own delete them whole. The session's

@@ -148,8 +148,8 @@ def delete_ladder(conn: amqp.Connection, spec: Any, *, exit_queues: list[str] | 
     """Delete a ladder a test made: levels, exchanges, laps, unroutable, its index and cancel streams, its
     parking queue and ``exit_queues``, messages or not (a ``Topology`` built without an index would leave
     the 17 streams behind)."""
-    from celery_delayq.pending.layout import IndexLayout
-    from celery_delayq.topology import Topology
+    from celery_delayq.ladder.index_layout import IndexLayout
+    from celery_delayq.rabbitmq.topology import Topology
 
     topo = Topology(spec, "quorum", index=IndexLayout(spec))
     deleted = topo.delete(conn, if_empty=False, exit_queues=[*exit_queues, f"{spec.prefix}.parking"])

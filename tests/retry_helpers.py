@@ -21,10 +21,10 @@ import kombu
 import pytest
 from celery import signals as celery_signals
 
-from celery_delayq import headers as H
+from celery_delayq.ladder import headers as H
 from celery_delayq import signals
 from celery_delayq.parking import ParkingQueue
-from celery_delayq.request import RawMessage
+from celery_delayq.glue.request import RawMessage
 from celery_delayq.parking.park import Parker, failure_headers, parking_message
 
 BROKER_HOST = os.environ.get("DELAYQ_TEST_BROKER_HOST", "127.0.0.1:5672")

@@ -10,11 +10,11 @@ from celery import Celery
 from hypothesis import given, strategies as st
 from kombu import Exchange, Queue
 
-from celery_delayq import headers as H
-from celery_delayq.app_ladder import AppLadder, native_unwrap
+from celery_delayq.ladder import headers as H
+from celery_delayq.glue.app_ladder import AppLadder, native_unwrap
 from celery_delayq.config import DelayqConfig
 from celery_delayq.errors import DelayTooLong, InvalidDelay, InvalidName
-from celery_delayq.management import key_matches
+from celery_delayq.rabbitmq.management import key_matches
 
 NOW = 1_800_000_000.0
 

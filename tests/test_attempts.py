@@ -1,4 +1,4 @@
-"""``celery_delayq.attempts``: what one attempt knows beyond Celery's request. Pure: no broker.
+"""``celery_delayq.glue.attempts``: what one attempt knows beyond Celery's request. Pure: no broker.
 
 The requests are Celery's own ``Context`` objects, as a worker hands them to a task.
 """
@@ -13,11 +13,11 @@ from typing import Any, Iterator
 import pytest
 from celery.app.task import Context
 
-from celery_delayq import headers as H
-from celery_delayq.attempts import (
+from celery_delayq.ladder import headers as H
+from celery_delayq.glue.attempts import (
     Attempt, begin_attempt, current_attempt, end_attempt, first_attempt_time, state_for,
 )
-from celery_delayq.parking.capture import RAW_KEY
+from celery_delayq.glue.request import RAW_KEY
 
 
 @pytest.fixture(autouse=True)
@@ -92,7 +92,7 @@ def test_first_attempt_time_comes_from_the_header_on_a_retry() -> None:
 
 def test_a_malformed_or_missing_header_falls_back_to_the_attempt_start(caplog: pytest.LogCaptureFixture) -> None:
     attempt, _ = begin_attempt(request("bad", retries=1))
-    with caplog.at_level(logging.WARNING, logger="celery_delayq.attempts"):
+    with caplog.at_level(logging.WARNING, logger="celery_delayq.glue.attempts"):
         assert first_attempt_time(request("bad", retries=1, **{H.FIRST_ATTEMPT: "soon"})) == attempt.started
     assert "malformed" in caplog.text
     assert first_attempt_time(request("bad", retries=1)) == attempt.started

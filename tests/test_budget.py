@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from celery_delayq.budget import BudgetCheck, headroom, ladder_reservations, ladders_on, quorum_reservations
-from celery_delayq.ladder import LadderSpec
-from celery_delayq.pending.layout import IndexLayout
-from celery_delayq.topology import Topology
+from celery_delayq.rabbitmq.budget import BudgetCheck, headroom, ladder_reservations, ladders_on, quorum_reservations
+from celery_delayq.ladder.spec import LadderSpec
+from celery_delayq.ladder.index_layout import IndexLayout
+from celery_delayq.rabbitmq.topology import Topology
 
 
 def test_a_default_ladder_is_43_quorum_queues_that_reserve_129_handles_on_one_node() -> None:

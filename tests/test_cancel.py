@@ -25,7 +25,7 @@ import celery_delayq
 from celery_delayq import AmbiguousTaskId, TaskIdNotFound, cancel, pending, signals
 from celery_delayq.cancels import CancelBook, cancelled_ids
 from celery_delayq.cancels.log import AT, CANCEL, REASON, UNTIL, record
-from celery_delayq.pending.layout import MARGIN_S
+from celery_delayq.ladder.index_layout import MARGIN_S
 from celery_delayq.pending.query import open_layout
 from celery_delayq.pending.stream import StreamReader, reader_connection
 from helpers import Collector, running_worker
@@ -313,7 +313,7 @@ def test_a_unique_prefix_resolves_and_an_ambiguous_one_lists_its_candidates(make
 
 def test_a_whole_uuid_is_looked_up_in_its_shard_only(make_app) -> None:
     """A miss on a Celery-style id costs one index shard, never a scan of every waiting task."""
-    from celery_delayq.app_ladder import ladder_for
+    from celery_delayq.glue.app_ladder import ladder_for
     from celery_delayq.pending.ids import resolve_ids
 
     app = make_app(delayq_enabled=True)

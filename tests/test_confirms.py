@@ -5,10 +5,10 @@ from __future__ import annotations
 import amqp
 import pytest
 
-from celery_delayq import headers as H
-from celery_delayq.confirms import ConfirmChannel, Pending, Tracker, fail, message_name
+from celery_delayq.ladder import headers as H
+from celery_delayq.rabbitmq.confirms import ConfirmChannel, Pending, Tracker, fail, message_name
 from celery_delayq.errors import PublishError, PublishNacked, PublishReturned, PublishTimeout
-from celery_delayq.publisher import combine
+from celery_delayq.rabbitmq.publisher import combine
 
 
 def _msg(entry: str, **props: object) -> amqp.Message:

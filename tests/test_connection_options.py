@@ -26,8 +26,8 @@ from kombu.exceptions import OperationalError
 import celery_delayq
 from celery_delayq.config import DelayqConfig
 from celery_delayq.errors import BrokerUnavailable, PublishError
-from celery_delayq.owned import USER_TIMEOUT_MS, dedicated_copy
-from celery_delayq.publisher import LadderPublisher
+from celery_delayq.rabbitmq.owned import USER_TIMEOUT_MS, dedicated_copy
+from celery_delayq.rabbitmq.publisher import LadderPublisher
 from helpers import Collector, drain, running_worker
 
 BROKER_HOST = os.environ.get("DELAYQ_TEST_BROKER_HOST", "127.0.0.1:5672")

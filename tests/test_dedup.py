@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from celery_delayq import DelayedRetryTask
-from celery_delayq.dedup import DuplicateGuard, delivery_key, guard_for
+from celery_delayq.glue.dedup import DuplicateGuard, delivery_key, guard_for
 from helpers import running_worker
 from retry_helpers import (  # noqa: F401  (fixtures)
     REDIS_URL, parked_fixture, parking_name_fixture, record_run, redis_up, retry_app_fixture,

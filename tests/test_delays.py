@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from celery_delayq.delays import due_from, parse_eta
+from celery_delayq.ladder.delays import due_from, parse_eta
 from celery_delayq.errors import InvalidDelay
 
 NOW = 1_700_000_000.0

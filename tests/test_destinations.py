@@ -61,7 +61,7 @@ def test_without_the_management_api_it_warns_and_still_delivers_what_routes(
     ch.queue_declare(f"bound.{uid}", durable=True, auto_delete=False)
     ch.queue_bind(f"bound.{uid}", f"x.{uid}", "orders.#")
     app = make_app(delayq_enabled=True, delayq_management_url="http://127.0.0.1:1")
-    # Without the API a new ladder is created only explicitly on RabbitMQ 3.x (celery_delayq.budget).
+    # Without the API a new ladder is created only explicitly on RabbitMQ 3.x (celery_delayq.rabbitmq.budget).
     celery_delayq.ladder_for(app).publisher.declare(explicit=True)
 
     @app.task

@@ -30,11 +30,11 @@ import hcl2
 import pytest
 from hcl2 import SerializationOptions
 
-from celery_delayq import export
+from celery_delayq.rabbitmq import export
 from celery_delayq.config import DelayqConfig
-from celery_delayq.ladder import LadderSpec
-from celery_delayq.parking.limits import declare_arguments
-from celery_delayq.topology import Topology
+from celery_delayq.ladder.spec import LadderSpec
+from celery_delayq.rabbitmq.delivery_limit import declare_arguments
+from celery_delayq.rabbitmq.topology import Topology
 from helpers import BROKER_HOST
 from tf_apply import TERRAFORM, apply, load, terraform_eval
 
@@ -321,7 +321,7 @@ def iac_app(tmp_path: Path, fresh_vhost: str) -> Any:
 
 
 def _broker_version() -> tuple[int, ...]:
-    from celery_delayq.topology import broker_version
+    from celery_delayq.rabbitmq.topology import broker_version
 
     conn = _connect("/")
     try:

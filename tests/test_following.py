@@ -8,7 +8,7 @@ from typing import Any
 import amqp
 import kombu
 
-from celery_delayq.following import QueueFollower
+from celery_delayq.rabbitmq.following import QueueFollower
 from test_connection_options import broker_connections, close_broker_connections
 
 

@@ -7,8 +7,8 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
-from celery_delayq.humanize import describe_ladder, human_duration
-from celery_delayq.ladder import LadderSpec
+from celery_delayq.ladder.humanize import describe_ladder, human_duration
+from celery_delayq.ladder.spec import LadderSpec
 
 
 @pytest.mark.parametrize(("seconds", "text"), [

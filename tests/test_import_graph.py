@@ -1,11 +1,18 @@
-"""The package's import graph: no cycles, and the lower layers never import the hook.
+"""The package's import graph: the layers of the tree, in order, and no cycle.
 
-A reader follows ``apply_async(countdown=...)`` down from the hook
-(``integration`` → ``producer`` → ``app_ladder`` → ``publisher``) without
+The tree names the layers, bottom up: ``ladder/`` (pure arithmetic, names
+and headers), the root's settings and seams (``errors``, ``signals``,
+``typing``, ``config``), ``rabbitmq/`` (the broker edge), ``glue/`` (the
+Celery glue), then the features and the CLI. A layer imports only the
+layers below it; nothing imports the CLI. A reader follows
+``apply_async(countdown=...)`` down from the hook (``glue.integration`` →
+``glue.producer`` → ``glue.app_ladder`` → ``rabbitmq.publisher``) without
 meeting a call back up a layer. Imports inside functions count too: a
-function-level import is still a dependency, only a deferred one.
-``if TYPE_CHECKING:`` blocks do not count (they never run). Pure: reads the
-source with :mod:`ast`, imports nothing.
+function-level import is still a dependency, only a deferred one. Imports
+under ``if TYPE_CHECKING:`` count for the cycle test and the layer order (a
+type-only cycle is still a knot a reader must untie); they are kept apart so
+the runtime graph stays what runs. Pure: reads the source with :mod:`ast`,
+imports nothing.
 """
 
 from __future__ import annotations
@@ -14,10 +21,17 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "celery_delayq"
-#: The modules above the hook: they may import it (the CLI, the Django app, the doctor, tasks).
-ABOVE_THE_HOOK = ("celery_delayq.cli", "celery_delayq.django", "celery_delayq.doctor", "celery_delayq.task",
-                  "celery_delayq.integration", "celery_delayq.analytics", "celery_delayq.export",
-                  "celery_delayq.web")
+#: The layers below the glue, bottom up: each may import itself and the layers before it.
+#: The ground is what every layer names (errors, signals, the seams' Protocols); it imports nothing.
+GROUND = ("celery_delayq.errors", "celery_delayq.signals", "celery_delayq.typing")
+LADDER = ("celery_delayq.ladder",)
+SETTINGS = ("celery_delayq.config",)
+EDGE = ("celery_delayq.rabbitmq",)
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("ground", GROUND), ("ladder", LADDER), ("settings", SETTINGS), ("edge", EDGE))
+GLUE = ("celery_delayq.glue",)
+#: The command lines: ``celery -A APP delayq`` and the report's own ``python -m celery_delayq.analytics``.
+CLI = ("celery_delayq.cli", "celery_delayq.analytics.cli", "celery_delayq.analytics.__main__")
 
 
 def _module_name(path: Path) -> str:
@@ -27,20 +41,25 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _runtime_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
-    type_only = {id(node) for test in ast.walk(tree)
-                 if isinstance(test, ast.If) and "TYPE_CHECKING" in ast.unparse(test.test)
-                 for stmt in test.body for node in ast.walk(stmt)}
-    return [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in type_only]
+def _imports(tree: ast.Module, *, type_only: bool) -> list[ast.Import | ast.ImportFrom]:
+    """The imports that run (``type_only=False``), or also those under ``if TYPE_CHECKING:``."""
+    guarded = {id(node) for test in ast.walk(tree)
+               if isinstance(test, ast.If) and "TYPE_CHECKING" in ast.unparse(test.test)
+               for stmt in test.body for node in ast.walk(stmt)}
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+            and (type_only or id(n) not in guarded)]
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module → the package modules it imports (``from pkg import submodule`` is an edge to the submodule)."""
+def import_graph(*, type_only: bool = False) -> dict[str, set[str]]:
+    """Module → the package modules it imports (``from pkg import submodule`` is an edge to the submodule).
+
+    ``type_only=True`` adds the imports under ``if TYPE_CHECKING:``.
+    """
     paths = {_module_name(p): p for p in PACKAGE.rglob("*.py") if "migrations" not in p.parts}
     graph: dict[str, set[str]] = {m: set() for m in paths}
     for module, path in paths.items():
         package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-        for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in _imports(ast.parse(path.read_text(encoding="utf-8")), type_only=type_only):
             if isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
@@ -86,22 +105,55 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def _in(module: str, layer: tuple[str, ...]) -> bool:
+    return any(module == name or module.startswith(name + ".") for name in layer)
+
+
 def test_the_package_has_no_import_cycle() -> None:
     assert cycles(import_graph()) == []
+
+
+def test_not_even_a_type_only_import_closes_a_cycle() -> None:
+    """``if TYPE_CHECKING:`` imports count: the seams' types (``typing``) name no implementation."""
+    assert cycles(import_graph(type_only=True)) == []
 
 
 def test_a_cycle_is_found_when_there_is_one() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_below_the_hook_nothing_imports_the_hook() -> None:
-    graph = import_graph()
-    offenders = sorted(m for m, deps in graph.items()
-                       if "celery_delayq.integration" in deps and not m.startswith(ABOVE_THE_HOOK)
-                       and m != "celery_delayq")
+def test_each_layer_imports_only_the_layers_below_it() -> None:
+    """errors/signals/typing import nothing; ladder/ only them; config only those; rabbitmq/ only those three."""
+    graph = import_graph(type_only=True)
+    offenders = []
+    allowed: tuple[str, ...] = ()
+    for name, layer in LAYERS:
+        allowed += layer
+        for module, deps in graph.items():
+            if _in(module, layer):
+                offenders += [f"{name}: {module} -> {dep}" for dep in sorted(deps) if not _in(dep, allowed)]
     assert offenders == []
+
+
+def test_below_the_glue_nothing_imports_the_glue() -> None:
+    graph = import_graph(type_only=True)
+    below = GROUND + LADDER + SETTINGS + EDGE
+    assert sorted(f"{m} -> {d}" for m, deps in graph.items() if _in(m, below) for d in deps if _in(d, GLUE)) == []
+
+
+def test_nothing_imports_the_cli() -> None:
+    """The CLI is the top floor: what it shares with others (status, app context, time words) lives below it."""
+    graph = import_graph(type_only=True)
+    assert sorted(f"{m} -> {d}" for m, deps in graph.items() if not _in(m, CLI) for d in deps if _in(d, CLI)) == []
+
+
+def test_the_layer_test_sees_a_module_that_imports_upwards() -> None:
+    graph = {"celery_delayq.ladder.spec": {"celery_delayq.rabbitmq.topology"}, "celery_delayq.rabbitmq.topology": set()}
+    assert [d for m, deps in graph.items() if _in(m, LADDER) for d in deps if not _in(d, GROUND + LADDER)] \
+        == ["celery_delayq.rabbitmq.topology"]
 
 
 def test_the_producer_hook_depends_only_on_its_protocols() -> None:
     """The producer asks a typed Protocol whether a publish is delayed; it imports no ladder code."""
-    assert import_graph()["celery_delayq.producer"] <= {"celery_delayq.typing", "celery_delayq.plugin_compat"}
+    assert import_graph()["celery_delayq.glue.producer"] <= {"celery_delayq.typing",
+                                                              "celery_delayq.ladder.plugin_compat"}

@@ -231,8 +231,8 @@ def test_first_delayed_publish_of_a_new_process_is_not_late(
         lateness = m.arrived - float(m.headers["x-delayq-due"])  # type: ignore[attr-defined]
         assert 0 <= lateness < 0.3, f"first publish landed {lateness * 1000:.0f} ms late (call took {out['call']:.3f} s)"
     finally:
-        from celery_delayq.ladder import LadderSpec
-        from celery_delayq.topology import Topology
+        from celery_delayq.ladder.spec import LadderSpec
+        from celery_delayq.rabbitmq.topology import Topology
 
         spec = LadderSpec(prefix=env["PREFIX"])  # with its index and cancel streams and the exit queue
         with contextlib.suppress(Exception):

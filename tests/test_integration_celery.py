@@ -12,7 +12,7 @@ from kombu import Exchange, Queue
 
 import celery_delayq
 from celery_delayq import DelayedRetryTask
-from celery_delayq import headers as H
+from celery_delayq.ladder import headers as H
 from celery_delayq.errors import DelayTooLong, InvalidDelay
 from helpers import Collector, queue_depth, running_worker
 
@@ -92,7 +92,7 @@ def test_worker_holds_nothing_while_tasks_wait(make_app, amqp_conn, collector: C
         consumer = worker.consumer
         assert len(state.reserved_requests) == 0
         assert len(consumer.timer.queue) < 5  # no ETA entries scheduled in the worker
-        spec = celery_delayq.router_for(app).config.spec
+        spec = celery_delayq.ladder_for(app).config.spec
         held = sum(queue_depth(amqp_conn, name) for _k, _d, name, _s in spec.level_queues())
         assert held >= n  # everything waits in the broker
         assert queue_depth(amqp_conn, app.conf.task_default_queue) == 0
@@ -267,8 +267,8 @@ def test_autoretry_with_backoff_waits_in_ladder(make_app, collector: Collector) 
 
 
 def test_worker_declares_the_ladder_when_it_starts(make_app, amqp_conn, uid: str) -> None:
-    from celery_delayq.ladder import LadderSpec
-    from celery_delayq.topology import Topology
+    from celery_delayq.ladder.spec import LadderSpec
+    from celery_delayq.rabbitmq.topology import Topology
 
     prefix = f"ws{uid}"
     app = make_app(delayq_prefix=prefix, delayq_levels=6)

@@ -9,7 +9,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from celery_delayq.errors import DelayTooLong, InvalidDelay, InvalidName
-from celery_delayq.ladder import MAX_NAME_BYTES, LadderSpec, check_name, destination_token
+from celery_delayq.ladder.spec import MAX_NAME_BYTES, LadderSpec, check_name, destination_token
 
 @st.composite
 def specs(draw: st.DrawFn) -> LadderSpec:

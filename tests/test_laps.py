@@ -12,7 +12,7 @@ import time
 import pytest
 
 from celery_delayq import DelayTooLong
-from celery_delayq.ladder import LadderSpec
+from celery_delayq.ladder.spec import LadderSpec
 from helpers import entity_exists, running_worker
 
 pytestmark = pytest.mark.timeout(90)
@@ -24,9 +24,9 @@ SMALL = {"delayq_levels": 3, "delayq_unit_ms": 10, "delayq_radix": 4}
 def small_prefix(uid: str, amqp_conn):
     prefix = f"lap{uid}"
     yield prefix
-    from celery_delayq.topology import Topology
+    from celery_delayq.rabbitmq.topology import Topology
 
-    from celery_delayq.pending.layout import IndexLayout
+    from celery_delayq.ladder.index_layout import IndexLayout
 
     spec = LadderSpec(prefix=prefix, levels=3, unit_ms=10, radix=4)
     topo = Topology(spec, "quorum", index=IndexLayout(spec))  # the index and cancel streams go too

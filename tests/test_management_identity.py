@@ -15,8 +15,8 @@ import amqp
 import pytest
 from helpers import management_url
 
-from celery_delayq import management
-from celery_delayq.management import ManagementAPI, amqp_identity, default_name_of
+from celery_delayq.rabbitmq import management
+from celery_delayq.rabbitmq.management import ManagementAPI, amqp_identity, default_name_of
 
 
 def _api(amqp_conn: amqp.Connection, vhost: str, *, cluster_name: str | None,
@@ -58,7 +58,7 @@ def test_an_unknown_cluster_and_connection_is_another_broker(amqp_conn: amqp.Con
                                                               caplog: pytest.LogCaptureFixture) -> None:
     api = _api(amqp_conn, vhost, cluster_name="elsewhere@nowhere", connection_name="10.9.9.9:1 -> 10.9.9.9:2")
     management._reported.clear()
-    with caplog.at_level(logging.INFO, logger="celery_delayq.management"):
+    with caplog.at_level(logging.INFO, logger="celery_delayq.rabbitmq.management"):
         assert api.same_broker is False
         assert api.queues() is None and api.routes("amq.direct", "x") is None  # nothing answers for it
         assert api.same_broker is False
@@ -74,7 +74,7 @@ def test_a_configured_api_that_does_not_answer_is_reported_once_at_warning(
     api = ManagementAPI("http://127.0.0.1:9", "/", "guest", "guest", timeout=0.5, cluster_name="x@y",
                         configured=True)
     management._reported.clear()
-    with caplog.at_level(logging.INFO, logger="celery_delayq.management"):
+    with caplog.at_level(logging.INFO, logger="celery_delayq.rabbitmq.management"):
         assert api.same_broker is False and api.same_broker is False
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "delayq_management_url" in warnings[0], warnings

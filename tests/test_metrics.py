@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from celery_delayq import DelayedRetryTask
-from celery_delayq.cli.base import AppContext
+from celery_delayq.rabbitmq.context import AppContext
 from helpers import BROKER_HOST, Collector, running_worker
 
 pytestmark = pytest.mark.timeout(90)

@@ -139,7 +139,7 @@ def test_from_worker_eta_held_tasks_run_once_after_the_switch(make_app: Any, bro
     """Held ETA tasks run once after a SIGTERM restart with the ladder on, whatever the prefetch.
 
     The new worker moves the handed-back ETA messages into the ladder on arrival
-    (celery_delayq.takeover) instead of holding them, so they hold no prefetch slot
+    (celery_delayq.glue.takeover) instead of holding them, so they hold no prefetch slot
     (celery#2731 no longer delays the ladder's own deliveries behind them) and run from the ladder.
     """
     (tmp_path / "migapp.py").write_text(textwrap.dedent(WORKER_APP))
@@ -354,8 +354,8 @@ def test_switching_back_keeps_a_relay_for_delays_longer_than_the_ladder(make_app
     """A delay longer than the ladder waits between laps in ``<prefix>.laps``; only a worker with the ladder
     installed puts it back. A worker without it leaves it there (late, not lost) until one runs."""
     import celery_delayq
-    from celery_delayq.ladder import LadderSpec
-    from celery_delayq.topology import Topology
+    from celery_delayq.ladder.spec import LadderSpec
+    from celery_delayq.rabbitmq.topology import Topology
 
     shape = dict(delayq_prefix=f"sb{uid}", delayq_levels=2, delayq_unit_ms=1000)  # the ladder holds 15 s
     on = make_app(delayq_enabled=True, delayq_management_url=management_url(), **shape)

@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from celery_delayq import DelayedRetryTask
-from celery_delayq import headers as H
+from celery_delayq.ladder import headers as H
 from celery_delayq.parking import ParkedFilter, ParkedMessageNotFound, ParkingFailed, ParkingQueue
 from celery_delayq.parking.record import REPLAY
 from helpers import drain, queue_depth, running_worker

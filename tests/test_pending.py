@@ -25,11 +25,11 @@ from hypothesis import given, settings, strategies as st
 
 import celery_delayq
 from celery_delayq import DelayedRetryTask, pending
-from celery_delayq.ladder import LadderSpec
+from celery_delayq.ladder.spec import LadderSpec
 from celery_delayq.pending import IndexUnavailable
 from celery_delayq.pending.frames import HeaderReader
-from celery_delayq.pending.layout import IndexLayout
-from celery_delayq.topology import Topology
+from celery_delayq.ladder.index_layout import IndexLayout
+from celery_delayq.rabbitmq.topology import Topology
 from helpers import Collector, running_worker
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from celery_delayq.ladder import LadderSpec
-from celery_delayq.placement import amqp_addresses, leader_counts, spread
+from celery_delayq.ladder.spec import LadderSpec
+from celery_delayq.rabbitmq.placement import amqp_addresses, leader_counts, spread
 
 
 def test_spread_gives_every_node_an_equal_share_and_neighbours_different_nodes() -> None:
@@ -40,7 +40,7 @@ def test_leader_counts_only_count_the_named_queues_by_leader_or_node() -> None:
 
 
 def test_spread_with_a_load_fills_the_least_loaded_nodes_first() -> None:
-    from celery_delayq.placement import spread
+    from celery_delayq.rabbitmq.placement import spread
 
     assert spread(["a"], ["n1", "n2", "n3"], {"n1": 21, "n2": 20, "n3": 20}) == {"a": "n2"}
     placed = spread([f"q{i}" for i in range(4)], ["n1", "n2"], {"n1": 3})
@@ -48,7 +48,7 @@ def test_spread_with_a_load_fills_the_least_loaded_nodes_first() -> None:
 
 
 def test_owned_leaders_counts_each_kind_of_queue_per_node() -> None:
-    from celery_delayq.placement import owned_leaders
+    from celery_delayq.rabbitmq.placement import owned_leaders
 
     rows = [{"name": "p.14x4.L00.d1", "leader": "n1"}, {"name": "p.14x4.L00.d2", "leader": "n2"},
             {"name": "p.14x4.index.00", "leader": "n3"}, {"name": "p.laps", "node": "n2"},

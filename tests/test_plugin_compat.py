@@ -14,7 +14,7 @@ import pytest
 from kombu import Exchange, Queue
 
 from celery_delayq.errors import InvalidDelay
-from celery_delayq.plugin_compat import delay_of, plain_entities
+from celery_delayq.ladder.plugin_compat import delay_of, plain_entities
 from helpers import drain
 
 pytestmark = pytest.mark.timeout(60)

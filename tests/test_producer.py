@@ -24,10 +24,10 @@ import pytest
 from kombu import Connection, Exchange, Queue
 
 import celery_delayq
-from celery_delayq import headers as H
-from celery_delayq.app_ladder import exchange_name
+from celery_delayq.ladder import headers as H
+from celery_delayq.glue.app_ladder import exchange_name
 from celery_delayq.errors import InvalidName
-from celery_delayq.producer import LadderProducer, LadderProducerPool
+from celery_delayq.glue.producer import LadderProducer, LadderProducerPool
 from celery_delayq.typing import DelayBackend, DelayRouting, Diversion
 from helpers import drain
 
@@ -108,6 +108,13 @@ class RecordingBackend:
 
     calls: list[dict[str, Any]] = field(default_factory=list)
 
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        yield
+
+    def worker_service(self, connection_for: Callable[[str], Connection]) -> None:
+        return None
+
     def schedule(self, body: bytes | str, *, due: float, delay: float, exchange: str, routing_key: str,
                  headers: dict[str, Any], content_type: str | None = None,
                  content_encoding: str | None = None, queue_hint: str | None = None,
@@ -184,8 +191,9 @@ def test_a_delayed_publish_to_a_plugin_exchange_is_serialised_and_handed_to_the_
         "delayed", "orders.new", 2_000_000_005.0, 5.0)
     assert call["headers"] is headers
     assert call["correlation_id"] == "c1" and call["delivery_mode"] == 2
-    # A per-message TTL would expire the message inside the ladder; priority 0 is no priority.
-    assert "expiration" not in call and "priority" not in call
+    # The backend alone knows what a per-message TTL does there (the ladder drops it:
+    # test_publisher.py); priority 0 is no priority.
+    assert call["expiration"] == 60 and "priority" not in call
 
 
 def test_declared_plugin_entities_reach_the_routing_as_their_real_type() -> None:

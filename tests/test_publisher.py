@@ -10,12 +10,12 @@ import amqp
 import kombu
 import pytest
 
-from celery_delayq import headers as H
+from celery_delayq.ladder import headers as H
 from celery_delayq.config import DelayqConfig
 from celery_delayq.errors import (
     DelayTooLong, InvalidDelay, PublishNacked, PublishReturned, TopologyMissing, UnroutableDestination,
 )
-from celery_delayq.publisher import LadderPublisher
+from celery_delayq.rabbitmq.publisher import LadderPublisher
 from helpers import drain, queue_depth
 
 
@@ -67,6 +67,14 @@ def test_headers_properties_and_priority_survive(publisher: LadderPublisher, amq
     assert m.properties["priority"] == 5
     assert m.properties["correlation_id"] == "cid-1" and m.properties["reply_to"] == "replies"
     assert m.properties["delivery_mode"] == 2
+
+
+def test_a_per_message_ttl_is_dropped_so_it_cannot_expire_the_message_in_the_ladder(
+        publisher: LadderPublisher, amqp_conn, dest: str) -> None:
+    """``expiration`` reaches the backend (the producer hands it on); the ladder is the one place that drops it."""
+    publisher.schedule_body({"x": 1}, delay=0.5, queue=dest, expiration="50")
+    m = drain(amqp_conn, dest, 1, timeout=5)[0]
+    assert m.arrived >= m.headers[H.DUE] and "expiration" not in m.properties
 
 
 def test_client_x_death_is_stripped_so_retries_are_not_cycle_dropped(publisher, amqp_conn, dest: str) -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from celery_delayq.config import DelayqConfig
 from celery_delayq.errors import BrokerUnavailable, PublishError, PublishTimeout
-from celery_delayq.publisher import LadderPublisher
+from celery_delayq.rabbitmq.publisher import LadderPublisher
 from test_connection_options import BROKER_HOST, close_broker_connections
 
 

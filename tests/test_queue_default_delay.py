@@ -10,10 +10,10 @@ from kombu import Queue
 
 import celery_delayq
 from celery_delayq import DelayedRetryTask
-from celery_delayq import headers as H
+from celery_delayq.ladder import headers as H
 from celery_delayq.config import DelayqConfig
 from celery_delayq.errors import DelayTooLong, InvalidDelay
-from celery_delayq.queue_delays import DelayedQueue, default_delay
+from celery_delayq.glue.queue_delays import DelayedQueue, default_delay
 from helpers import running_worker
 
 pytestmark = pytest.mark.timeout(60)
@@ -81,7 +81,7 @@ def test_apps_without_defaults_never_consult_the_router(make_app, collector, uid
     def fail(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("an undelayed publish looked up a queue default")
 
-    monkeypatch.setattr("celery_delayq.app_ladder.default_delay", fail)
+    monkeypatch.setattr("celery_delayq.glue.app_ladder.default_delay", fail)
     with running_worker(app):
         quick.delay(time.time())
         (run,) = collector.wait_for(1, timeout=10)

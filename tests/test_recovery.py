@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 from helpers import management_url
 
-from celery_delayq.recovery import held, ladder_held
+from celery_delayq.rabbitmq.recovery import held, ladder_held
 
 sys.path.insert(0, str(Path(__file__).parent / "cli"))  # cli_helpers
 
@@ -40,8 +40,8 @@ def test_recover_on_a_healthy_ladder_changes_nothing_and_the_touch_leaves_no_pol
     """On the real broker (3.10 and 4.3): the policy the touch uses is accepted, then gone."""
     from cli_helpers import run_delayq
 
-    from celery_delayq.management import ManagementAPI
-    from celery_delayq.recovery import TOUCH_POLICY, Recovery
+    from celery_delayq.rabbitmq.management import ManagementAPI
+    from celery_delayq.rabbitmq.recovery import TOUCH_POLICY, Recovery
 
     # A ladder of its own: the session's shared one may hold messages for a destination a test deleted.
     app = make_app(delayq_enabled=True, delayq_management_url=management_url(),
@@ -67,7 +67,7 @@ def test_recover_on_a_healthy_ladder_changes_nothing_and_the_touch_leaves_no_pol
 def test_the_touch_pattern_takes_level_and_exit_queues_but_no_stream() -> None:
     import re
 
-    from celery_delayq.recovery import touch_pattern
+    from celery_delayq.rabbitmq.recovery import touch_pattern
 
     pattern = re.compile(touch_pattern("my.app"))
     assert pattern.match("my.app.14x4.L03.d2") and pattern.match("my.app.8x2.L00")

@@ -329,8 +329,8 @@ def test_worker_killed_between_retry_publish_and_ack_retries_at_least_once(
     import amqp
     from celery import Celery
 
-    from celery_delayq.ladder import LadderSpec
-    from celery_delayq.topology import Topology
+    from celery_delayq.ladder.spec import LadderSpec
+    from celery_delayq.rabbitmq.topology import Topology
     from retry_helpers import BROKER_HOST, REDIS_URL, redis_up
 
     if dedup and not redis_up():

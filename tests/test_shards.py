@@ -55,8 +55,8 @@ print(json.dumps({"sent": sent, "ids": ids}))
 @pytest.fixture
 def sharded_project(tmp_path: Path, broker_url: str, uid: str, amqp_conn: amqp.Connection) -> Iterator[dict[str, Any]]:
     """A project whose ladder (a prefix of its own) has two shards; its ladder and queue are deleted after."""
-    from celery_delayq.ladder import LadderSpec
-    from celery_delayq.topology import Topology
+    from celery_delayq.ladder.spec import LadderSpec
+    from celery_delayq.rabbitmq.topology import Topology
 
     prefix, queue = f"sh{uid}", f"sharded.{uid}"
     amqp_conn.channel().queue_declare(queue, durable=True, auto_delete=False)
@@ -121,7 +121,7 @@ def test_tasks_wait_in_the_shard_their_id_picks_and_arrive_on_time(
 
 def test_a_worker_runs_tasks_and_retries_through_a_sharded_ladder(sharded_project: dict[str, Any]) -> None:
     from celery_delayq import DelayedRetryTask
-    from celery_delayq.app_ladder import forget_ladder
+    from celery_delayq.glue.app_ladder import forget_ladder
 
     app = Celery("shardworker", broker=sharded_project["broker_url"], set_as_current=False)
     app.conf.update(delayq_prefix=sharded_project["env"]["PREFIX"], delayq_shards=SHARDS,

@@ -8,8 +8,8 @@ import amqp
 import pytest
 
 from celery_delayq.errors import BrokerTooOld, TopologyError, TopologyMismatch, TopologyMissing
-from celery_delayq.ladder import LadderSpec
-from celery_delayq.topology import Topology, broker_version, resolve_queue_type
+from celery_delayq.ladder.spec import LadderSpec
+from celery_delayq.rabbitmq.topology import Topology, broker_version, resolve_queue_type
 from helpers import entity_exists
 
 

@@ -17,7 +17,7 @@ three numbers are read:
   kernel's limit applies to whatever the cache counts.
 
 Then one whole default ladder (levels, unroutable, laps, index streams, cancel
-log) and one exit queue are declared through :class:`celery_delayq.topology.Topology`,
+log) and one exit queue are declared through :class:`celery_delayq.rabbitmq.topology.Topology`,
 and measured the same way. Never touches the shared brokers. Results go to
 ``benchmarks/results/handles.json``.
 """
@@ -77,9 +77,9 @@ def _settle(node: Node) -> dict[str, int | None]:
 
 def measure(node: Node, count: int) -> dict[str, Any]:
     """Handles per object of each kind, and of one default ladder."""
-    from celery_delayq.ladder import LadderSpec
-    from celery_delayq.pending.layout import IndexLayout
-    from celery_delayq.topology import Topology
+    from celery_delayq.ladder.spec import LadderSpec
+    from celery_delayq.ladder.index_layout import IndexLayout
+    from celery_delayq.rabbitmq.topology import Topology
 
     conn = amqp.Connection(f"127.0.0.1:{node.amqp_port}")
     conn.connect()
@@ -130,11 +130,11 @@ def measure_cluster(cluster: Cluster) -> dict[str, Any]:
     """Reservations per node of one default ladder on a 3-node cluster: all leaders on the declaring node, then spread."""
     import kombu
 
-    from celery_delayq.ladder import LadderSpec
-    from celery_delayq.management import ManagementAPI
-    from celery_delayq.pending.layout import IndexLayout
-    from celery_delayq.placement import LeaderPlacement
-    from celery_delayq.topology import Topology
+    from celery_delayq.ladder.spec import LadderSpec
+    from celery_delayq.rabbitmq.management import ManagementAPI
+    from celery_delayq.ladder.index_layout import IndexLayout
+    from celery_delayq.rabbitmq.placement import LeaderPlacement
+    from celery_delayq.rabbitmq.topology import Topology
 
     first = cluster.nodes[0]
     conn = amqp.Connection(f"127.0.0.1:{first.amqp_port}")

@@ -8,7 +8,7 @@ the victim (or through the victim once it is back, on a single node), across
 the outage. The victim is hit ``hit_after`` seconds after publishing, and comes
 back ``down_for`` seconds later. With ``recover`` the operator's
 ``delayq topology recover`` runs every 10 s after the restart, as a worker's
-watcher does by itself (:mod:`celery_delayq.recovery`).
+watcher does by itself (:mod:`celery_delayq.rabbitmq.recovery`).
 
 The result counts published, confirmed, delivered, lost, duplicates and early
 deliveries, and the lateness (arrival - due) percentiles.

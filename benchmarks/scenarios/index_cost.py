@@ -3,7 +3,7 @@
 * **Cost.** Two ladders of the shipped shape in one vhost, one with the index
   (``delayq_index = True``: the publisher also appends an entry for every
   confirmed ladder message to one of 16 stream shards, see
-  :mod:`celery_delayq.pending.writer`) and one without. Durable delayed publishes through ``LadderPublisher.schedule``,
+  :mod:`celery_delayq.rabbitmq.index_writer`) and one without. Durable delayed publishes through ``LadderPublisher.schedule``,
   one confirm at a time and pipelined in ``batch()``, in interleaved rounds
   (A B A B ...), delays 600-610 s so nothing moves while publishing. The
   kombu-level path is where a fixed per-message cost shows most; the ratio
@@ -120,7 +120,7 @@ def _lookups(ctx: Ctx, url: str) -> dict[str, Any]:
 
     from celery_delayq import pending
     from celery_delayq.pending import read_index
-    from celery_delayq.integration import ladder_for
+    from celery_delayq.glue.integration import ladder_for
 
     shape = {f"delayq_{k}": v for k, v in DEFAULT_LADDER.items() if k in ("radix", "unit_ms", "levels", "queue_type")}
     app = Celery("dqbench_index", broker=url, set_as_current=False)
@@ -146,10 +146,10 @@ def _one_shard(ctx: Ctx, vh: Any, entries: int) -> dict[str, Any]:
     from celery import Celery
 
     from celery_delayq import pending
-    from celery_delayq.confirms import ConfirmChannel, Tracker
-    from celery_delayq.integration import ladder_for
-    from celery_delayq.pending.layout import IndexLayout
-    from celery_delayq.pending.writer import _messages
+    from celery_delayq.rabbitmq.confirms import ConfirmChannel, Tracker
+    from celery_delayq.glue.integration import ladder_for
+    from celery_delayq.ladder.index_layout import IndexLayout
+    from celery_delayq.rabbitmq.index_writer import _messages
 
     shape = {f"delayq_{k}": v for k, v in DEFAULT_LADDER.items() if k in ("radix", "unit_ms", "levels", "queue_type")}
     app = Celery("dqbench_shard", broker=vh.url, set_as_current=False)

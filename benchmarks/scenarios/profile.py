@@ -1,4 +1,4 @@
-"""Where the time goes in ``apply_async`` -> DelayqProducer.publish -> Router.publish -> LadderPublisher.schedule.
+"""Where the time goes in ``apply_async`` -> LadderProducer.publish -> AppLadder.divert -> LadderPublisher.schedule.
 
 In one child process: cProfile of N ``apply_async`` calls (plain, and inside
 ``celery_delayq.batch``), reduced to the functions on that path, and
@@ -24,24 +24,24 @@ TITLE = "Profile of apply_async"
 
 #: Functions on the publish path (file suffix, function name) reported from the profile.
 PATH = (
-    ("celery_delayq/task.py", "apply_async"),
+    ("celery_delayq/glue/task.py", "apply_async"),
     ("celery/app/task.py", "apply_async"),
     ("celery/app/base.py", "send_task"),
-    ("celery_delayq/task.py", "_native_delayed_delivery_active"),
+    ("celery_delayq/glue/task.py", "_native_delayed_delivery_active"),
     ("celery/app/base.py", "connection_for_write"),
     ("celery_delayq/config.py", "spec"),
     ("celery/app/amqp.py", "as_task_v2"),
     ("celery/app/amqp.py", "send_task_message"),
-    ("celery_delayq/producer.py", "publish"),
+    ("celery_delayq/glue/producer.py", "publish"),
     ("celery_delayq/router.py", "publish"),
     ("celery_delayq/router.py", "_schedule"),
     ("kombu/messaging.py", "maybe_declare"),
     ("kombu/messaging.py", "_prepare"),
-    ("celery_delayq/publisher.py", "schedule"),
-    ("celery_delayq/publisher.py", "plan"),
-    ("celery_delayq/ladder.py", "digits"),
-    ("celery_delayq/publisher.py", "_wait"),
-    ("celery_delayq/confirms.py", "publish"),
+    ("celery_delayq/rabbitmq/publisher.py", "schedule"),
+    ("celery_delayq/rabbitmq/publisher.py", "plan"),
+    ("celery_delayq/ladder/spec.py", "digits"),
+    ("celery_delayq/rabbitmq/publisher.py", "_wait"),
+    ("celery_delayq/rabbitmq/confirms.py", "publish"),
     ("amqp/channel.py", "_basic_publish"),
 )
 
@@ -54,7 +54,7 @@ def _patch(obj: Any, name: str, value: Any) -> Callable[[], None]:
 
 def _whatif_native_cache() -> Callable[[], None]:
     """Cache ``_native_delayed_delivery_active(app)`` per app (it builds a kombu Connection per call)."""
-    from celery_delayq import task as T
+    from celery_delayq.glue import task as T
 
     orig = T._native_delayed_delivery_active
     cache: dict[int, bool] = {}
@@ -79,7 +79,7 @@ def _whatif_spec_cache() -> Callable[[], None]:
 
 def _whatif_digits_cache() -> Callable[[], None]:
     """Memoise ``LadderSpec.digits`` (plan() derives the digits three times per message)."""
-    from celery_delayq.ladder import LadderSpec
+    from celery_delayq.ladder.spec import LadderSpec
 
     orig = LadderSpec.__dict__["digits"]
     return _patch(LadderSpec, "digits", functools.lru_cache(maxsize=4096)(orig))

@@ -7,7 +7,7 @@ message per cancelled id; its headers say which id and until when the
 cancel holds (its task's due time plus a margin, or the ladder's maximum
 delay plus the margin when the due time is not known). Workers ignore
 expired entries, and the stream's own retention (the maximum delay plus the
-margin, see :mod:`celery_delayq.pending.layout`) removes them from disk.
+margin, see :mod:`celery_delayq.ladder.index_layout`) removes them from disk.
 
 A cancel can hold longer than that retention: a task due in 40 days laps
 through a 31-day ladder, and its cancel holds until its due time plus the
@@ -30,9 +30,9 @@ from typing import Any, Mapping, Sequence
 
 import amqp
 
-from ..confirms import ConfirmChannel, Tracker
-from ..headers import ENTRY
-from ..pending.layout import IndexLayout
+from ..rabbitmq.confirms import ConfirmChannel, Tracker
+from ..ladder.headers import ENTRY
+from ..ladder.index_layout import IndexLayout
 from ..pending.stream import StreamReader
 from .book import CancelBook
 
@@ -64,7 +64,7 @@ def record(raw: amqp.Connection, layout: IndexLayout, items: Sequence[tuple[str,
     Raises:
         PublishError: naming every task id whose cancel may not be recorded.
     """
-    from ..publisher import combine
+    from ..rabbitmq.publisher import combine
 
     confirm = ConfirmChannel(raw)
     written = time.time() if at is None else float(at)

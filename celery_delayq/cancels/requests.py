@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from .. import signals
-from ..app_ladder import ladder_for
+from ..glue.app_ladder import ladder_for
 from ..pending.ids import Resolved, TaskIdNotFound, resolve_ids
-from ..pending.layout import MARGIN_S
+from ..ladder.index_layout import MARGIN_S
 from ..pending.query import IndexUnavailable, PendingTask, iso, open_layout, read_index
 from ..pending.stream import reader_connection
 from .book import CancelBook
 from .log import load, record
+from ..typing import CeleryApp
 
 __all__ = ["cancel", "CancelResult", "cancelled_ids", "cancel_book", "record_cancels"]
 
@@ -42,7 +43,7 @@ class CancelResult:
                 "due": self.found.due_iso if self.found else None}
 
 
-def cancel(app: Any, *task_ids: str, lookup: bool = True, force: bool = False) -> list[CancelResult]:
+def cancel(app: CeleryApp, *task_ids: str, lookup: bool = True, force: bool = False) -> list[CancelResult]:
     """Cancel waiting tasks by id: they will not run, however long they still wait.
 
     Each id must be the id of a task waiting in the ladder, or the start of
@@ -86,7 +87,7 @@ def cancel(app: Any, *task_ids: str, lookup: bool = True, force: bool = False) -
     return _record(app, items, "cancelled", now)
 
 
-def record_cancels(app: Any, task_ids: Iterable[str], *, lookup: bool = False,
+def record_cancels(app: CeleryApp, task_ids: Iterable[str], *, lookup: bool = False,
                    reason: str = "cancelled") -> list[CancelResult]:
     """Record cancels of full ``task_ids`` as given, whether or not they are waiting (Celery's revoke).
 
@@ -107,7 +108,7 @@ def record_cancels(app: Any, task_ids: Iterable[str], *, lookup: bool = False,
     return _record(app, [(i, i, found.get(i)) for i in ids], reason, now)
 
 
-def _record(app: Any, items: Sequence[tuple[str, str, PendingTask | None]], reason: str,
+def _record(app: CeleryApp, items: Sequence[tuple[str, str, PendingTask | None]], reason: str,
             now: float) -> list[CancelResult]:
     """Record ``(task_id, given, found)`` cancels (one per task id), confirmed, and signal them."""
     ladder = ladder_for(app)
@@ -129,12 +130,12 @@ def _record(app: Any, items: Sequence[tuple[str, str, PendingTask | None]], reas
     return list(results.values())
 
 
-def cancelled_ids(app: Any, *, now: float | None = None) -> set[str]:
+def cancelled_ids(app: CeleryApp, *, now: float | None = None) -> set[str]:
     """Every task id whose cancel holds at ``now``, read from the app's cancel log."""
     return cancel_book(app, now=now).live(now)
 
 
-def cancel_book(app: Any, *, now: float | None = None) -> CancelBook:
+def cancel_book(app: CeleryApp, *, now: float | None = None) -> CancelBook:
     """The app's cancel log, read whole into a :class:`CancelBook` (``delayq status`` counts from it).
 
     Raises:

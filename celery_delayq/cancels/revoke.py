@@ -18,6 +18,7 @@ import logging
 from typing import Any
 
 from .requests import record_cancels
+from ..typing import CeleryApp
 
 __all__ = ["hook_revoke", "unhook_revoke"]
 
@@ -26,7 +27,7 @@ _ORIGINAL = "_delayq_original"
 log = logging.getLogger(__name__)
 
 
-def hook_revoke(app: Any) -> None:
+def hook_revoke(app: CeleryApp) -> None:
     """Record every ``revoke`` of ``app`` in its cancel log before broadcasting it (idempotent)."""
     control = app.control
     original = control.broadcast
@@ -50,7 +51,7 @@ def hook_revoke(app: Any) -> None:
     control.broadcast = broadcast
 
 
-def unhook_revoke(app: Any) -> None:
+def unhook_revoke(app: CeleryApp) -> None:
     """Undo :func:`hook_revoke`."""
     control = app.__dict__.get("control")
     if control is None:

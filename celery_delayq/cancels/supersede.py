@@ -18,7 +18,7 @@ twice: the documented at-least-once, never lost.
 Limits: the new copy is rebuilt from the index entry: task name,
 destination, attempt and the arguments as Celery's ``argsrepr`` /
 ``kwargsrepr`` headers wrote them. Arguments that are not Python literals,
-or that were cut (longer than :data:`~celery_delayq.pending.writer.ARGS_MAX`),
+or that were cut (longer than :data:`~celery_delayq.rabbitmq.index_writer.ARGS_MAX`),
 cannot be rebuilt and the task is left as it is (:class:`CannotReschedule`).
 Workers older than this module ignore pass cancels and would run both copies.
 """
@@ -36,11 +36,12 @@ from typing import Any, Sequence
 import amqp
 
 from ..errors import DelayqError
-from ..pending.layout import MARGIN_S
+from ..ladder.index_layout import MARGIN_S
 from ..pending.query import PendingTask, iso, open_layout, read_index
 from ..pending.stream import reader_connection
-from ..pending.writer import ARGS_CUT
+from ..rabbitmq.index_writer import ARGS_CUT
 from .log import CANCEL_PASS, REASON, UNTIL
+from ..typing import CeleryApp
 
 __all__ = ["CannotReschedule", "TaskNotWaiting", "Rescheduled", "read_index_one", "cancel_passes", "cancel_state", "reschedule"]
 
@@ -64,7 +65,7 @@ class Rescheduled:
                 "due": iso(self.due) if self.due is not None else None, "run_now": self.due is None}
 
 
-def cancel_state(app: Any, *, now: float | None = None) -> tuple[set[str], set[str]]:
+def cancel_state(app: CeleryApp, *, now: float | None = None) -> tuple[set[str], set[str]]:
     """``(cancelled task ids, cancelled pass entries)`` at ``now``, from one read of the cancel log."""
     from .requests import cancel_book  # on use: it imports the app ladder, above this module
 
@@ -72,7 +73,7 @@ def cancel_state(app: Any, *, now: float | None = None) -> tuple[set[str], set[s
     return book.live(now), book.live_passes(now)
 
 
-def cancel_passes(app: Any, passes: Sequence[PendingTask], *, reason: str = "superseded") -> None:
+def cancel_passes(app: CeleryApp, passes: Sequence[PendingTask], *, reason: str = "superseded") -> None:
     """Record in the cancel log that these ladder passes (not their task ids) must not run.
 
     Returns once the broker confirmed every entry.
@@ -81,10 +82,10 @@ def cancel_passes(app: Any, passes: Sequence[PendingTask], *, reason: str = "sup
         CannotReschedule: a pass has no entry id (listed by an old version).
         PublishError: naming the passes whose cancel may not be recorded.
     """
-    from ..app_ladder import ladder_for
-    from ..confirms import ConfirmChannel, Tracker
-    from ..headers import ENTRY
-    from ..publisher import combine
+    from ..glue.app_ladder import ladder_for
+    from ..rabbitmq.confirms import ConfirmChannel, Tracker
+    from ..ladder.headers import ENTRY
+    from ..rabbitmq.publisher import combine
 
     if not passes:
         return
@@ -126,7 +127,7 @@ def _literal(text: str | None, kind: type, task: PendingTask) -> Any:
     return value
 
 
-def reschedule(app: Any, task_id: str, *, due: float | datetime | None, now: float | None = None) -> Rescheduled:
+def reschedule(app: CeleryApp, task_id: str, *, due: float | datetime | None, now: float | None = None) -> Rescheduled:
     """Move the waiting task ``task_id`` to ``due`` (epoch seconds or aware datetime; ``None``: run it now).
 
     The task keeps its id, name, destination, attempt and arguments; it runs once
@@ -164,9 +165,9 @@ class TaskNotWaiting(DelayqError):
     """No waiting task has this id (never scheduled, already due, or cancelled)."""
 
 
-def read_index_one(app: Any, task_id: str, *, now: float) -> PendingTask:
+def read_index_one(app: CeleryApp, task_id: str, *, now: float) -> PendingTask:
     """The waiting pass of ``task_id`` (one index shard read), or :class:`TaskNotWaiting`."""
-    from ..app_ladder import ladder_for
+    from ..glue.app_ladder import ladder_for
 
     found = read_index(ladder_for(app), task_ids=[task_id], now=now).get(task_id)
     if found is None or found.due <= now or found.task_name is None:

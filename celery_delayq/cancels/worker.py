@@ -7,7 +7,7 @@
   of its own, and reconnects (resuming after the last entry it read) when
   that connection drops.
 * :func:`mark_if_cancelled` is called by the worker's request class
-  (:class:`~celery_delayq.request.LadderRequest`) whenever Celery asks
+  (:class:`~celery_delayq.glue.request.LadderRequest`) whenever Celery asks
   whether a request is revoked. A cancelled id is put in Celery's own
   revoked set, so Celery's revocation path does the rest exactly as for
   ``revoke``: the task does not run, the message is acknowledged, the
@@ -38,12 +38,13 @@ from typing import Any
 from celery import bootsteps
 
 from .. import signals
-from ..following import QueueFollower
-from ..headers import ENTRY
-from ..pending.layout import MARKER, IndexLayout
+from ..rabbitmq.following import QueueFollower
+from ..ladder.headers import ENTRY
+from ..ladder.index_layout import MARKER, IndexLayout
 from ..pending.stream import OFFSET, reader_connection
 from .book import CancelBook
 from .log import add, load, record
+from ..typing import CeleryApp
 
 __all__ = ["CancelFollower", "CancelStep", "mark_if_cancelled", "drop_if_superseded", "follower_for", "stop_follower"]
 
@@ -131,12 +132,12 @@ class CancelFollower(QueueFollower):
         channel.basic_ack(message.delivery_tag)
 
 
-def follower_for(app: Any) -> CancelFollower | None:
+def follower_for(app: CeleryApp) -> CancelFollower | None:
     """The app's running cancel follower in this process, if any."""
     return _FOLLOWERS.get(app)
 
 
-def stop_follower(app: Any) -> None:
+def stop_follower(app: CeleryApp) -> None:
     """Stop and forget the app's cancel follower (worker shutdown, ``uninstall``)."""
     with _LOCK:
         follower = _FOLLOWERS.pop(app, None)
@@ -204,7 +205,7 @@ def drop_if_superseded(request: Any) -> bool:
 class CancelStep(bootsteps.StartStopStep):
     """Consumer bootstep: load the cancel log before consuming, then follow it."""
 
-    requires = ("celery_delayq.integration:DelayqWorkerStep",)
+    requires = ("celery_delayq.glue.integration:DelayqWorkerStep",)
 
     def start(self, c: Any) -> None:
         ladder = getattr(c, "delayq_ladder", None)  # handed over by DelayqWorkerStep, which runs first

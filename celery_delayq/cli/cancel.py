@@ -20,7 +20,7 @@ import time
 import click
 
 from ..cancels import cancel as cancel_tasks
-from ..humanize import human_duration
+from ..ladder.humanize import human_duration
 from ..pending.query import iso
 from .base import app_context, console
 

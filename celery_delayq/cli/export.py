@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import click
 
-from ..pending.layout import index_layout
-from ..topology import Topology, broker_version, resolve_queue_type
-from .base import AppContext, app_context
+from ..ladder.index_layout import index_layout
+from ..rabbitmq.topology import Topology, broker_version, resolve_queue_type
+from ..rabbitmq.context import AppContext
+from .base import app_context
 from .topology import parse_destinations
 
 __all__ = ["export"]
@@ -25,7 +26,7 @@ __all__ = ["export"]
 def export(ctx: click.Context, fmt: str, vhost: str | None, destination: tuple[str, ...],
            broker_version: str | None) -> None:
     """Print the ladder as RabbitMQ definitions JSON or Terraform, for platform tooling."""
-    from .. import export as exporters
+    from ..rabbitmq import export as exporters
 
     app = app_context(ctx)
     requested = app.config.queue_type

@@ -24,7 +24,8 @@ from rich.table import Table
 
 from ..parking import ParkedFilter, ParkedMessage, ParkingQueue
 from ..parking import record as R
-from .base import AppContext, app_context, confirm, console, yes_option
+from ..rabbitmq.context import AppContext
+from .base import app_context, confirm, console, yes_option
 from .when import Moment
 
 __all__ = ["parking"]
@@ -59,7 +60,7 @@ def _match(task: str | None, exception: str | None, since: float | None, until: 
 def _open(app: AppContext, queue: str | None) -> ParkingQueue:
     """The parking queue, without installing the ladder hook (only a delayed replay needs the ladder)."""
     def ladder() -> Any:
-        from ..integration import install
+        from ..glue.integration import install
 
         return install(app.app).publisher
 

@@ -20,7 +20,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from ..humanize import human_duration
+from ..ladder.humanize import human_duration
 from ..pending import pending as find_pending
 from ..pending.query import iso
 from .base import app_context, console

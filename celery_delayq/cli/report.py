@@ -10,7 +10,7 @@ only to run.
 The events directory defaults to the app's ``delayq_telemetry_dir``
 (``celery -A APP`` hands the app over; standalone, give ``-A module:app``).
 When the app is known and its broker answers, the report opens with what
-waits, is held or is parked *now* (:func:`~celery_delayq.cli.status.ladder_status`,
+waits, is held or is parked *now* (:func:`~celery_delayq.rabbitmq.status.ladder_status`,
 the numbers of ``delayq status``), before the history the events tell.
 """
 
@@ -24,8 +24,10 @@ from typing import Any
 
 import click
 
-from .base import AppContext, app_name as named_app, named
+from ..rabbitmq.context import AppContext
+from .base import app_name as named_app, named
 from .when import Moment
+from ..typing import CeleryApp
 
 __all__ = ["report_command", "main"]
 
@@ -61,14 +63,14 @@ def _app_of(ctx: click.Context, app_name: str | None) -> Any:
     return None
 
 
-def live_state(app: Any, name: str = "APP") -> dict[str, Any]:
+def live_state(app: CeleryApp, name: str = "APP") -> dict[str, Any]:
     """What the broker holds now for ``app``'s ladder: ``delayq status --json``'s document, or why not.
 
     ``name`` is how the operator names the app (``-A``), for the report's hints
     (the document's ``app``). Never raises: the history is worth writing even
     when the broker is down; the report then says so instead of showing stale numbers.
     """
-    from .status import ladder_status
+    from ..rabbitmq.status import ladder_status
 
     context = AppContext(app)
     try:

@@ -21,13 +21,14 @@ from ..pending.browse import WaitingFilter, page_of
 from ..pending.query import iso
 from .base import app_context, confirm, console, yes_option
 from .when import Moment
+from ..typing import CeleryApp
 
 __all__ = ["run_now", "reschedule", "cancel_matching"]
 
 
-def _installed(app: Any) -> Any:
+def _installed(app: CeleryApp) -> Any:
     """The app with the ladder installed: the moved copy is published through it."""
-    from ..integration import install
+    from ..glue.integration import install
 
     install(app)
     return app

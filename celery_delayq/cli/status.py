@@ -1,171 +1,29 @@
 """``delayq status [--json]``: what waits in the ladder, what is parked, what could not be routed.
 
-Read-only: every number comes from a passive ``queue.declare``, so a status
-of a ladder that does not exist creates nothing and says so.
-
-Due times: RabbitMQ cannot show a message's due time without taking it out
-of its queue, and taking messages out of a TTL queue would disturb the
-schedule. What *is* known is each queue's TTL, which bounds when the messages
-in it fall due: a message in queue ``(k, d)`` is due within
-``((d + 1) * radix**k - 1) * unit`` from now. ``status`` reports those
-bounds: ``next_due_by`` (the soonest waiting message is due by then at the
-latest) and ``all_due_by`` (every waiting message is due by then).
-
-``--json`` prints one object with these keys (``schema`` 1; keys are only
-ever added, never renamed or removed):
-
-``schema``
-    1.
-``observed_at``
-    When the counts were read, ISO 8601 UTC.
-``broker``
-    The broker URL, password masked.
-``ladder``
-    ``prefix``, ``namespace``, ``radix``, ``levels``, ``shards``, ``unit_ms``,
-    ``max_delay_s`` and ``max_delay`` (in words).
-``exists``, ``complete``
-    Whether any part of this ladder's shape / every exchange and queue of
-    the ladder is on the broker (``<prefix>.unroutable`` is shared by every
-    shape of the prefix, so it alone does not make a ladder exist).
-``missing``
-    ``"exchange NAME"`` / ``"queue NAME"`` for each part that is not.
-``totals``
-    ``waiting`` (ready messages in the level queues), ``parked`` and
-    ``unroutable`` (messages in those queues); 0 where a queue is absent.
-    ``cancelled``: of ``waiting``, the tasks cancelled while waiting and not
-    due yet (from the cancel log): they stay in the ladder's queues until
-    they arrive and are dropped then, and ``delayq pending`` does not list
-    them; ``null`` when the cancel log cannot be read.
-``levels``
-    Top level first: ``level``, ``messages``, ``due_within_s`` (``null``
-    when empty) and ``queues`` (shard by shard), each with ``queue``, ``digit``, ``shard``, ``ttl_s``,
-    ``due_within_s``, ``exists`` and ``messages``.
-``parking``, ``unroutable``
-    ``queue``, ``exists``, ``messages``.
-``next_due_by``, ``all_due_by``
-    ISO 8601 UTC bounds described above, ``null`` when nothing waits.
-``nodes``, ``leaders``
-    The cluster's running nodes, and how many of the ladder's level queues
-    each node leads (``{}``/``null`` when the management API cannot tell);
-    each level queue also has ``leader``.
-``leaders_by_kind``
-    ``{kind: {node: queues it leads}}`` for every kind of queue the ladder
-    owns: ``levels``, ``unroutable``, ``laps``, ``index`` (the index streams),
-    ``cancels`` (the cancel log), ``parking`` and ``exits`` (one per
-    destination); a kind with no queue yet is left out (``null`` when the
-    management API cannot tell). A new ladder spreads them all
-    (:mod:`celery_delayq.placement`).
-``held``
-    ``{queue: messages}``: ladder queues (levels and exit queues) that hold
-    messages in their dead-letter state, on two looks ``recovery.HELD_FOR_S``
-    apart (a moment's hold is normal dead-lettering); ``null`` when the
-    management API cannot tell. After a broker restart before 4.3, ``delayq
-    topology recover`` moves them; an exit queue whose destination has no
-    binding for its key holds them until one exists. ``totals.held`` sums it.
-
-Counts are *ready* messages: a quorum queue's messages that are expiring
-(in its dead-letter state) are not visible over AMQP for that moment.
+The document, its keys and what its due-time bounds mean are described in
+:mod:`celery_delayq.rabbitmq.status`, which reads it (by passive declares, so
+a status of a ladder that does not exist creates nothing and says so). This
+module prints it for people, or as JSON with ``--json``, and adds
+``totals.cancelled`` from the cancel log.
 The exit status is 1 when there is no ladder of the app's name and shape.
 """
 
 from __future__ import annotations
 
 import json
-import time
-from datetime import datetime, timezone
 from typing import Any
 
-import amqp
 import click
 from rich.table import Table
 
-from ..humanize import describe_ladder, human_duration
-from ..ladder import LadderSpec
-from ..placement import leader_counts, owned_leaders
-from ..recovery import held_on_two_looks
-from ..topology import LadderState
-from .base import AppContext, app_context, console, named
+from ..ladder.humanize import describe_ladder, human_duration
+from ..ladder.spec import LadderSpec
+from ..rabbitmq.context import AppContext
+from ..rabbitmq.status import ladder_status
+from .base import app_context, console, named
 from .topology import no_ladder
 
-__all__ = ["status", "ladder_status", "SCHEMA"]
-
-#: Version of the ``--json`` document.
-SCHEMA = 1
-
-
-def _iso(epoch: float | None) -> str | None:
-    if epoch is None:
-        return None
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _due_within_s(spec: LadderSpec, k: int, digit: int) -> float:
-    """Longest a message now in queue ``(k, digit)`` can still wait: this queue plus every lower digit."""
-    return float(((digit + 1) * spec.radix**k - 1) * spec.unit_ms / 1000.0)
-
-
-def _queue_doc(state: LadderState, name: str) -> dict[str, Any]:
-    found = state.queue(name)
-    return {"queue": name, "exists": found.exists, "messages": found.messages or 0}
-
-
-def ladder_status(app: AppContext, raw: amqp.Connection, *, now: float | None = None) -> dict[str, Any]:
-    """The ``--json`` document (see the module docstring) for the app's ladder, by passive declares."""
-    now = time.time() if now is None else now
-    spec = app.spec
-    topo = app.topology(raw)
-    state = topo.inspect(raw, extra_queues=[app.parking_queue])
-    api = app.api(raw) if state.exists else None
-    level_names = [q.name for q in spec.level_queues()]
-    every = api.queues() if api is not None else None
-    wanted = set(level_names)
-    rows = [r for r in every if r.get("name") in wanted] if every is not None else None
-    held_now = held_on_two_looks(api, spec.prefix, first=every) if every is not None else None
-    nodes = api.running_nodes() if rows is not None and api is not None else None
-    leader_of = {str(r.get("name")): str(r.get("leader") or r.get("node")) for r in rows or []}
-    kinds = {name: kind for kind, name, _args in topo.owned_queues()}
-    kinds[app.parking_queue] = "parking"
-    by_kind = owned_leaders(every, kinds, f"{spec.prefix}.exit.") if every is not None else None
-    levels: list[dict[str, Any]] = []
-    for k in range(spec.levels - 1, -1, -1):
-        queues: list[dict[str, Any]] = []
-        for shard in range(spec.shards):
-            for d in range(1, spec.radix):
-                found = state.queue(spec.level_queue(k, d, shard))
-                queues.append({"queue": found.name, "digit": d, "shard": shard,
-                               "ttl_s": spec.queue_ttl_ms(k, d) / 1000.0,
-                               "due_within_s": _due_within_s(spec, k, d), "exists": found.exists,
-                               "messages": found.messages or 0, "leader": leader_of.get(found.name)})
-        busy = [float(q["due_within_s"]) for q in queues if q["messages"]]
-        levels.append({"level": k, "messages": sum(q["messages"] for q in queues),
-                       "due_within_s": max(busy) if busy else None, "queues": queues})
-    bounds = [lv["due_within_s"] for lv in levels if lv["due_within_s"] is not None]
-    parking = _queue_doc(state, app.parking_queue)
-    unroutable = _queue_doc(state, spec.unroutable_queue)
-    ladder_parts = state.entities[: len(state.entities) - 1]  # the parking queue is not part of the ladder
-    return {
-        "schema": SCHEMA,
-        "observed_at": _iso(now),
-        "broker": app.uri,
-        "ladder": {"prefix": spec.prefix, "namespace": spec.namespace, "radix": spec.radix, "levels": spec.levels,
-                   "shards": spec.shards, "unit_ms": spec.unit_ms, "max_delay_s": spec.max_delay_s,
-                   "max_delay": human_duration(spec.max_delay_s)},
-        "exists": state.exists,
-        "complete": all(e.exists for e in ladder_parts),
-        "missing": [f"{e.kind} {e.name}" for e in ladder_parts if not e.exists],
-        "totals": {"waiting": sum(lv["messages"] for lv in levels), "parked": parking["messages"],
-                   "unroutable": unroutable["messages"],
-                   "held": sum(held_now.values()) if held_now is not None else None},
-        "levels": levels,
-        "parking": parking,
-        "unroutable": unroutable,
-        "next_due_by": _iso(now + min(bounds)) if bounds else None,
-        "all_due_by": _iso(now + max(bounds)) if bounds else None,
-        "nodes": nodes,
-        "leaders": leader_counts(rows or [], level_names),
-        "leaders_by_kind": by_kind,
-        "held": held_now,
-    }
+__all__ = ["status"]
 
 
 def _render(doc: dict[str, Any], ctx: click.Context) -> None:

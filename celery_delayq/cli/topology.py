@@ -6,14 +6,15 @@ there, and asks first.
 
 from __future__ import annotations
 
-from typing import Any
 
 import amqp
 import click
 
-from ..humanize import describe_ladder
-from ..topology import Destination, Topology
-from .base import AppContext, app_context, confirm, yes_option
+from ..ladder.humanize import describe_ladder
+from ..rabbitmq.topology import Destination, Topology
+from ..rabbitmq.context import AppContext
+from .base import app_context, confirm, yes_option
+from ..typing import CeleryApp
 
 __all__ = ["topology", "no_ladder", "parse_destinations"]
 
@@ -50,7 +51,7 @@ def no_ladder(app: AppContext, raw: amqp.Connection) -> str:
     return f"{text} Check delayq_prefix, or create it with `celery -A APP delayq topology declare`."
 
 
-def _app_destinations(app: Any) -> list[str]:
+def _app_destinations(app: CeleryApp) -> list[str]:
     """Where the app's own publishes go: each configured queue's exchange and routing key, and the queue."""
     values: list[str] = []
     for queue in app.amqp.queues.values():
@@ -134,7 +135,7 @@ def recover(ctx: click.Context, held_for: float) -> None:
     this themselves when their connection comes back; this is the operator's
     way. Needs the management API and a user that may set policies.
     """
-    from ..recovery import Recovery
+    from ..rabbitmq.recovery import Recovery
 
     app = app_context(ctx)
     with app.connected() as raw:

@@ -14,57 +14,26 @@ one direction or the other). The rule now, for every time option:
   option names (a due time looks ahead, a ``--since`` looks back), and that
   direction is written in the option's ``--help``.
 
-The value is epoch seconds (a float). The help text of each option comes
-from :meth:`Moment.help`, so the rule is stated the same way everywhere.
+The value is epoch seconds (a float), read by
+:func:`celery_delayq.ladder.moments.parse_moment` (the web page's API reads
+times the same way). The help text of each option comes from
+:meth:`Moment.help`, so the rule is stated the same way everywhere.
 """
 
 from __future__ import annotations
 
-import re
-import time
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import click
 
-__all__ = ["Moment", "parse_moment", "FORMS"]
+from ..ladder.moments import Direction, parse_moment
 
-_DURATION = re.compile(r"^([+-]?)\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)$", re.IGNORECASE)
-_SECONDS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_EPOCH = re.compile(r"^\d{9,}(?:\.\d+)?$")
-#: The accepted forms, as every error message and help text names them.
-FORMS = "ISO 8601 (no offset = UTC), epoch seconds, or a duration such as 90s, 10m, 2h, 3d"
-
-Direction = Literal["ahead", "ago"]
+__all__ = ["Moment"]
 
 if TYPE_CHECKING:  # click 8.2 made ParamType generic; 8.1 (still supported) cannot be subscripted
     _ParamType = click.ParamType[float]
 else:
     _ParamType = click.ParamType
-
-
-def parse_moment(text: str, *, direction: Direction, now: float | None = None) -> float:
-    """Epoch seconds of ``text`` (see the module docstring for the forms).
-
-    Raises:
-        ValueError: naming the accepted forms.
-    """
-    value = text.strip()
-    match = _DURATION.match(value)
-    if match:
-        sign, amount, unit = match.groups()
-        ahead = sign == "+" or (not sign and direction == "ahead")
-        seconds = float(amount) * _SECONDS[unit.lower()]
-        return (time.time() if now is None else now) + (seconds if ahead else -seconds)
-    if _EPOCH.match(value):
-        return float(value)
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"{text!r} is not a time: give {FORMS}") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.timestamp()
 
 
 class Moment(_ParamType):

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import warnings
-from typing import Any
 
 from django.apps import AppConfig
 from django.core import checks
@@ -32,7 +30,7 @@ class DelayqAppConfig(AppConfig):
         from celery import current_app
 
         from ..config import DelayqConfig
-        from ..integration import install
+        from ..glue.integration import install
         from .checks import check_broker_reachable, check_settings
 
         checks.register(check_settings, "celery_delayq")
@@ -47,15 +45,3 @@ class DelayqAppConfig(AppConfig):
             return
         if enabled:
             install(app)
-
-
-def __getattr__(name: str) -> Any:
-    # The class was called DelayqConfig until 0.2, a name it shared with the settings
-    # object (celery_delayq.config.DelayqConfig). The old dotted path keeps working in
-    # INSTALLED_APPS. A module attribute, not a second class binding: Django picks a
-    # module's AppConfig by itself only when the module has exactly one.
-    if name == "DelayqConfig":
-        warnings.warn("celery_delayq.django.apps.DelayqConfig is now DelayqAppConfig; "
-                      'use "celery_delayq.django" in INSTALLED_APPS', DeprecationWarning, stacklevel=2)
-        return DelayqAppConfig
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,6 +30,7 @@ from django.core.checks import CheckMessage, Error, Warning
 from kombu.transport import TRANSPORT_ALIASES
 
 from ..config import DelayqConfig, unknown_settings
+from ..typing import CeleryApp
 
 __all__ = ["check_settings", "check_broker_reachable", "broker_url_of", "transport_problem"]
 
@@ -43,7 +44,7 @@ def _celery_app() -> Any:
     return current_app._get_current_object()
 
 
-def broker_url_of(app: Any, config: DelayqConfig | None) -> str | None:
+def broker_url_of(app: CeleryApp, config: DelayqConfig | None) -> str | None:
     """The broker the ladder uses: ``delayq_broker_url``, else the app's write broker URL."""
     if config is not None and config.broker_url:
         return str(config.broker_url)
@@ -66,7 +67,7 @@ def transport_problem(url: str) -> str | None:
             "and needs AMQP 0-9-1 through py-amqp")
 
 
-def _unknown_keys(app: Any) -> list[CheckMessage]:
+def _unknown_keys(app: CeleryApp) -> list[CheckMessage]:
     namespace = (getattr(app, "namespace", None) or "CELERY").upper()
     names = [name for name in dir(settings) if name.isupper()]
     unknown = dict(unknown_settings(names, namespace))

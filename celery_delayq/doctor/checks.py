@@ -12,11 +12,11 @@ import time
 from datetime import datetime
 from typing import Any, Iterable
 
-from ..budget import FIX, RESERVATIONS_GONE_FROM, RESERVED_FOR_OTHERS, quorum_reservations
-from ..humanize import describe_ladder, human_duration
-from ..ladder import LadderSpec
-from ..plugin_compat import PLUGIN_TYPE
-from ..topology import LadderState
+from ..rabbitmq.budget import FIX, RESERVATIONS_GONE_FROM, RESERVED_FOR_OTHERS, quorum_reservations
+from ..ladder.humanize import describe_ladder, human_duration
+from ..ladder.spec import LadderSpec
+from ..ladder.plugin_compat import PLUGIN_TYPE
+from ..rabbitmq.topology import LadderState
 from .finding import ACTIVATION_RULE, ERROR, OK, WARN, ApiReach, Finding
 
 __all__ = [

@@ -1,7 +1,7 @@
 """What the doctor looks at, read-only: passive declares, management API GETs, ``inspect scheduled``.
 
 It creates nothing on the broker. The only non-passive declares are
-:meth:`~celery_delayq.topology.Topology.verify` of a ladder that is already
+:meth:`~celery_delayq.rabbitmq.topology.Topology.verify` of a ladder that is already
 complete (same arguments: a no-op, or the name of the argument that
 differs) and the limit probe of a parking queue that exists
 (:func:`~celery_delayq.parking.limits.browse_risk`). :func:`classify` turns
@@ -20,19 +20,22 @@ from dataclasses import dataclass
 from typing import Any
 
 import amqp
+import kombu
 
 from ..errors import TopologyMismatch
-from ..ladder import LadderSpec
-from ..management import ManagementAPI
-from ..plugin_compat import PLUGIN_TYPE
-from ..topology import LadderState, Topology, broker_version, resolve_queue_type
-from ..budget import RESERVATIONS_GONE_FROM
+from ..config import DelayqConfig
+from ..ladder.spec import LadderSpec
+from ..rabbitmq.management import ManagementAPI
+from ..ladder.plugin_compat import PLUGIN_TYPE
+from ..rabbitmq.topology import LadderState, Topology, broker_version, resolve_queue_type
+from ..rabbitmq.budget import RESERVATIONS_GONE_FROM
 from .checks import (
     NATIVE_DELIVERY_EXCHANGE, activation_finding, broker_finding, feature_flags_finding,
     file_handles_finding, ladder_finding, leaders_finding, native_finding, node_loss_finding, native_queue_names, parking_finding,
     plugin_finding, worker_eta_finding,
 )
 from .finding import ApiReach, Finding
+from ..typing import CeleryApp
 
 __all__ = ["Observations", "observe", "classify", "probe_plain_process"]
 
@@ -144,7 +147,7 @@ try:
     app.conf.get("broker_url")  # load the configuration, as the first publish does
     out["imports_celery_delayq"] = "celery_delayq" in sys.modules
     if out["imports_celery_delayq"]:
-        from celery_delayq.integration import is_installed
+        from celery_delayq.glue.integration import is_installed
         out["installed"] = is_installed(app)
 except Exception as exc:
     out["error"] = f"{type(exc).__name__}: {exc}"
@@ -174,14 +177,14 @@ def probe_plain_process(app_spec: str, *, timeout: float = 60.0) -> dict[str, An
     return answer
 
 
-def _has_quorum_queue(app: Any) -> bool:
+def _has_quorum_queue(app: CeleryApp) -> bool:
     for queue in app.amqp.queues.values():
         if (getattr(queue, "queue_arguments", None) or {}).get("x-queue-type") == "quorum":
             return True
     return False
 
 
-def observe(app: Any, connection: Any, raw: amqp.Connection, config: Any, *, parking_queue: str,
+def observe(app: CeleryApp, connection: kombu.Connection, raw: amqp.Connection, config: DelayqConfig, *, parking_queue: str,
             inspect_timeout: float = 1.0, app_spec: str | None = None) -> Observations:
     """Look at everything the checks need. Creates nothing on the broker (see the module docstring).
 
@@ -194,7 +197,7 @@ def observe(app: Any, connection: Any, raw: amqp.Connection, config: Any, *, par
         inspect_timeout: Seconds to wait for workers' ``inspect scheduled`` replies.
         app_spec: The ``-A`` value, to probe a fresh process that only imports the app (``None``: skip).
     """
-    from ..integration import enabled_in, is_installed, ladder_for
+    from ..glue.integration import enabled_in, is_installed, ladder_for
 
     version = broker_version(raw)
     spec = config.spec

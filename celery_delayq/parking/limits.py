@@ -17,6 +17,10 @@ dead-letters it). Measured on RabbitMQ 3.10.8, 4.0.5 and 4.3.6 (DESIGN-NOTES §7
   declared before this (4.0 to 4.2: limit 20) is checked before a browse that
   would hand messages back, and refused with the fix:
   :func:`~celery_delayq.parking.queue.ParkingQueue.redeclare`.
+
+The arguments a parking queue is declared with, per version, are the broker
+edge's (:func:`celery_delayq.rabbitmq.delivery_limit.declare_arguments`): the
+definitions export writes them too.
 """
 
 from __future__ import annotations
@@ -27,28 +31,12 @@ from typing import Any
 
 import amqp
 
+from ..rabbitmq.delivery_limit import DEFAULT_LIMIT_FROM, NACK_UNCOUNTED_FROM, declare_arguments
 from .errors import UnsafeToBrowse
 
-__all__ = ["declare_arguments", "browse_risk", "check_browsable", "DEFAULT_LIMIT_FROM", "NACK_UNCOUNTED_FROM"]
-
-#: First RabbitMQ version that gives quorum queues a default delivery-limit (20).
-DEFAULT_LIMIT_FROM = (4, 0)
-#: First RabbitMQ version on which ``basic.nack(requeue)`` does not count as a delivery.
-NACK_UNCOUNTED_FROM = (4, 3)
+__all__ = ["browse_risk", "check_browsable"]
 
 _INEQUIVALENT = re.compile(r"inequivalent arg '([^']+)'")
-
-
-def declare_arguments(queue_type: str, version: tuple[int, ...]) -> dict[str, Any]:
-    """The declare arguments of a parking queue of ``queue_type`` on RabbitMQ ``version`` (pure).
-
-    A quorum queue gets no delivery limit: ``x-delivery-limit: -1`` from 4.0
-    on, no argument before (3.x has no default, and reads -1 as a limit of 0).
-    """
-    args: dict[str, Any] = {"x-queue-type": queue_type}
-    if queue_type == "quorum" and version >= DEFAULT_LIMIT_FROM:
-        args["x-delivery-limit"] = -1
-    return args
 
 
 def browse_risk(connection: amqp.Connection, queue: str, version: tuple[int, ...]) -> str | None:

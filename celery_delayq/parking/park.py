@@ -20,17 +20,17 @@ from typing import TYPE_CHECKING, Any
 import amqp
 import kombu
 
-from .. import headers as H
+from ..ladder import headers as H
 from .. import signals
-from ..confirms import ConfirmChannel
-from ..owned import OwnedConnection
-from ..registry import ProcessRegistry
+from ..rabbitmq.confirms import ConfirmChannel
+from ..rabbitmq.owned import OwnedConnection
+from ..rabbitmq.registry import ProcessRegistry
 from ..errors import BrokerUnavailable, PublishError
 from .errors import ParkingFailed
-from ..topology import broker_version, resolve_queue_type
+from ..rabbitmq.topology import broker_version, resolve_queue_type
 from . import record as R
-from ..request import RawMessage
-from .limits import declare_arguments
+from ..glue.request import RawMessage
+from ..rabbitmq.delivery_limit import declare_arguments
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..policies.resolve import RetryOptions
@@ -155,8 +155,8 @@ class Parker:
 
     def _place(self, raw: amqp.Connection, queue: str, args: dict[str, Any]) -> None:
         """Declare a new parking queue through the node that leads the fewest of the vhost's queues (best effort)."""
-        from ..management import ManagementAPI
-        from ..placement import LeaderPlacement
+        from ..rabbitmq.management import ManagementAPI
+        from ..rabbitmq.placement import LeaderPlacement
 
         api = ManagementAPI.for_broker(self.template, raw, self.management_url)
         if api is not None:
@@ -185,14 +185,14 @@ def park_attempt(task: Any, request: Any, exc: BaseException, *, reason: str, op
     Raises:
         ParkingFailed: the message could not be parked (the task then fails with it).
     """
-    from ..attempts import current_attempt, first_attempt_time  # the worker side, imported when used
-    from ..app_ladder import ladder_for
+    from ..glue.attempts import current_attempt, first_attempt_time  # the worker side, imported when used
+    from ..glue.app_ladder import ladder_for
 
     attempt = current_attempt(request)
     if attempt.raw is None:
         log.error("delayq: cannot park %s[%s]: the worker did not capture its message; give the task "
                   "delayq_park=True (or keep delayq_park on for the app) and a Request class derived "
-                  "from celery_delayq.request.CapturingRequest", task.name, request.id)
+                  "from celery_delayq.glue.request.CapturingRequest", task.name, request.id)
         return
     router = ladder_for(task._get_app())
     config = router.config

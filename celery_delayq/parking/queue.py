@@ -8,18 +8,19 @@ from typing import Any, Callable
 import kombu
 
 from ..errors import UnsupportedTransport
-from ..app_ladder import ladder_for
-from ..publisher import LadderPublisher
+from ..glue.app_ladder import ladder_for
+from ..rabbitmq.publisher import LadderPublisher
 from .errors import ParkedMessageNotFound
 from .record import ParkedFilter, ParkedMessage
 from .redeclare import redeclare
 from .replay import ReplayReport, replay
 from .scan import Scan, queue_depth
+from ..typing import CeleryApp
 
 __all__ = ["ParkingQueue", "default_parking_queue"]
 
 
-def default_parking_queue(app: Any) -> str:
+def default_parking_queue(app: CeleryApp) -> str:
     """The app's parking queue: ``delayq_parking_queue``, else ``<delayq_prefix>.parking``."""
     config = ladder_for(app).config
     return config.parking_queue or f"{config.prefix}.parking"
@@ -38,7 +39,7 @@ class ParkingQueue:
         self._ladder = ladder
 
     @classmethod
-    def for_app(cls, app: Any, name: str | None = None) -> "ParkingQueue":
+    def for_app(cls, app: CeleryApp, name: str | None = None) -> "ParkingQueue":
         """The app's parking queue (or ``name``), on the app's ladder broker."""
         ladder = ladder_for(app)
         return cls(ladder.dedicated_connection("parking"), name or default_parking_queue(app),

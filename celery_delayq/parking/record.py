@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import amqp
 
-from .. import headers as H
+from ..ladder import headers as H
 
 __all__ = [
     "PARKED_ID", "PARKED_AT", "REASON", "TASK", "TASK_ID", "ATTEMPTS", "LAST_ATTEMPT",

@@ -24,9 +24,9 @@ import contextlib
 
 import amqp
 
-from ..topology import broker_version
+from ..rabbitmq.topology import broker_version
 from .errors import ParkingError
-from .limits import declare_arguments
+from ..rabbitmq.delivery_limit import declare_arguments
 from .record import LOOK_HEADERS
 from .scan import Scan, queue_depth
 

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import amqp
 
 from .. import signals
-from ..publisher import LadderPublisher
+from ..rabbitmq.publisher import LadderPublisher
 from . import record as R
 from .record import ParkedFilter, ParkedMessage
 from .scan import Scan

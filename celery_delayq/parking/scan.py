@@ -41,7 +41,7 @@ from typing import Iterator
 import amqp
 import amqp.spec
 
-from ..topology import broker_version
+from ..rabbitmq.topology import broker_version
 from .limits import check_browsable
 from .record import ParkedMessage
 

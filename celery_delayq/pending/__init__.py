@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from .ids import AmbiguousTaskId, TaskIdError, TaskIdNotFound, resolve_ids
-from .layout import IndexLayout, index_layout
+from ..ladder.index_layout import IndexLayout, index_layout
 from .listing import pending
 from .query import IndexUnavailable, PendingTask, read_index
 

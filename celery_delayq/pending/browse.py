@@ -15,10 +15,11 @@ import bisect
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from .listing import pending
 from .query import PendingTask
+from ..typing import CeleryApp
 
 __all__ = ["WaitingFilter", "Page", "Snapshot", "page_of", "FULL_ID_LENGTH"]
 
@@ -89,7 +90,7 @@ class Snapshot:
     cancelled or moved, and starts a new read.
     """
 
-    def __init__(self, app: Any, ttl: float = 5.0, *, reader: Callable[..., list[PendingTask]] = pending) -> None:
+    def __init__(self, app: CeleryApp, ttl: float = 5.0, *, reader: Callable[..., list[PendingTask]] = pending) -> None:
         self.app = app
         self.ttl = ttl
         self._reader = reader
@@ -147,7 +148,7 @@ class Snapshot:
         threading.Thread(target=run, name="delayq-web-index", daemon=True).start()
 
 
-def page_of(app: Any, match: WaitingFilter, *, offset: int = 0, limit: int = 50,
+def page_of(app: CeleryApp, match: WaitingFilter, *, offset: int = 0, limit: int = 50,
             snapshot: Snapshot | None = None, now: float | None = None) -> Page:
     """The tasks that ``match``, soonest due first, from ``offset``, at most ``limit``."""
     now = time.time() if now is None else now

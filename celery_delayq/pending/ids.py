@@ -29,10 +29,13 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Collection, Iterable, Sequence
 
 from ..errors import DelayqError
 from .query import PendingTask, read_index
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..glue.app_ladder import AppLadder
 
 __all__ = ["TaskIdError", "TaskIdNotFound", "AmbiguousTaskId", "Resolved", "resolve_ids", "CANDIDATES",
            "MIN_PREFIX"]
@@ -100,7 +103,7 @@ class Resolved:
     looked_at: str
 
 
-def resolve_ids(ladder: Any, given: Iterable[str], *, now: float | None = None,
+def resolve_ids(ladder: AppLadder, given: Iterable[str], *, now: float | None = None,
                 cancelled: Callable[[], Collection[str]] = frozenset) -> Resolved:
     """Resolve full ids and unique prefixes to the waiting tasks they name.
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 import fnmatch
 import time
 from datetime import datetime, timezone
-from typing import Any
 
 from .ids import resolve_ids
 from .query import PendingTask, read_index
+from ..typing import CeleryApp
 
 __all__ = ["pending"]
 
 
-def pending(app: Any, *, task: str | None = None, queue: str | None = None, task_id: str | None = None,
+def pending(app: CeleryApp, *, task: str | None = None, queue: str | None = None, task_id: str | None = None,
             due_before: float | datetime | None = None, due_after: float | datetime | None = None,
             now: float | None = None) -> list[PendingTask]:
     """Every delayed task or retry waiting in ``app``'s ladder, soonest due first.
@@ -37,7 +37,7 @@ def pending(app: Any, *, task: str | None = None, queue: str | None = None, task
         AmbiguousTaskId: ``task_id`` is the start of several waiting ids (they are listed).
     """
     # On use: app_ladder imports the publisher, whose index writer imports this package.
-    from ..app_ladder import ladder_for
+    from ..glue.app_ladder import ladder_for
     from ..cancels.supersede import cancel_state
 
     ladder = ladder_for(app)

@@ -1,7 +1,7 @@
 """Reading the index: the delayed tasks and retries waiting in the ladder now.
 
 The index holds one entry per pass through the ladder (see
-:mod:`~celery_delayq.pending.writer`). A task is waiting when the *latest*
+:mod:`~celery_delayq.rabbitmq.index_writer`). A task is waiting when the *latest*
 pass of its id is not due yet: a pass that is due (``due <= now``) has been
 delivered or is in its last hop, so it is never reported early; a retry
 adds a later pass, which then wins. :func:`~celery_delayq.pending.pending`
@@ -19,12 +19,17 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from ..errors import TopologyMissing
-from .layout import IndexLayout, index_layout
+from ..ladder.index_layout import IndexLayout, index_layout
 from .stream import BODY, StreamReader, reader_connection as _connection
-from .writer import ENTRIES, decode_entries, flush_buffers
+from ..rabbitmq.index_writer import ENTRIES, decode_entries, flush_buffers
+
+if TYPE_CHECKING:  # pragma: no cover
+    import amqp
+
+    from ..glue.app_ladder import AppLadder
 
 __all__ = ["PendingTask", "IndexUnavailable", "read_index", "open_layout", "iso"]
 
@@ -58,7 +63,7 @@ class PendingTask:
         due: Epoch seconds at which it is due.
         attempt: 0 for the first run, n for the n-th retry.
         entry: Id of this pass through the ladder.
-        argsrepr: Celery's ``argsrepr`` header, cut at :data:`~celery_delayq.pending.writer.ARGS_MAX`
+        argsrepr: Celery's ``argsrepr`` header, cut at :data:`~celery_delayq.rabbitmq.index_writer.ARGS_MAX`
             characters (``None``: not a Celery task, or listed by an older version).
         kwargsrepr: Celery's ``kwargsrepr`` header, cut the same way.
         last_error: A retry's last exception, ``Type: message`` (short).
@@ -119,9 +124,9 @@ def tasks_of(headers: dict[str, Any]) -> list[PendingTask]:
     return out
 
 
-def open_layout(ladder: Any, raw: Any) -> IndexLayout:
+def open_layout(ladder: AppLadder, raw: amqp.Connection) -> IndexLayout:
     """The index layout of ``ladder`` on the broker behind ``raw``, or :class:`IndexUnavailable`."""
-    from ..topology import broker_version
+    from ..rabbitmq.topology import broker_version
 
     version = broker_version(raw)
     layout = index_layout(ladder.config.spec, index=getattr(ladder.config, "index", True), version=version)
@@ -150,7 +155,7 @@ def _check_exists(raw: Any, layout: IndexLayout, names: Iterable[str]) -> None:
             ch.close()
 
 
-def read_index(ladder: Any, *, task_ids: Iterable[str] = (), now: float | None = None) -> dict[str, PendingTask]:
+def read_index(ladder: AppLadder, *, task_ids: Iterable[str] = (), now: float | None = None) -> dict[str, PendingTask]:
     """The latest pass of every task id in the index (due or not, cancelled or not).
 
     With ``task_ids``, only their shards are read and only their entries parsed.

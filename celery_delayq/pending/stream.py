@@ -4,7 +4,7 @@ Two problems, two answers:
 
 * **Where does the stream end?** AMQP 0-9-1 never says; a consumer simply
   waits for more. So the reader first appends a *marker* (a tiny message
-  with the :data:`~celery_delayq.pending.layout.MARKER` header, confirmed),
+  with the :data:`~celery_delayq.ladder.index_layout.MARKER` header, confirmed),
   then reads until it meets that marker. Everything confirmed into the
   stream before the read began is therefore seen, and the answer does not
   depend on timing. Markers are skipped by every reader and expire with the
@@ -29,16 +29,19 @@ import socket
 import struct
 import uuid
 from datetime import datetime
-from typing import Any, Collection, Iterator
+from typing import TYPE_CHECKING, Any, Collection, Iterator
 
 import amqp
 
-from ..confirms import ConfirmChannel, Tracker
+from ..rabbitmq.confirms import ConfirmChannel, Tracker
 from ..errors import DelayqError
-from ..headers import ENTRY
+from ..ladder.headers import ENTRY
 from .frames import BASIC_DELIVER, HeaderReader, delivery_tag
-from .layout import MARKER
-from .writer import ENTRIES
+from ..ladder.index_layout import MARKER
+from ..rabbitmq.index_writer import ENTRIES
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..glue.app_ladder import AppLadder
 
 __all__ = ["StreamReader", "StreamEntry", "StreamReadError", "OFFSET", "BODY", "reader_connection"]
 
@@ -259,7 +262,7 @@ def _entry_of(message: amqp.Message, wanted: Collection[str]) -> StreamEntry:
 
 
 @contextlib.contextmanager
-def reader_connection(ladder: Any, *, retries: int = 1) -> Iterator[amqp.Connection]:
+def reader_connection(ladder: AppLadder, *, retries: int = 1) -> Iterator[amqp.Connection]:
     """A py-amqp connection to ``ladder``'s broker without heartbeats (a long read cannot serve them).
 
     ``retries``: further attempts (0.5 s apart, growing to 5 s) after a failed connect.

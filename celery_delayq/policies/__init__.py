@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from .explicit import RetryAfter, parse_retry_after
-from .policy import Decision, RetryPolicy, describe
+from .policy import PolicyVerdict, RetryPolicy, describe
 from .resolve import OPTION_NAMES, RetryOptions, resolve_options, split_call_options
 from .retry import retry_if_celery_autoretry
 from .state import call_state
@@ -19,7 +19,7 @@ from .stop import stop_after_retries
 from .wait import wait_celery_backoff
 
 __all__ = [
-    "RetryPolicy", "Decision", "describe", "call_state", "RetryAfter", "parse_retry_after",
+    "RetryPolicy", "PolicyVerdict", "describe", "call_state", "RetryAfter", "parse_retry_after",
     "RetryOptions", "resolve_options", "split_call_options", "OPTION_NAMES",
     "wait_celery_backoff", "stop_after_retries", "retry_if_celery_autoretry",
 ]

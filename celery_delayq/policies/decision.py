@@ -10,20 +10,25 @@ make Celery do the same thing, so Celery's own bookkeeping (``task_retry``,
 3. Without a policy, Celery's options decide, exactly as in Celery.
 4. With one, an explicit ``countdown``/``eta`` is used as given, else the policy's
    wait; the policy's stop rule, and an explicit ``max_retries``, end the retries.
+
+The decision carries the delay it chose (:attr:`RetryDecision.delay`), which
+the ``retry_scheduled`` signal reports as it is. An exception that escapes
+the task body without a ``retry()`` call is decided here too
+(:func:`decide_failure`): the task only acts on the answer.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from tenacity import RetryCallState
 
-from ..delays import parse_eta
+from ..ladder.delays import parse_eta
 from .explicit import RetryAfter
 from .resolve import RetryOptions
 
-__all__ = ["RetryDecision", "decide_retry"]
+__all__ = ["RetryDecision", "decide_retry", "decide_failure"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,8 @@ class RetryDecision:
             exactly when the decision does.
         exc: The exception Celery reports (a RetryAfter's cause, when it has one).
         attempt: Number of the attempt that just failed (1 = the first run).
+        delay: Seconds the retry waits: the countdown, the eta's distance from
+            now, else the task's ``default_retry_delay`` (what ``retry_scheduled`` reports).
     """
 
     action: Literal["retry", "give_up", "park_now"]
@@ -47,11 +54,12 @@ class RetryDecision:
     max_retries: int | None
     exc: Any
     attempt: int
+    delay: float = 0.0
 
 
 def decide_retry(options: RetryOptions, *, outcome: BaseException | None, exc: Any, attempt: int,
                  countdown: Any, eta: Any, max_retries: int | None, task_max_retries: int | None,
-                 state: RetryCallState, now: float) -> RetryDecision:
+                 state: RetryCallState, now: float, default_delay: float = 180.0) -> RetryDecision:
     """Decide one ``retry()`` call of attempt number ``attempt`` (pure but for ``state``'s strategies).
 
     Args:
@@ -62,24 +70,49 @@ def decide_retry(options: RetryOptions, *, outcome: BaseException | None, exc: A
         task_max_retries: The task's own ``max_retries``.
         state: The tenacity state of the failed attempt.
         now: Wall-clock now, to turn an ``eta`` into a delay for the policy.
+        default_delay: The task's ``default_retry_delay`` (Celery's wait without a countdown).
     """
+    def decided(action: Literal["retry", "give_up", "park_now"], countdown: Any, max_retries: int | None,
+                exc: Any) -> RetryDecision:
+        delay = float(countdown) if countdown is not None else (
+            max(0.0, parse_eta(eta) - now) if eta is not None else float(default_delay))
+        return RetryDecision(action, countdown, eta, max_retries, exc, attempt, delay)
+
     if isinstance(outcome, RetryAfter):
         countdown, eta = min(outcome.delay, options.max_delay), None
         exc = outcome.exc if outcome.exc is not None else outcome
     elif options.park_on and isinstance(outcome, options.park_on):
-        return RetryDecision("park_now", countdown, eta, max_retries, exc, attempt)
+        return decided("park_now", countdown, max_retries, exc)
 
     if options.policy is None:  # Celery's rule, unchanged
         limit = task_max_retries if max_retries is None else max_retries
         exhausted = limit is not None and attempt > limit
-        return RetryDecision("give_up" if exhausted else "retry", countdown, eta, max_retries, exc, attempt)
+        return decided("give_up" if exhausted else "retry", countdown, max_retries, exc)
 
     explicit = countdown if countdown is not None else (
         max(0.0, parse_eta(eta) - now) if eta is not None else None)
-    decided = options.policy.decide(state, delay=explicit, check_retry=False)
-    exhausted = decided.action == "stop" or (max_retries is not None and attempt > max_retries)
+    verdict = options.policy.decide(state, delay=explicit, check_retry=False)
+    exhausted = verdict.action == "stop" or (max_retries is not None and attempt > max_retries)
     # Celery's own max_retries check must not second-guess the policy; when the policy
     # gives up, a limit just below the attempt makes Celery raise exactly as it always does.
-    return RetryDecision("give_up" if exhausted else "retry",
-                         decided.delay if explicit is None else countdown, eta,
-                         attempt - (1 if exhausted else 0), exc, attempt)
+    return decided("give_up" if exhausted else "retry", verdict.delay if explicit is None else countdown,
+                   attempt - (1 if exhausted else 0), exc)
+
+
+def decide_failure(options: RetryOptions, exc: BaseException,
+                   state: Callable[[], RetryCallState]) -> Literal["retry", "park", "raise"]:
+    """What an exception that escaped the task body leads to, before Celery's own handling.
+
+    ``retry``: a :class:`RetryAfter`, or an exception the policy's ``retry``
+    predicate retries (then ``retry()`` decides the rest, :func:`decide_retry`);
+    ``park``: an exception in ``park_on``; ``raise``: Celery's handling
+    (``autoretry_for``, or failure). ``state`` is called only when the predicate needs it.
+    """
+    if isinstance(exc, RetryAfter):
+        return "retry"
+    if options.park_on and isinstance(exc, options.park_on):
+        return "park"
+    policy = options.policy
+    if policy is not None and policy.retry is not None and policy.retry(state()):
+        return "retry"
+    return "raise"

@@ -24,14 +24,17 @@ from .retry import retry_if_celery_autoretry
 from .stop import stop_after_retries
 from .wait import wait_celery_backoff
 
-__all__ = ["RetryPolicy", "Decision", "describe"]
+__all__ = ["RetryPolicy", "PolicyVerdict", "describe"]
 
 Strategy = Callable[[RetryCallState], Any]
 
 
 @dataclass(frozen=True)
-class Decision:
-    """What to do after a failed attempt.
+class PolicyVerdict:
+    """What a :class:`RetryPolicy` says of a failed attempt (its strategies alone).
+
+    The task's whole decision, which also weighs ``RetryAfter``, ``park_on``
+    and ``max_retries``, is :class:`~celery_delayq.policies.decision.RetryDecision`.
 
     Attributes:
         action: ``retry`` (after ``delay`` seconds), ``stop`` (the stop rule
@@ -122,7 +125,7 @@ class RetryPolicy:
         return dataclasses.replace(self, **slots)
 
     def decide(self, state: RetryCallState, *, delay: float | None = None,
-               check_retry: bool = True) -> Decision:
+               check_retry: bool = True) -> PolicyVerdict:
         """Evaluate one finished attempt, in tenacity's order: retry?, wait, stop?
 
         Args:
@@ -133,13 +136,13 @@ class RetryPolicy:
                 so the retry predicate is not consulted.
         """
         if check_retry and self.retry is not None and not self.retry(state):
-            return Decision("fail")
+            return PolicyVerdict("fail")
         if delay is None:
             delay = float(self.wait(state)) if self.wait is not None else 0.0
         state.upcoming_sleep = max(0.0, delay)  # stop_before_delay looks at it
         if self.stop is not None and self.stop(state):
-            return Decision("stop")
-        return Decision("retry", max(0.0, delay))
+            return PolicyVerdict("stop")
+        return PolicyVerdict("retry", max(0.0, delay))
 
     def __repr__(self) -> str:
         return (f"RetryPolicy(wait={describe(self.wait)}, stop={describe(self.stop)}, "

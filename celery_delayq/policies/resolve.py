@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from kombu.utils.imports import symbol_by_name
 
+from ..config import DelayqConfig
 from .policy import RetryPolicy
 
 __all__ = ["RetryOptions", "resolve_options", "OPTION_NAMES", "split_call_options"]
@@ -62,7 +63,7 @@ def split_call_options(options: dict[str, Any]) -> dict[str, Any]:
     return call
 
 
-def resolve_options(task: Any, config: Any, call: Mapping[str, Any] | None = None) -> RetryOptions:
+def resolve_options(task: Any, config: DelayqConfig, call: Mapping[str, Any] | None = None) -> RetryOptions:
     """Resolve every option for ``task`` (call options first, then task, then ``config``)."""
     call = call or {}
 

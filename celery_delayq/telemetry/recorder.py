@@ -258,15 +258,6 @@ def encode_event(event: TelemetryEvent) -> str:
         return _ENCODE(event_dict(event)) + "\n"
 
 
-def _legacy_tuple(item: tuple[Any, ...]) -> TelemetryEvent:
-    """The named tuple of a ``(event, task_id, ..., *extras)`` tuple (record_task_event)."""
-    cls = EVENT_CLASS.get(item[0])
-    if cls is None or len(item) != len(cls._fields) + 1:
-        raise ValueError(f"bad telemetry task event {item[0]!r} with {len(item) - 6} extra field(s)")
-    event: TelemetryEvent = cls._make(item[1:])
-    return event
-
-
 #: Lines per write() call when a batch is appended to its file.
 _WRITE_CHUNK = 512
 
@@ -428,26 +419,6 @@ class TelemetryRecorder:
         buf.append(event)
         if len(buf) >= self._flush_every:
             self._after_append(len(buf))
-
-    def record_task_event(
-        self,
-        event: str,
-        task_id: str,
-        task_name: str,
-        queue: str,
-        attempt: int,
-        ts: float,
-        *extra: Any,
-    ) -> None:
-        """Deprecated positional form of :meth:`record_event`: ``extra`` are the
-        values of the event's fields after ``ts``, in order.  An unknown
-        ``event`` or a wrong number of extras is dropped and counted."""
-        try:
-            item = _legacy_tuple((event, task_id, task_name, queue, attempt, ts, *extra))
-        except Exception:
-            self._drop(1, "dropped an unknown telemetry event %r", event)
-            return
-        self.record_event(item)
 
     def _enqueue(self, item: Any) -> None:
         """Buffer one item, with every check; the slow twin of record_event's fast path."""

@@ -4,7 +4,7 @@ Like a dramatiq middleware, telemetry is an object added to one app, not a
 side effect of an import.  :func:`attach` connects receivers to Celery's task
 signals and to :mod:`celery_delayq.signals`; each receiver records only what
 concerns *its* app and returns at once for any other.  Nothing here imports
-the Celery glue (:mod:`celery_delayq.integration`): the glue calls
+the Celery glue (:mod:`celery_delayq.glue.integration`): the glue calls
 ``attach(app, config)`` when ``delayq_telemetry_dir`` is set, and
 ``detach(app)`` when it is undone.
 
@@ -44,11 +44,12 @@ from typing import Any, Protocol
 
 from celery import signals as celery_signals
 
-from .. import headers as H
+from ..ladder import headers as H
 from .. import signals
 from .events import Cancelled, Delivered, Exhausted, Failed, Parked, Replayed, Retried, Scheduled, Succeeded
 from .recorder import TelemetryRecorder
 from .recorders import recorder_for
+from ..typing import CeleryApp
 
 __all__ = ["Subscription", "TelemetryConfig", "attach", "detach", "subscription_for"]
 
@@ -196,7 +197,7 @@ class Subscription:
     ``root`` (see :func:`~celery_delayq.telemetry.recorder_for`).
     """
 
-    def __init__(self, app: Any, root: str, parking_queue: str) -> None:
+    def __init__(self, app: CeleryApp, root: str, parking_queue: str) -> None:
         self.root = root
         self.parking_queue = parking_queue
         self._app_ref = weakref.ref(app)
@@ -244,7 +245,7 @@ class Subscription:
         return f"<telemetry Subscription {state} root={self.root!r} app={self.app!r}>"
 
 
-def _worker_receivers(app: Any, recorder: TelemetryRecorder) -> tuple[list[tuple[Any, Callable[..., None]]], Callable[[], None]]:
+def _worker_receivers(app: object, recorder: TelemetryRecorder) -> tuple[list[tuple[Any, Callable[..., None]]], Callable[[], None]]:
     """The receivers of one app, and the function that stops them all at once.
 
     Closures rather than methods: the app check (``sender._app is not app``,
@@ -380,7 +381,7 @@ def _parking_queue(config: TelemetryConfig) -> str:
     return getattr(config, "parking_queue", None) or f"{getattr(config, 'prefix', 'delayq')}.parking"
 
 
-def attach(app: Any, config: TelemetryConfig | None = None) -> Subscription:
+def attach(app: CeleryApp, config: TelemetryConfig | None = None) -> Subscription:
     """Record ``app``'s delayed-task events under ``config.telemetry_dir``; returns the subscription.
 
     ``config`` defaults to the app's :class:`~celery_delayq.config.DelayqConfig`.
@@ -411,7 +412,7 @@ def attach(app: Any, config: TelemetryConfig | None = None) -> Subscription:
         return subscription
 
 
-def detach(app: Any) -> None:
+def detach(app: CeleryApp) -> None:
     """Stop recording ``app``'s events (no-op when it has no telemetry attached)."""
     with _LOCK:
         subscription = _SUBSCRIPTIONS.get(app)
@@ -419,6 +420,6 @@ def detach(app: Any) -> None:
         subscription.detach()
 
 
-def subscription_for(app: Any) -> Subscription | None:
+def subscription_for(app: CeleryApp) -> Subscription | None:
     """The telemetry attached to ``app``, if any."""
     return _SUBSCRIPTIONS.get(app)

@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from .settings import UnsafeBinding, WebSettings
+from ..typing import CeleryApp
 
 __all__ = ["create_app", "WebSettings", "UnsafeBinding"]
 
 
-def create_app(celery_app: Any, *, settings: WebSettings | None = None, read_only: bool = False) -> Any:
+def create_app(celery_app: CeleryApp, *, settings: WebSettings | None = None, read_only: bool = False) -> Any:
     """The ASGI application of the page and API for ``celery_app``'s ladder.
 
     Args:

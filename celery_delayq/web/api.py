@@ -35,7 +35,7 @@ class BadInput(ValueError):
 
 def parse_time(value: str | None, name: str) -> float | None:
     """Epoch seconds of an API time: the CLI's one rule (ISO 8601, no offset = UTC; epoch seconds; from now: ``10m``)."""
-    from ..cli.when import parse_moment
+    from ..ladder.moments import parse_moment
 
     if value is None or value == "":
         return None

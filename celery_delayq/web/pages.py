@@ -20,7 +20,7 @@ from fastapi.templating import Jinja2Templates
 
 from ..cancels.supersede import CannotReschedule, TaskNotWaiting
 from ..errors import DelayqError
-from ..humanize import human_duration
+from ..ladder.humanize import human_duration
 from ..parking import ParkedFilter, ParkedMessageNotFound
 from ..pending import IndexUnavailable
 from ..pending.browse import WaitingFilter

@@ -1,7 +1,7 @@
 """What the page and the API read and do, on top of the package's own functions (no I/O of its own).
 
 Every number comes from what the CLI uses: ``delayq status``'s
-:func:`~celery_delayq.cli.status.ladder_status`, the doctor's
+:func:`~celery_delayq.rabbitmq.status.ladder_status`, the doctor's
 :func:`~celery_delayq.doctor.diagnose`, :func:`~celery_delayq.pending.pending`
 (through :mod:`celery_delayq.pending.browse`), the parking queue's own
 operations, :func:`~celery_delayq.cancel` and
@@ -23,6 +23,7 @@ from ..parking import ParkedFilter, ParkedMessage, ParkingQueue
 from ..pending.browse import Page, Snapshot, WaitingFilter, page_of
 from ..pending.query import PendingTask
 from .settings import WebSettings
+from ..typing import CeleryApp
 
 __all__ = ["Service", "BulkResult"]
 
@@ -49,8 +50,8 @@ class Service:
     #: Seconds the doctor's findings are reused (it asks every worker, which takes a second).
     DOCTOR_TTL = 30.0
 
-    def __init__(self, app: Any, settings: WebSettings) -> None:
-        from ..cli.base import AppContext
+    def __init__(self, app: CeleryApp, settings: WebSettings) -> None:
+        from ..rabbitmq.context import AppContext
 
         self.app = app
         self.settings = settings
@@ -62,7 +63,7 @@ class Service:
     # -- reading ---------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         """``delayq status --json``'s document."""
-        from ..cli.status import ladder_status
+        from ..rabbitmq.status import ladder_status
 
         with self.context.connected() as raw:
             return ladder_status(self.context, raw)
@@ -107,7 +108,7 @@ class Service:
     def parking(self) -> ParkingQueue:
         """The app's parking queue (the caller closes it)."""
         def ladder() -> Any:
-            from ..integration import install
+            from ..glue.integration import install
 
             return install(self.app).publisher
 
@@ -128,7 +129,7 @@ class Service:
         """Install the ladder on the app before the first action: a moved task or a delayed replay is
         published through it, and with ``delayq_telemetry_dir`` set the app's telemetry then records
         this process's replays (workers record the cancelled and superseded copies they drop)."""
-        from ..integration import install
+        from ..glue.integration import install
 
         install(self.app)
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import DelayqError
+from ..typing import CeleryApp
 
 __all__ = ["WebSettings", "UnsafeBinding", "is_loopback"]
 
@@ -60,7 +61,7 @@ class WebSettings:
         return bool(self.token or (self.username and self.password))
 
     @classmethod
-    def from_app(cls, app: Any, *, read_only: bool = False, environ: dict[str, str] | None = None,
+    def from_app(cls, app: CeleryApp, *, read_only: bool = False, environ: dict[str, str] | None = None,
                  **overrides: Any) -> "WebSettings":
         """Settings of ``app`` (``delayq_web_*``), else the environment (``DELAYQ_WEB_*``)."""
         env = os.environ if environ is None else environ

@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterator
 import amqp
 import pytest
 
-from celery_delayq.ladder import LadderSpec
+from celery_delayq.ladder.spec import LadderSpec
 from helpers import BROKER_HOST, delete_ladder
 
 

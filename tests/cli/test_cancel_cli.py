@@ -23,7 +23,7 @@ from typing import Any, Iterator
 import amqp
 import pytest
 
-from celery_delayq.cli.base import AppContext
+from celery_delayq.rabbitmq.context import AppContext
 from helpers import BROKER_HOST
 
 pytestmark = pytest.mark.timeout(240)

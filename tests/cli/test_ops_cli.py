@@ -14,9 +14,9 @@ import kombu
 import pytest
 
 from celery_delayq.config import DelayqConfig
-from celery_delayq.ladder import LadderSpec
-from celery_delayq.publisher import LadderPublisher
-from celery_delayq.topology import Topology
+from celery_delayq.ladder.spec import LadderSpec
+from celery_delayq.rabbitmq.publisher import LadderPublisher
+from celery_delayq.rabbitmq.topology import Topology
 from helpers import drain
 
 APP = textwrap.dedent('''

@@ -16,10 +16,10 @@ from typing import Any
 import amqp
 import pytest
 
-from celery_delayq.cli.status import SCHEMA
-from celery_delayq.ladder import LadderSpec
-from celery_delayq.pending.layout import index_layout
-from celery_delayq.topology import Topology
+from celery_delayq.rabbitmq.status import SCHEMA
+from celery_delayq.ladder.spec import LadderSpec
+from celery_delayq.ladder.index_layout import index_layout
+from celery_delayq.rabbitmq.topology import Topology
 from cli_helpers import broker_names, run_delayq
 
 pytestmark = pytest.mark.timeout(120)

@@ -24,7 +24,8 @@ import pytest
 
 import celery_delayq
 from celery_delayq.cli import delayq
-from celery_delayq.cli.when import Moment, parse_moment
+from celery_delayq.cli.when import Moment
+from celery_delayq.ladder.moments import parse_moment
 from retry_helpers import park_synthetic, parking_name_fixture  # noqa: F401  (fixture)
 
 #: Time parsing and hints do not differ between RabbitMQ lines: the 3.10 leg runs them, the 4.3 leg skips them.

@@ -63,7 +63,7 @@ def test_a_cancel_survives_a_broker_restart(single: Cluster, tmp_path: Path) -> 
     subprocess.run([sys.executable, "-c", publish], env=env, cwd=tmp_path, check=True, timeout=60)
     due = time.time() + 25
     # A restart, not a kill -9: after a kill, 3.10 can hold ladder messages for minutes (see
-    # test_cluster_faults and celery_delayq.recovery), which is not what this test is about.
+    # test_cluster_faults and celery_delayq.rabbitmq.recovery), which is not what this test is about.
     broker.stop_app()
     broker.start_app()
     log = tmp_path / "worker.log"

@@ -2,7 +2,7 @@
 
 On RabbitMQ 3.10 a restarted node recovers its queues before its exchanges, and
 quorum queues' dead-letter workers then hold messages for 180 s
-(:mod:`celery_delayq.recovery`); ``delayq topology recover`` sets them moving.
+(:mod:`celery_delayq.rabbitmq.recovery`); ``delayq topology recover`` sets them moving.
 Only private nodes are killed, never the shared brokers. The same scenarios,
 larger, make the fault suite's table (``benchmarks/faults/run.py``).
 """

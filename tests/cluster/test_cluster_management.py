@@ -26,9 +26,9 @@ import pytest
 from kombu import Connection
 
 from benchmarks.faults.nodes import Cluster
-from celery_delayq import management
-from celery_delayq.management import ManagementAPI
-from celery_delayq.recovery import Recovery
+from celery_delayq.rabbitmq import management
+from celery_delayq.rabbitmq.management import ManagementAPI
+from celery_delayq.rabbitmq.recovery import Recovery
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -129,7 +129,7 @@ def test_another_brokers_api_is_refused_with_one_warning_and_the_doctor_says_so(
         api = ManagementAPI.for_broker(kconn, kconn.connection, OTHER_BROKER_API)
         assert api is not None
         management._reported.clear()
-        with caplog.at_level(logging.INFO, logger="celery_delayq.management"):
+        with caplog.at_level(logging.INFO, logger="celery_delayq.rabbitmq.management"):
             assert api.same_broker is False and api.queues() is None and api.same_broker is False
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "delayq_management_url" in warnings[0], warnings

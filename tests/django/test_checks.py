@@ -105,16 +105,3 @@ def test_django_finds_the_app_config_by_itself(tmp_path: Path) -> None:
     import celery_delayq.django
 
     assert not hasattr(celery_delayq.django, "default_app_config")
-
-
-def test_the_old_app_config_path_still_works(tmp_path: Path) -> None:
-    settings = """
-        INSTALLED_APPS = [a for a in INSTALLED_APPS if a != "celery_delayq.django"]
-        INSTALLED_APPS.insert(1, "celery_delayq.django.apps.DelayqConfig")
-    """
-    out = manage(tmp_path, "shell", "-c", SHOW_CONFIG, settings=settings, PYTHONWARNINGS="always::DeprecationWarning")
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split()[-2:] == ["celery_delayq.django.apps", "DelayqAppConfig"]
-    assert "celery_delayq.django.apps.DelayqConfig is now DelayqAppConfig" in out.stderr
-    checked = manage(tmp_path, "check", settings=settings)
-    assert checked.returncode == 0 and "no issues" in checked.stdout, checked.stderr

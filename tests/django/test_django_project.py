@@ -23,7 +23,7 @@ SCRIPT = textwrap.dedent('''
     from shop.celery import app
     from shop import tasks
     import celery_delayq
-    router = celery_delayq.router_for(app)
+    router = celery_delayq.ladder_for(app)
     cfg = router.config
     with start_worker(app, pool="solo", perform_ping_check=False, loglevel="WARNING", shutdown_timeout=10):
         tasks.send_reminder.apply_async((7, time.time() + 0.7), countdown=0.7)
@@ -48,8 +48,8 @@ def test_django_settings_drive_the_ladder(broker_url: str, uid: str, amqp_conn) 
     assert run["entry"]  # it came out of the ladder (a plain shared_task: the app-wide switch)
 
     # the project declared a ladder of its own: remove it (quorum queues cost file handles)
-    from celery_delayq.ladder import LadderSpec
-    from celery_delayq.topology import Topology
+    from celery_delayq.ladder.spec import LadderSpec
+    from celery_delayq.rabbitmq.topology import Topology
 
     spec = LadderSpec(prefix=f"dj{uid}")
     delete_ladder(amqp_conn, spec, exit_queues=[Topology(spec, "quorum").destination("", f"shop.{uid}").exit_queue])

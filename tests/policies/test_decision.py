@@ -57,3 +57,27 @@ def test_explicit_countdown_or_eta_wins_over_the_policys_wait(countdown, eta, ex
     policy = RetryPolicy(wait=wait_fixed(5), stop=stop_after_attempt(10))
     d = decide(options(policy), ValueError(), 1, countdown=countdown, eta=eta)
     assert d.action == "retry" and d.countdown == expected and d.eta == eta
+
+
+def test_the_decision_carries_the_delay_it_chose() -> None:
+    """``retry_scheduled`` reports this delay as it is: nobody computes it a second time."""
+    assert decide(options(), ValueError(), 1, countdown=7).delay == 7.0
+    assert decide(options(), ValueError(), 1, eta=NOW + 12).delay == pytest.approx(12.0)
+    assert decide(options(), ValueError(), 1).delay == 180.0  # Celery's default_retry_delay
+    assert decide(options(RetryPolicy(wait=wait_fixed(5))), ValueError(), 1).delay == 5.0
+    assert decide(options(), RetryAfter(500), 1).delay == 60.0  # capped by max_delay
+
+
+def test_an_escaped_exception_is_decided_by_the_pure_rule_too() -> None:
+    from tenacity import retry_if_exception_type
+
+    from celery_delayq.policies.decision import decide_failure
+
+    def state():
+        return call_state(attempt_number=1, first_attempt=NOW, exception=KeyError(), now=NOW)
+
+    assert decide_failure(options(), RetryAfter(5), state) == "retry"
+    assert decide_failure(options(park_on=(KeyError,)), KeyError(), state) == "park"
+    assert decide_failure(options(), KeyError(), state) == "raise"
+    keys = RetryPolicy(retry=retry_if_exception_type(KeyError))
+    assert decide_failure(options(keys), KeyError(), state) == "retry"

@@ -196,17 +196,6 @@ def test_unrecordable_events_are_dropped_not_raised(recorder, tmp_path):
     assert (recorder.written, recorder.dropped) == (1, 4)
 
 
-def test_legacy_positional_form_still_records(recorder, tmp_path):
-    recorder.record_task_event("retried", "id", "t", "q", 1, TS, "TimeoutError")
-    recorder.record_task_event("started", "id", "t", "q", 0, TS)  # unknown event
-    recorder.record_task_event("delivered", "id", "t", "q", 0, TS)  # extras missing
-    recorder.record_task_event("succeeded", "id", "t", "q", 0, TS, "surplus")
-    recorder.flush()
-    assert raw_lines(tmp_path / "telemetry") == [expected_line("retried", "id", "t", "q", 1, TS,
-                                                               "TimeoutError")]
-    assert (recorder.written, recorder.dropped) == (1, 3)
-
-
 def test_every_event_type_has_a_named_tuple():
     assert [cls.event for cls in EVENT_CLASSES] == list(EVENT_TYPES)
     assert all(cls._fields[:5] == CORE[1:] for cls in EVENT_CLASSES)

@@ -20,7 +20,7 @@ import pytest
 from celery import Celery
 from celery import signals as celery_signals
 
-from celery_delayq import headers as H
+from celery_delayq.ladder import headers as H
 from celery_delayq import signals
 from celery_delayq.telemetry import (
     Subscription,

@@ -1,0 +1,333 @@
+"""One Celery app's ladder: its settings, its publisher, and which publishes it delays.
+
+:class:`AppLadder` answers the one question the kombu hook asks about a
+publish (:meth:`AppLadder.divert`): is it delayed, until when, and where
+would an undelayed publish have gone. It decides from the message headers
+alone and does no I/O; the producer then hands the serialised message to
+:attr:`AppLadder.backend`. It also undoes Celery's own native delayed
+delivery when that is active, so a task passes through exactly one ladder,
+once.
+
+Not to be confused with Celery's task router (``task_routes``), which
+chooses a task's queue; this only decides *when* the message gets there.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+import time
+import weakref
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable
+
+from kombu import Exchange
+from kombu.connection import Connection
+from kombu.utils.imports import symbol_by_name
+
+from ..ladder import headers as H
+from ..config import BACKEND_ALIASES, DelayqConfig
+from ..ladder.delays import parse_eta
+from ..ladder.spec import check_name
+from ..rabbitmq.management import key_matches
+from ..rabbitmq.owned import dedicated_copy
+from ..ladder.plugin_compat import DELAY_HEADER, delay_of, plain_entities
+from ..rabbitmq.publisher import LadderPublisher, publisher_for
+from .queue_delays import default_delay, queue_delays_of
+from ..typing import CeleryApp, DelayBackend, Diversion
+
+__all__ = ["AppLadder", "ladder_for", "forget_ladder", "refresh_ladder", "native_unwrap", "exchange_name"]
+
+#: Celery's native ladder: 28 levels, top exchange ``[prefix_]celery_delayed_27``.
+_NATIVE_TOP = re.compile(r"^(?:(?P<prefix>.+)_)?celery_delayed_27$")
+_NATIVE_BITS = 28
+
+
+def native_unwrap(exchange: str, routing_key: str) -> tuple[str, str] | None:
+    """``(native delivery exchange, original routing key)`` of a native-ladder publish, else None."""
+    m = _NATIVE_TOP.match(exchange or "")
+    if not m:
+        return None
+    words = (routing_key or "").split(".")
+    if len(words) <= _NATIVE_BITS or any(w not in ("0", "1") for w in words[:_NATIVE_BITS]):
+        return None
+    prefix = m.group("prefix")
+    delivery = f"{prefix}_celery_delayed_delivery" if prefix else "celery_delayed_delivery"
+    return delivery, ".".join(words[_NATIVE_BITS:])
+
+
+def exchange_name(exchange: Any) -> str:
+    """The name of a kombu ``Exchange`` or of an exchange given by name (``""`` = default)."""
+    return exchange.name if isinstance(exchange, Exchange) else (exchange or "")
+
+
+class AppLadder:
+    """The ladder of one Celery app: settings, publisher, and the per-publish decision.
+
+    Get it with :func:`celery_delayq.ladder_for` (no side effects) or
+    :func:`celery_delayq.install` (which also makes the app's producers ask it).
+    """
+
+    def __init__(self, app: CeleryApp, config: DelayqConfig | None = None, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.app = app
+        self._config = config
+        self.clock = clock
+        #: Names of tasks delayed through the ladder even when ``delayq_enabled`` is off
+        #: (the :class:`~celery_delayq.DelayedRetryTask` tasks of the app).
+        self.tasks: set[str] = set()
+        self._publisher: LadderPublisher | None = None
+        self._backend: DelayBackend | None = None
+        self._queue_delays: dict[str, float] | None = None
+
+    def __repr__(self) -> str:
+        return f"<AppLadder {self.config.prefix!r} of {getattr(self.app, 'main', None)!r}>"
+
+    @property
+    def config(self) -> DelayqConfig:
+        """Settings, read from ``app.conf`` on first use (so Django settings are loaded)."""
+        if self._config is None:
+            self._config = DelayqConfig.from_app(self.app)
+        return self._config
+
+    def connection(self) -> Connection:
+        """A (not yet connected) kombu connection to the ladder's broker."""
+        if self.config.broker_url:
+            return self.app.connection_for_write(self.config.broker_url)
+        return self.app.connection_for_write()
+
+    def dedicated_connection(self, role: str) -> Any:
+        """A (not yet connected) connection of the ladder's own for ``role``.
+
+        It keeps the app's connection options (credentials, SSL, heartbeat, failover)
+        but never ``confirm_publish``: with it, py-amqp waits for every confirm inside
+        ``basic_publish``, which defeats confirm tracking of one's own (a publish then
+        times out) and cannot share a channel with a transaction.
+        """
+        return dedicated_copy(self.connection(), role)
+
+    @property
+    def publisher(self) -> LadderPublisher:
+        """The process-wide ladder publisher for this app's broker and settings."""
+        if self._publisher is None:
+            self._publisher = publisher_for(self.connection(), self.config)
+        return self._publisher
+
+    @property
+    def backend(self) -> DelayBackend:
+        """The :class:`~celery_delayq.typing.DelayBackend` delayed messages go to (``delayq_backend``).
+
+        The ladder's is this app's :attr:`publisher` itself.
+        """
+        if self._backend is None:
+            name = self.config.backend
+            if name == "ladder":
+                self._backend = self.publisher
+            else:
+                cls = symbol_by_name(BACKEND_ALIASES.get(name, name))
+                self._backend = cls.for_connection(self.connection(), self.config)
+        return self._backend
+
+    @property
+    def queue_delays(self) -> dict[str, float]:
+        """Queue name -> default delay (``delayq_queue_delays`` and ``DelayedQueue``s); often empty."""
+        if self._queue_delays is None:
+            self._queue_delays = queue_delays_of(self.app, self.config.queue_delays)
+        return self._queue_delays
+
+    @functools.cached_property
+    def native_delayed_delivery(self) -> bool:
+        """Would Celery (5.5+) rewrite this app's delayed publishes to its own native ladder?
+
+        Asked once per app: finding the transport builds a Connection, which cost
+        ~0.45 ms per ``apply_async`` (a third of the hook's time) when asked each time.
+        """
+        try:
+            from celery.utils.quorum_queues import detect_quorum_queues
+        except ImportError:  # Celery < 5.5 has no native delayed delivery
+            return False
+        try:
+            driver = self.app.connection_for_write().transport.driver_type
+        except Exception:  # pragma: no cover - no transport, no native delivery
+            return False
+        return bool(detect_quorum_queues(self.app, driver)[0])
+
+    def reread(self) -> None:
+        """Read the app's settings again if they were read; keep what did not change.
+
+        A setting may arrive after the ladder first read them (``add_defaults`` or
+        ``conf.update`` on a loaded configuration); the app's producers keep this
+        same object, so it is refreshed in place.
+        """
+        if self._config is None:
+            return
+        fresh = DelayqConfig.from_app(self.app)
+        if fresh != self._config:
+            self._config, self._publisher, self._backend, self._queue_delays = fresh, None, None, None
+
+    def wants(self, headers: dict[str, Any]) -> bool:
+        """Does this task's delay belong in the ladder (``delayq_enabled``, or a ladder task)?"""
+        return self.config.enabled or headers.get("task") in self.tasks
+
+    # -- the one question the producer asks ------------------------------------------
+    def divert(self, headers: dict[str, Any], exchange: Any, routing_key: str | None,
+               declare: Iterable[Any]) -> Diversion | None:
+        """Where and when a publish must arrive, or ``None`` to publish it unchanged.
+
+        A publish is delayed when its headers carry a future ``eta`` (Celery's
+        message protocol 2) or an ``x-delayq-due``, and the task belongs in the
+        ladder; or when it goes undelayed to a queue with a default delay
+        (``delayq_queue_delays``), which applies to every task of the app.
+        Names are checked here, before any broker call.
+
+        Raises:
+            InvalidDelay: an eta that is not a point in time.
+            InvalidName: an exchange, routing key or queue name RabbitMQ would refuse.
+            DelayTooLong: a delay the ladder cannot hold.
+        """
+        eta = headers.get("eta")
+        if eta is None and H.DUE not in headers:
+            if DELAY_HEADER in headers:  # code written for the delayed-message plugin
+                return self._plugin_delay(headers, exchange, routing_key, declare)
+            delays = self.queue_delays
+            if not delays:
+                return None  # the common case: an undelayed publish, no queue defaults
+            name, key = exchange_name(exchange), routing_key or ""
+            delay = default_delay(delays, name, key, declare)
+            if delay is None:
+                return None
+            due = self.clock() + delay
+        elif not self.wants(headers):
+            H.forget_pass(headers)
+            return None
+        else:
+            name, key = exchange_name(exchange), routing_key or ""
+            # Celery's eta wins: a retry may still carry the previous pass's x-delayq-due.
+            due = parse_eta(eta) if eta is not None else float(headers[H.DUE])
+
+        native = native_unwrap(name, key)
+        if native is not None:
+            name, key = self._native_destination(*native, native_key=key)
+        now = self.clock()
+        if due <= now:
+            H.forget_pass(headers)
+            return None if native is None else Diversion(name, key)
+
+        queue_hint = _check_names(name, key, declare)
+        self.config.check_delay(due - now)  # DelayTooLong (only with a cap), before anything is sent
+        if headers.get("eta") is None:
+            # Keep Celery's own eta, so request.eta is right and a worker would hold an
+            # early arrival rather than run it (belt and braces: the ladder rounds up).
+            headers["eta"] = datetime.fromtimestamp(due, tz=timezone.utc).isoformat()
+        return Diversion(name, key, due=due, delay=due - now, queue_hint=queue_hint)
+
+    def _plugin_delay(self, headers: dict[str, Any], exchange: Any, routing_key: str | None,
+                      declare: Iterable[Any]) -> Diversion | None:
+        """A publish with the plugin's ``x-delay`` (ms): delayed to the exchange and key it names."""
+        delay = delay_of(headers)
+        now = self.clock()
+        if delay is None or delay <= 0:
+            return None
+        name, key = exchange_name(exchange), routing_key or ""
+        queue_hint = _check_names(name, key, plain_entities(declare))
+        self.config.check_delay(delay)  # DelayTooLong (only with a cap), before anything is sent
+        # As the plugin does on delivery: a negative x-delay, so a consumer that republishes
+        # the message (into a plugin exchange, or through this hook) does not delay it twice.
+        headers[DELAY_HEADER] = -int(round(delay * 1000))
+        return Diversion(name, key, due=now + delay, delay=delay, queue_hint=queue_hint)
+
+    def _native_destination(self, delivery_exchange: str, original_key: str, *, native_key: str) -> tuple[str, str]:
+        """Where an undelayed publish of a native-ladder task would have gone.
+
+        Celery replaced the task's exchange with its ladder's; the task's queue
+        in ``task_queues`` tells the original exchange. If that is ambiguous,
+        deliver through Celery's native delivery exchange, which its workers
+        bind to the same queues.
+        """
+        exchanges = {
+            q.exchange.name for q in self.app.amqp.queues.values()
+            if q.routing_key == original_key and q.exchange is not None and q.exchange.type != "direct"
+        }
+        if len(exchanges) == 1:
+            return exchanges.pop(), original_key
+        return delivery_exchange, native_key
+
+
+def _check_names(exchange: str, routing_key: str, declare: Iterable[Any]) -> str | None:
+    """Validate every name a delayed publish will use; return the queue that surely receives it.
+
+    kombu would otherwise fail deep inside a declare with ``struct.error`` on a
+    name longer than 255 bytes, after part of the work was done. The queue
+    returned is one Celery declares (``declare``) *and* binds so that
+    ``exchange``/``routing_key`` reach it; a publish that names a queue but
+    goes elsewhere (``apply_async(exchange=..., routing_key=...)``) gets
+    ``None``, and its routability is checked at the broker instead.
+    """
+    check_name("exchange name", exchange)
+    check_name("routing key", routing_key)
+    receiving = None
+    for entity in declare or ():
+        name = getattr(entity, "name", None)
+        if not isinstance(name, str):
+            continue
+        if not hasattr(entity, "queue_arguments"):
+            check_name("exchange name", name)
+            continue
+        check_name("queue name", name)
+        for bound_exchange, key in _bindings_of(entity):
+            check_name("exchange name", bound_exchange.name or "")
+            if receiving is None and _reaches(bound_exchange, key, exchange, routing_key, name):
+                receiving = name
+    return receiving
+
+
+def _bindings_of(queue: Any) -> list[tuple[Any, str]]:
+    pairs = []
+    if getattr(queue, "exchange", None) is not None:
+        pairs.append((queue.exchange, queue.routing_key or ""))
+    for binding in getattr(queue, "bindings", None) or ():
+        if getattr(binding, "exchange", None) is not None:
+            pairs.append((binding.exchange, binding.routing_key or ""))
+    return pairs
+
+
+def _reaches(bound_exchange: Any, binding_key: str, exchange: str, routing_key: str, queue: str) -> bool:
+    if exchange == "":
+        return routing_key == queue  # the default exchange routes by queue name
+    if (bound_exchange.name or "") != exchange:
+        return False
+    return bool(key_matches(bound_exchange.type or "direct", binding_key, routing_key))
+
+
+_LADDERS: "weakref.WeakKeyDictionary[CeleryApp, AppLadder]" = weakref.WeakKeyDictionary()
+_LADDERS_LOCK = threading.Lock()
+
+
+def ladder_for(app: CeleryApp) -> AppLadder:
+    """The app's :class:`AppLadder` (settings, publisher), without hooking anything.
+
+    Use it to read the app's ladder settings or reach its publisher; use
+    :func:`celery_delayq.install` to make the app's publishes go through it.
+    One per app and process, built on first use.
+    """
+    ladder = _LADDERS.get(app)
+    if ladder is None:
+        with _LADDERS_LOCK:
+            ladder = _LADDERS.get(app)
+            if ladder is None:
+                ladder = _LADDERS[app] = AppLadder(app)
+    return ladder
+
+
+def forget_ladder(app: CeleryApp) -> None:
+    """Drop the app's :class:`AppLadder`, so the next :func:`ladder_for` reads its settings again."""
+    with _LADDERS_LOCK:
+        _LADDERS.pop(app, None)
+
+
+def refresh_ladder(app: CeleryApp) -> None:
+    """The app's settings may have changed: let its :class:`AppLadder`, if it has one, read them again."""
+    ladder = _LADDERS.get(app)
+    if ladder is not None:
+        ladder.reread()

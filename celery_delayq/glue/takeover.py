@@ -1,0 +1,218 @@
+"""The worker's half of activation: a delayed task that bypassed the ladder is moved into it.
+
+A process whose app sets ``delayq_enabled`` but never imports celery_delayq
+has no hook: Celery builds an app's fixups from a fixed list
+(``BUILTIN_FIXUPS``), not from entry points, and nothing else in Celery 5.7
+runs code of an installed package on the publishing side without an import.
+Such a process publishes ``apply_async(countdown=60)`` straight to the task's
+queue with an ``eta``, and a plain Celery worker would then hold it in memory
+(classic ETA: prefetch raised, ``consumer_timeout``, lost on a crash).
+
+A worker of the app is the one place that sees every such task, so
+:class:`TakeoverStep` wraps each task's strategy (Celery's per-message entry
+point, ``consumer.strategies``, for every task whatever its base class).
+A message with a future ``eta`` of a task whose delays belong in the ladder
+(:meth:`~celery_delayq.glue.app_ladder.AppLadder.wants`) is:
+
+1. published into the ladder, as received (body, headers, properties), to the
+   exchange and routing key it was delivered through, confirmed by the broker
+   (the pending index sees it, so ``delayq pending`` and ``delayq cancel`` do);
+2. only then acknowledged. A crash between the two leaves the original to be
+   redelivered and moved again: at most a duplicate, as the ladder's own
+   at-least-once delivery already allows for (``delayq_dedup``), never a loss.
+
+It arrives when due (the ladder never delivers early) and runs then, as a
+ladder delivery; ``inspect scheduled`` never lists it. What it does not take
+over is left to Celery's own strategy, unchanged: a message that came out of
+the ladder (its eta is the due time the ladder stamped), one due within :data:`HOLD_BELOW_S`, one already revoked or
+cancelled (Celery drops it as usual), or one the ladder refuses or cannot
+take now (broker down, over ``delayq_max_delay``: logged, then held as
+Celery would; nothing is lost). Revokes and cancels made while the task waits
+in the ladder still apply on arrival (the worker's request checks both).
+
+The worker warns once per publishing host (protocol 2's ``origin`` header
+names the publisher's node), with the one line that fixes that publisher.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+from celery import bootsteps
+
+from ..ladder import headers as H
+from .app_ladder import AppLadder
+from ..ladder.delays import parse_eta
+from ..errors import InvalidDelay
+
+__all__ = ["TakeoverStep", "Takeover", "HOLD_BELOW_S", "FIX_LINE"]
+
+log = logging.getLogger(__name__)
+
+#: A task due sooner than this is held by the worker as Celery would: a pass through the
+#: ladder (a confirmed publish, then at least one hop) costs tens of milliseconds, and
+#: holding a task that briefly costs the worker nothing.
+HOLD_BELOW_S = 0.5
+
+#: What the warning tells the operator to add to the publisher's app module.
+FIX_LINE = "import celery_delayq  (or celery_delayq.install(app)) in the module that creates the Celery app"
+
+#: Message properties carried into the ladder. ``user_id`` is not: RabbitMQ refuses a
+#: publish whose user_id is not the publishing connection's user.
+_CARRIED = ("correlation_id", "reply_to", "priority", "delivery_mode", "message_id", "type", "app_id", "timestamp")
+
+Strategy = Callable[..., Any]
+
+
+class Takeover:
+    """Moves one worker's delayed arrivals into its app's ladder (see the module docstring)."""
+
+    def __init__(self, consumer: Any, ladder: AppLadder, *, clock: Callable[[], float] = time.time) -> None:
+        self.consumer = consumer
+        self.ladder = ladder
+        self.clock = clock
+        self._warned: set[str] = set()
+        self._lock = threading.Lock()
+        #: How many tasks this worker moved into the ladder.
+        self.moved = 0
+
+    def wrap(self, strategy: Strategy) -> Strategy:
+        """Celery's strategy for one task, taking over delayed arrivals first."""
+        if getattr(strategy, "delayq_takeover", None) is self:
+            return strategy
+
+        def task_message_handler(message: Any, body: Any, ack: Any, reject: Any, callbacks: Any,
+                                 **kwargs: Any) -> Any:
+            if self.take(message, ack):
+                return None
+            return strategy(message, body, ack, reject, callbacks, **kwargs)
+
+        task_message_handler.delayq_takeover = self  # type: ignore[attr-defined]
+        return task_message_handler
+
+    def due_of(self, headers: dict[str, Any]) -> float | None:
+        """When a message that bypassed the ladder is due, if the ladder should take it; else None."""
+        eta = headers.get("eta")
+        if not eta or not self.ladder.wants(headers):
+            return None  # undelayed, or not a ladder task
+        try:
+            due = parse_eta(eta)
+        except InvalidDelay:
+            return None  # Celery's strategy reports an eta it cannot read
+        if _left_the_ladder(headers, due):
+            return None  # due by construction; only clock skew can make it look early
+        if due - self.clock() < HOLD_BELOW_S:
+            return None
+        task_id = headers.get("id")
+        if task_id is not None and _revoked_or_cancelled(self.consumer, self.ladder, str(task_id)):
+            return None  # Celery's own path drops it as revoked
+        expires = headers.get("expires")
+        if expires:
+            try:
+                if parse_eta(expires) <= self.clock():
+                    return None  # expired: Celery's path discards it
+            except InvalidDelay:
+                return None
+        return due
+
+    def take(self, message: Any, ack: Any) -> bool:
+        """Move ``message`` into the ladder and ack it; False leaves it to Celery's strategy."""
+        headers = message.headers
+        if not isinstance(headers, dict):
+            return False  # message protocol 1: its eta is in the body; Celery holds it
+        due = self.due_of(headers)
+        if due is None:
+            return False
+        info = message.delivery_info or {}
+        properties = message.properties or {}
+        props = {k: properties[k] for k in _CARRIED if properties.get(k) is not None}
+        try:
+            self.ladder.backend.schedule(
+                message.body, due=due, delay=due - self.clock(), exchange=info.get("exchange") or "",
+                routing_key=info.get("routing_key") or "", headers=dict(headers),
+                content_type=message.content_type, content_encoding=message.content_encoding,
+                queue_hint=self._queue_of(info), **props)
+        except Exception as exc:  # noqa: BLE001 - a message we cannot move is held, never lost
+            log.error("delayq: could not move task %s[%s] into the ladder (%s); the worker holds it "
+                      "until it is due, as Celery does", headers.get("task"), headers.get("id"), exc)
+            return False
+        ack(log, self.consumer.connection_errors)
+        with self._lock:
+            self.moved += 1
+        self._warn(headers, due)
+        return True
+
+    def _queue_of(self, info: dict[str, Any]) -> str | None:
+        """The queue the message was consumed from (its consumer tag's), if known."""
+        tag = info.get("consumer_tag")
+        consumer = getattr(self.consumer, "task_consumer", None)
+        tags = getattr(consumer, "_active_tags", None) or {}
+        for queue, active in tags.items():
+            if active == tag:
+                return str(queue)
+        return None
+
+    def _warn(self, headers: dict[str, Any], due: float) -> None:
+        origin = str(headers.get("origin") or "unknown")
+        host = origin.rpartition("@")[2] or origin
+        with self._lock:
+            first = host not in self._warned
+            self._warned.add(host)
+        if first:
+            log.warning(
+                "delayq: task %s[%s] from %s arrived with an eta %.1f s ahead, outside the ladder, although "
+                "delayq_enabled is set: moved it into the ladder. The processes on %s that publish it do not "
+                "load celery_delayq; to publish into the ladder themselves they need: %s. "
+                "(Said once per publishing host.)",
+                headers.get("task"), headers.get("id"), origin, due - self.clock(), host, FIX_LINE)
+        else:
+            log.info("delayq: moved task %s[%s] from %s into the ladder", headers.get("task"),
+                     headers.get("id"), origin)
+
+
+def _left_the_ladder(headers: dict[str, Any], due: float) -> bool:
+    """Is this a ladder delivery? Its eta is the due time the ladder stamped on this pass.
+
+    The entry header alone does not tell: a retry published by a process without
+    the package copies the previous pass's ``x-delayq-*`` headers with a new eta.
+    """
+    stamped = headers.get(H.DUE)
+    if H.ENTRY not in headers or stamped is None:
+        return False
+    try:
+        return abs(float(stamped) - due) < 0.001  # the eta is written from the due time, to the microsecond
+    except (TypeError, ValueError):
+        return False
+
+
+def _revoked_or_cancelled(consumer: Any, ladder: AppLadder, task_id: str) -> bool:
+    state = getattr(getattr(consumer, "controller", None), "state", None)
+    if state is not None and task_id in state.revoked:
+        return True
+    from ..cancels.worker import follower_for
+
+    follower = follower_for(ladder.app)
+    return follower is not None and follower.book.cancelled(task_id)
+
+
+class TakeoverStep(bootsteps.StartStopStep):
+    """Consumer bootstep: wrap every task strategy with a :class:`Takeover` (after Celery builds them)."""
+
+    requires = ("celery.worker.consumer.tasks:Tasks", "celery_delayq.glue.integration:DelayqWorkerStep")
+
+    def __init__(self, c: Any, **kwargs: Any) -> None:
+        super().__init__(c, **kwargs)
+        self.takeover: Takeover | None = None
+
+    def start(self, c: Any) -> None:
+        ladder = getattr(c, "delayq_ladder", None)  # handed over by DelayqWorkerStep
+        if ladder is None:
+            return
+        if self.takeover is None:
+            self.takeover = Takeover(c, ladder)
+        # Celery rebuilds the strategies on every (re)connection (Tasks.start), before this step.
+        for name, strategy in list(c.strategies.items()):
+            c.strategies[name] = self.takeover.wrap(strategy)

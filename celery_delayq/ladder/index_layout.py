@@ -1,0 +1,119 @@
+"""Names and arguments of the streams that let operators see and cancel delayed work (pure).
+
+Two kinds of RabbitMQ stream live beside each ladder (``<namespace>`` is the
+ladder's ``prefix.LEVELSxRADIX``):
+
+* **The index of waiting tasks**: ``<namespace>.index.00`` .. ``.0f``. The
+  ladder publisher appends a compact entry for every message the broker has
+  accepted into the ladder (:mod:`.writer`); a task id always goes to the
+  same shard.
+* **The cancel log**: ``<namespace>.cancels``, which workers read at start
+  and follow (:mod:`celery_delayq.cancels`).
+
+Why 16 shards: an AMQP 0-9-1 client reads a stream at the rate the broker
+turns stored messages back into deliveries, about 6,000-18,000 per second on
+this 2-core machine (RabbitMQ 3.10.8 / 4.3.6, under load). A lookup by task
+id reads only the shard of that id, so with 1,000,000 waiting tasks it reads
+about 62,500 entries rather than a million.
+
+Why the broker does not write the index itself: a ``BCC`` header on the
+ladder publish makes RabbitMQ route a copy into a stream, atomically, and it
+was tried (see :mod:`.writer` for the measurements). It has three problems:
+dead-lettering re-routes with the BCC keys, so each hop copied the message
+again unless every level had a key of its own; the copy doubles the broker's
+work per message (pipelined publishing fell to 0.36x on 3.10.8 and 0.54x on
+4.3.6); and a publish that reaches the index is "routed", so the mandatory
+flag no longer reports a ladder that cannot take the message.
+
+Retention: every stream keeps ``x-max-age`` = the ladder's maximum delay
+plus :data:`MARGIN_S`, so every task that can still be waiting has its
+entry, and the streams do not grow for ever (RabbitMQ drops whole segments
+once they are older than that; small segments make that happen in small steps).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from .spec import LadderSpec
+
+__all__ = ["IndexLayout", "MARGIN_S", "SHARDS", "STREAM_VERSION", "MARKER", "index_layout"]
+
+#: Index shards (streams) per ladder; see the module docstring.
+SHARDS = 16
+#: Kept beyond the ladder's maximum delay: lateness (a broker outage, a burst
+#: draining) must not let a cancel expire before its task arrives.
+MARGIN_S = 86400
+#: Streams exist from RabbitMQ 3.9.
+STREAM_VERSION = (3, 9)
+#: Header of a marker message: a reader writes one and reads up to it, because
+#: AMQP 0-9-1 does not say where a stream ends.
+MARKER = "x-delayq-marker"
+
+_INDEX_SEGMENT_BYTES = 64_000_000
+_CANCEL_SEGMENT_BYTES = 4_000_000
+
+
+@dataclass(frozen=True)
+class IndexLayout:
+    """The index and cancel-log streams of one ladder.
+
+    Attributes:
+        spec: The ladder.
+        index: Whether the index of waiting tasks exists (``delayq_index``);
+            the cancel log always does.
+        shards: Number of index streams.
+    """
+
+    spec: LadderSpec
+    index: bool = True
+    shards: int = SHARDS
+
+    def shard_queue(self, shard: int) -> str:
+        """Name of index stream ``shard``."""
+        return f"{self.spec.namespace}.index.{shard:02x}"
+
+    @property
+    def shard_queues(self) -> list[str]:
+        """Every index stream (empty when the index is off)."""
+        return [self.shard_queue(h) for h in range(self.shards)] if self.index else []
+
+    @property
+    def cancel_queue(self) -> str:
+        """The cancel log stream."""
+        return f"{self.spec.namespace}.cancels"
+
+    @property
+    def streams(self) -> list[str]:
+        """Every stream of the layout."""
+        return [*self.shard_queues, self.cancel_queue]
+
+    @property
+    def max_age_s(self) -> int:
+        """Retention of every stream: the ladder's maximum delay plus :data:`MARGIN_S`."""
+        return int(self.spec.max_delay_s) + 1 + MARGIN_S
+
+    def shard_of(self, task_id: str) -> int:
+        """The index shard of a task id (stable across processes and versions)."""
+        return hashlib.blake2b(task_id.encode("utf-8"), digest_size=2).digest()[0] % self.shards
+
+    def entities(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """``(kind, name, args)`` like :meth:`~celery_delayq.rabbitmq.topology.Topology.entities`."""
+        plan: list[tuple[str, str, dict[str, Any]]] = [
+            ("queue", name, self.stream_args(_INDEX_SEGMENT_BYTES)) for name in self.shard_queues]
+        plan.append(("queue", self.cancel_queue, self.stream_args(_CANCEL_SEGMENT_BYTES)))
+        return plan
+
+    def stream_args(self, segment_bytes: int) -> dict[str, Any]:
+        """Declare arguments of one stream."""
+        return {"x-queue-type": "stream", "x-max-age": f"{self.max_age_s}s",
+                "x-stream-max-segment-size-bytes": segment_bytes}
+
+
+def index_layout(spec: LadderSpec, *, index: bool, version: tuple[int, ...]) -> IndexLayout | None:
+    """The layout for a ladder on a broker of ``version``; None where streams do not exist (< 3.9)."""
+    if version < STREAM_VERSION:
+        return None
+    return IndexLayout(spec, index=index)

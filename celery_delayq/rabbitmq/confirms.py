@@ -1,0 +1,228 @@
+"""Publisher confirms and mandatory returns on one AMQP channel, pipelined.
+
+A publish is scheduled only once the broker has confirmed it *and* did not
+return it as unroutable. Publishes get increasing delivery tags; acks and
+nacks settle them (``multiple`` settles everything up to a tag). A return
+arrives before the ack of the same message and is matched by the ladder
+entry id in the message's headers.
+
+Every publish belongs to a :class:`Tracker`: one per single publish, one per
+``batch()`` block. Outcomes are recorded in the tracker of the publish they
+belong to, never in the channel, so nothing one caller did (a nack, a
+timeout, a lost connection) can surface in another caller's call, and a
+channel that is given up can hand each caller exactly its own losses.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+import amqp
+
+from ..errors import PublishError, PublishNacked, PublishReturned, PublishTimeout
+from ..ladder.headers import ENTRY
+
+__all__ = ["ConfirmChannel", "Pending", "Tracker", "fail", "message_name"]
+
+
+def message_name(message: amqp.Message, entry: str) -> str:
+    """The name a caller knows a message by: Celery's task id, else ``message_id``, else ``entry``."""
+    headers = message.application_headers or {}
+    name = headers.get("id") or message.properties.get("message_id") or entry
+    return str(name)
+
+
+@dataclass(eq=False)
+class Tracker:
+    """The publishes of one caller (a single publish or one ``batch()`` block).
+
+    ``outstanding`` counts its publishes that are neither confirmed nor failed,
+    wherever they are (on a channel, or waiting to be republished after a lost
+    connection); ``failures`` holds what was settled as not scheduled.
+    """
+
+    outstanding: int = 0
+    failures: list[PublishError] = field(default_factory=list)
+
+    def take_failures(self) -> list[PublishError]:
+        """The failures recorded so far, cleared from the tracker."""
+        out, self.failures = self.failures, []
+        return out
+
+
+@dataclass(eq=False)
+class Pending:
+    """A published, not yet confirmed message (kept so it can be republished)."""
+
+    entry: str
+    message: amqp.Message
+    exchange: str
+    routing_key: str
+    tracker: Tracker = field(default_factory=Tracker)
+    #: Task id / message id / entry id, as in :attr:`PublishError.failed`.
+    name: str = ""
+
+
+class ConfirmChannel:
+    """A confirm-mode channel that tracks every unconfirmed publish.
+
+    Not thread-safe by itself: :class:`~celery_delayq.rabbitmq.publisher.LadderPublisher`
+    serialises access with a lock.
+    """
+
+    def __init__(self, connection: amqp.Connection) -> None:
+        self.connection = connection
+        self.channel = connection.channel()
+        self.channel.confirm_select()
+        self.channel.events["basic_ack"].add(self._on_ack)
+        self.channel.events["basic_nack"].add(self._on_nack)
+        self.channel.events["basic_return"].add(self._on_return)
+        self._next_tag = 1
+        self.pending: dict[int, Pending] = {}
+        self._returned: dict[str, str] = {}
+        #: The tracker of publishes made without one (the parker's one-at-a-time use).
+        self.tracker = Tracker()
+
+    @property
+    def failures(self) -> list[PublishError]:
+        """Failures of publishes made without a tracker of their own."""
+        return self.tracker.failures
+
+    def publish(self, message: amqp.Message, exchange: str, routing_key: str,
+                tracker: Tracker | None = None, *, name: str | None = None) -> int:
+        """Send with ``mandatory`` set; returns the delivery tag to wait for.
+
+        ``name`` is what a failure calls the message (default: :func:`message_name`).
+        If this raises, the message is not tracked: the caller still owns it.
+        """
+        entry = message.application_headers.get(ENTRY, "")
+        item = Pending(entry, message, exchange, routing_key, tracker or self.tracker,
+                       name if name is not None else message_name(message, entry))
+        tag = self._send(item)
+        item.tracker.outstanding += 1
+        return tag
+
+    def adopt(self, item: Pending) -> int:
+        """Republish a message left unconfirmed by a lost channel (its tracker already counts it)."""
+        return self._send(item)
+
+    def _send(self, item: Pending) -> int:
+        self.channel.basic_publish(item.message, exchange=item.exchange, routing_key=item.routing_key,
+                                   mandatory=True)
+        tag = self._next_tag
+        self._next_tag += 1
+        self.pending[tag] = item
+        return tag
+
+    def wait(self, upto: int | None = None, *, timeout: float, keep: int = 0,
+             tracker: Tracker | None = None) -> None:
+        """Block until the publishes waited for are settled.
+
+        With ``tracker``: every publish of that tracker. Otherwise every publish
+        up to the tag ``upto`` (default all), or until no more than ``keep``
+        remain unsettled.
+
+        Raises:
+            PublishTimeout: the broker did not confirm within ``timeout`` seconds;
+                it names the unsettled publishes waited for (still tracked here).
+        """
+        if tracker is not None:
+            def busy() -> bool:
+                return tracker.outstanding > 0
+        elif upto is None:
+            def busy() -> bool:
+                return len(self.pending) > keep
+        else:
+            def busy() -> bool:
+                return self._unsettled(upto) > keep
+        deadline = time.monotonic() + timeout
+        while busy():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                late = [p for p in self.pending.values() if tracker is None or p.tracker is tracker]
+                raise PublishTimeout(
+                    f"no publisher confirm within {timeout:.1f} s for {len(late)} ladder "
+                    "message(s); they may or may not be scheduled. Check the broker's health "
+                    "(memory/disk alarms block publishers).",
+                    failed=[p.name for p in late], entries=[p.entry for p in late],
+                )
+            try:
+                self.connection.drain_events(timeout=left)
+            except socket.timeout:
+                continue
+
+    def _unsettled(self, upto: int) -> int:
+        count = 0
+        for tag in self.pending:  # insertion order is tag order
+            if tag > upto:
+                break
+            count += 1
+        return count
+
+    def take_failures(self) -> list[PublishError]:
+        """Failures of publishes made without a tracker, cleared from the channel."""
+        return self.tracker.take_failures()
+
+    def take(self) -> list[Pending]:
+        """Every unconfirmed publish, in tag order, forgotten by this channel (to republish).
+
+        Their trackers still count them as outstanding.
+        """
+        out = list(self.pending.values())
+        self.pending.clear()
+        self._returned.clear()
+        return out
+
+    # -- broker callbacks ------------------------------------------------------
+    def _settle(self, tag: int, multiple: bool, nacked: bool) -> None:
+        if multiple:
+            tags = []
+            for t in self.pending:  # insertion order is tag order: stop at the first later tag
+                if t > tag:
+                    break
+                tags.append(t)
+        else:
+            tags = [tag]
+        for t in tags:
+            item = self.pending.pop(t, None)
+            if item is None:
+                continue
+            item.tracker.outstanding -= 1
+            reason = self._returned.pop(item.entry, None)
+            if nacked:
+                item.tracker.failures.append(PublishNacked(
+                    f"the broker refused ladder message {item.name} (basic.nack), e.g. a ladder "
+                    "queue at its length limit or a failing quorum; it was NOT scheduled",
+                    failed=[item.name], entries=[item.entry]))
+            elif reason is not None:
+                item.tracker.failures.append(PublishReturned(
+                    f"ladder message {item.name} was returned unroutable by exchange "
+                    f"{item.exchange!r} ({reason}); the ladder topology is missing or differs. "
+                    "It was NOT scheduled.", failed=[item.name], entries=[item.entry]))
+
+    def _on_ack(self, delivery_tag: int, multiple: bool) -> None:
+        self._settle(delivery_tag, multiple, nacked=False)
+
+    def _on_nack(self, delivery_tag: int, multiple: bool) -> None:
+        self._settle(delivery_tag, multiple, nacked=True)
+
+    def _on_return(self, exc: Exception, exchange: str, routing_key: str, message: amqp.Message) -> None:
+        entry = (message.application_headers or {}).get(ENTRY, "")
+        self._returned[entry] = str(getattr(exc, "reply_text", exc))
+
+
+def fail(items: Iterable[Pending], error: Callable[[list[Pending]], PublishError]) -> None:
+    """Settle ``items`` as not scheduled: each tracker gets one ``error(its items)``."""
+    for tracker, mine in _by_tracker(items):
+        tracker.outstanding -= len(mine)
+        tracker.failures.append(error(mine))
+
+
+def _by_tracker(items: Iterable[Pending]) -> Iterator[tuple[Tracker, list[Pending]]]:
+    groups: dict[int, tuple[Tracker, list[Pending]]] = {}
+    for item in items:
+        groups.setdefault(id(item.tracker), (item.tracker, []))[1].append(item)
+    return iter(groups.values())

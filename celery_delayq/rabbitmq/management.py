@@ -1,0 +1,405 @@
+"""What AMQP cannot tell, asked of RabbitMQ's management HTTP API (when it is there).
+
+AMQP 0-9-1 cannot list bindings, and it cannot see messages a quorum queue
+holds in its dead-letter state. Both matter to the ladder: a destination
+exchange without a binding for the routing key would hold a message in its
+exit queue for ever (at-least-once dead-lettering retries, it never drops),
+and a held message is invisible to a passive declare.
+
+The API is optional (the ``rabbitmq_management`` plugin): every call here
+answers ``None`` ("cannot tell") when it is off or unreachable, quickly, and
+callers fall back to what AMQP can do. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import urllib.error
+import urllib.parse
+import time
+import urllib.request
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    import amqp
+    from kombu.connection import Connection
+
+__all__ = ["ManagementAPI", "Identity", "amqp_identity", "default_name_of", "key_matches", "report_unused"]
+
+log = logging.getLogger(__name__)
+
+#: The management plugin's default port.
+DEFAULT_PORT = 15672
+#: How long the API may take to list a new AMQP connection (a node emits statistics every 5 s).
+CONNECTION_VISIBLE_S = 6.0
+
+
+def key_matches(exchange_type: str, binding_key: str, routing_key: str) -> bool | None:
+    """Does a binding with ``binding_key`` route ``routing_key``? ``None``: depends on headers.
+
+    Pure: direct compares, topic matches ``*`` (one word) and ``#`` (zero or
+    more), fanout always routes; headers (and plugin types) cannot be told
+    from the key.
+    """
+    if exchange_type == "fanout":
+        return True
+    if exchange_type == "direct":
+        return binding_key == routing_key
+    if exchange_type == "topic":
+        return _topic_match(binding_key.split("."), routing_key.split("."))
+    return None
+
+
+def _topic_match(pattern: list[str], words: list[str]) -> bool:
+    if not pattern:
+        return not words
+    head, rest = pattern[0], pattern[1:]
+    if head == "#":
+        return any(_topic_match(rest, words[i:]) for i in range(len(words) + 1))
+    if not words:
+        return False
+    return (head == "*" or head == words[0]) and _topic_match(rest, words[1:])
+
+
+@dataclass(frozen=True, eq=False)
+class ManagementAPI:
+    """A client of one vhost's management API; every method answers ``None`` when it cannot tell."""
+
+    base_url: str
+    vhost: str
+    userid: str
+    password: str
+    timeout: float = 2.0
+    #: The AMQP connection's ``cluster_name``: an API of another broker (a URL
+    #: guessed from the host name) must never answer for this one.
+    cluster_name: str | None = None
+    #: The AMQP connection as the broker names it (``"client_ip:port -> server_ip:port"``),
+    #: looked for among the API's connections when the names do not settle it.
+    connection_name: str | None = None
+    #: Was the URL given (``delayq_management_url``) rather than guessed from the AMQP host?
+    configured: bool = False
+
+    @classmethod
+    def for_connection(cls, connection: Connection, url: str | None = None, *, cluster_name: str | None = None,
+                       connection_name: str | None = None) -> "ManagementAPI | None":
+        """The API of a kombu connection's broker: ``url``, else ``http://<host>:15672``; ``url=""`` = off.
+
+        ``cluster_name`` (from the AMQP connection's server properties) and
+        ``connection_name`` identify the broker the AMQP side reached; the API
+        must speak for it (:attr:`same_broker`) before any answer is trusted.
+        """
+        if url == "":
+            return None
+        configured = url is not None
+        if url is None:
+            url = f"http://{connection.hostname or 'localhost'}:{DEFAULT_PORT}"
+        return cls(url.rstrip("/"), connection.virtual_host or "/", connection.userid or "guest",
+                   connection.password or "guest", cluster_name=cluster_name, connection_name=connection_name,
+                   configured=configured)
+
+    @classmethod
+    def for_broker(cls, connection: Connection, raw: amqp.Connection, url: str | None = None) -> "ManagementAPI | None":
+        """:meth:`for_connection`, checked against the broker ``raw`` reached (:func:`amqp_identity`).
+
+        ``raw``: the open ``amqp.Connection``.
+        """
+        cluster, name = amqp_identity(raw)
+        return cls.for_connection(connection, url, cluster_name=cluster, connection_name=name)
+
+    @property
+    def same_broker(self) -> bool:
+        """Does this API speak for the broker the AMQP connection reached? (:meth:`identity`)"""
+        return self.identity().state == "ok"
+
+    def identity(self) -> "Identity":
+        """:meth:`identify`, asked once: an answer is kept, no answer (the API down or slow) is not.
+
+        An API that is not used is reported once per process, at WARNING when
+        it was configured or answers for another broker (:func:`report_unused`).
+        """
+        known = self.__dict__.get("_identity")
+        if isinstance(known, Identity):
+            return known
+        found = self.identify()
+        if found.state != "ok":
+            report_unused(self, found)
+        if found.state != "unreachable":
+            self.__dict__["_identity"] = found
+        return found
+
+    def identify(self, *, wait_s: float = CONNECTION_VISIBLE_S) -> "Identity":
+        """Whether this API speaks for the broker of the AMQP connection, and by what sign.
+
+        In order, the first that holds:
+
+        1. ``/api/overview``'s ``cluster_name`` is the AMQP connection's
+           (a cluster named with ``set_cluster_name``; a single node).
+        2. The AMQP ``cluster_name`` is a node-derived default naming one of
+           ``/api/nodes`` (RabbitMQ 3.x gives each node of an unnamed cluster
+           its own default name, ``<node>@<FQDN>``: the node the AMQP
+           connection reached, behind a load balancer or DNS name too).
+        3. The AMQP connection itself is among the API's connections
+           (``/api/connections/<name>``, cluster-wide; visible only after the
+           node's next statistics emission, so asked for up to ``wait_s``);
+           only asked of an API of several nodes: a single node gives AMQP
+           and HTTP one ``cluster_name``, so 1. already said no.
+
+        Otherwise the API belongs to another broker.
+        """
+        overview = self._request("/api/overview?columns=cluster_name,node,rabbitmq_version")
+        if not isinstance(overview, dict):
+            return Identity("unreachable", f"no answer from {self.base_url}")
+        theirs = str(overview.get("cluster_name") or "")
+        if not self.cluster_name or theirs == self.cluster_name:
+            return Identity("ok", "cluster_name", theirs)
+        nodes = self._request("/api/nodes?columns=name")
+        names = [str(n.get("name")) for n in nodes if isinstance(n, dict)] if isinstance(nodes, list) else []
+        if default_name_of(self.cluster_name, names, api_node=str(overview.get("node") or ""), api_cluster=theirs):
+            return Identity("ok", "node", theirs)
+        # One node answers AMQP and HTTP with the same cluster_name, so a single-node API whose name
+        # differs is another broker: no need to wait up to wait_s for the connection to show there
+        # (a process beside two local brokers, 3.10 and 4.3, paid 6 s at its first publish).
+        single = len(names) == 1
+        if not single and self.connection_name and self._sees_connection(self.connection_name, wait_s):
+            return Identity("ok", "connection", theirs)
+        return Identity("other_broker", f"cluster {theirs!r} (nodes {', '.join(names) or '?'}), RabbitMQ "
+                        f"{overview.get('rabbitmq_version') or '?'}; the AMQP connection reached cluster "
+                        f"{self.cluster_name!r}, which none of its nodes is", theirs)
+
+    def _sees_connection(self, name: str, wait_s: float) -> bool:
+        path = "/api/connections/" + urllib.parse.quote(name, safe="") + "?columns=name"
+        deadline = time.monotonic() + wait_s
+        while True:
+            found = self._request(path)
+            if isinstance(found, dict):
+                return True
+            if found is None or time.monotonic() >= deadline:  # None: the API failed, not "not there"
+                return False
+            time.sleep(0.5)
+
+    def _get(self, path: str) -> Any:
+        if not self.same_broker:
+            return None
+        return self._request(path)
+
+    def _request(self, path: str) -> Any:
+        request = urllib.request.Request(self.base_url + path)
+        token = base64.b64encode(f"{self.userid}:{self.password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - operator's URL
+                return json.load(response)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return _NOT_FOUND
+            log.debug("delayq: management API %s answered %s", self.base_url, exc.code)
+            return None
+        except (OSError, ValueError) as exc:
+            log.debug("delayq: management API %s not usable: %r", self.base_url, exc)
+            return None
+
+    def _vhost_path(self, kind: str, name: str, suffix: str = "") -> str:
+        q = urllib.parse.quote
+        return f"/api/{kind}/{q(self.vhost, safe='')}/{q(name, safe='')}{suffix}"
+
+    def routes(self, exchange: str, routing_key: str) -> bool | None:
+        """Does ``exchange`` have a binding that routes ``routing_key``? ``None``: cannot tell."""
+        info = self._get(self._vhost_path("exchanges", exchange))
+        if info is None or info is _NOT_FOUND:
+            return None if info is None else False
+        bindings = self._get(self._vhost_path("exchanges", exchange, "/bindings/source"))
+        if not isinstance(bindings, list):
+            return None
+        if info.get("arguments", {}).get("alternate-exchange"):
+            return True  # the alternate exchange takes what no binding does
+        exchange_type = str(info.get("type", ""))
+        unknown = False
+        for binding in bindings:
+            matched = key_matches(exchange_type, str(binding.get("routing_key", "")), routing_key)
+            if matched:
+                return True
+            unknown = unknown or matched is None
+        return None if unknown else False
+
+    def put_policy(self, name: str, body: dict[str, Any]) -> bool:
+        """Create or replace policy ``name`` in the vhost; whether the broker took it."""
+        return self._send("PUT", self._vhost_path("policies", name), body)
+
+    def delete_policy(self, name: str) -> bool:
+        """Delete policy ``name`` from the vhost; whether it is gone."""
+        return self._send("DELETE", self._vhost_path("policies", name), None)
+
+    def _send(self, method: str, path: str, body: dict[str, Any] | None) -> bool:
+        if not self.same_broker:
+            return False
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.base_url + path, data=data, method=method)
+        token = base64.b64encode(f"{self.userid}:{self.password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+        request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout):  # noqa: S310 - operator's URL
+                return True
+        except urllib.error.HTTPError as exc:
+            log.info("delayq: management API %s %s answered %s: %s", method, path, exc.code,
+                     exc.read()[:200].decode(errors="replace"))
+            return exc.code == 404 and method == "DELETE"
+        except OSError as exc:
+            log.info("delayq: management API %s not usable: %r", self.base_url, exc)
+            return False
+
+    def running_nodes(self) -> list[str] | None:
+        """Names of the cluster's running nodes (``GET /api/nodes``)."""
+        found = self._get("/api/nodes?columns=name,running")
+        if not isinstance(found, list):
+            return None
+        return sorted(str(n["name"]) for n in found if n.get("running") and n.get("name"))
+
+    def amqp_listeners(self) -> list[dict[str, Any]] | None:
+        """Every node's listeners (``node``, ``protocol``, ``ip_address``, ``port``; ``GET /api/overview``)."""
+        found = self._get("/api/overview?columns=listeners")
+        if not isinstance(found, dict) or not isinstance(found.get("listeners"), list):
+            return None
+        return [item for item in found["listeners"] if isinstance(item, dict)]
+
+    def queues(self, names: list[str] | None = None) -> list[dict[str, Any]] | None:
+        """Queue statistics of the vhost (``messages``, ``messages_ready``, ``leader``/``node`` ...)."""
+        q = urllib.parse.quote(self.vhost, safe="")
+        found = self._get(f"/api/queues/{q}?columns=name,type,messages,messages_ready,"
+                          "messages_unacknowledged,leader,node,members,arguments")
+        if not isinstance(found, list):
+            return None
+        if names is not None:
+            wanted = set(names)
+            found = [item for item in found if item.get("name") in wanted]
+        return found
+
+    def node_handles(self) -> list[dict[str, Any]] | None:
+        """Every running node's ``name``, ``fd_total`` and ``sockets_used`` (``GET /api/nodes``).
+
+        ``None`` also when the user may not see every virtual host (neither the
+        ``monitoring`` nor the ``administrator`` tag): what its queues reserve
+        could then not be counted.
+        """
+        who = self._get("/api/whoami")
+        tags = who.get("tags") if isinstance(who, dict) else None
+        tags = tags if isinstance(tags, list) else str(tags or "").split(",")
+        if not {"administrator", "monitoring"} & {str(t).strip() for t in tags}:
+            return None
+        found = self._get("/api/nodes?columns=name,running,fd_total,sockets_used")
+        if not isinstance(found, list):
+            return None
+        return [n for n in found if isinstance(n, dict) and n.get("running", True) and n.get("name")]
+
+    def queue_total(self) -> int | None:
+        """How many queues the broker has, in every virtual host (``GET /api/overview``'s ``object_totals``)."""
+        found = self._get("/api/overview?columns=object_totals")
+        totals = found.get("object_totals") if isinstance(found, dict) else None
+        count = totals.get("queues") if isinstance(totals, dict) else None
+        return count if isinstance(count, int) else None
+
+    def all_queues(self) -> list[dict[str, Any]] | None:
+        """Every virtual host's queues: ``name``, ``vhost``, ``type``, ``leader``/``node``, ``members``."""
+        found = self._get("/api/queues?columns=name,vhost,type,leader,node,members")
+        return found if isinstance(found, list) else None
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Whether a management API speaks for the AMQP connection's broker.
+
+    Attributes:
+        state: ``ok``, ``unreachable`` or ``other_broker``.
+        how: For ``ok``, the sign (``cluster_name``, ``node`` or ``connection``);
+            otherwise what was found instead.
+        api_cluster: The API's ``cluster_name`` ("" when it did not answer).
+    """
+
+    state: str
+    how: str
+    api_cluster: str = ""
+
+
+def amqp_identity(raw: amqp.Connection) -> tuple[str | None, str | None]:
+    """The open ``amqp.Connection`` ``raw``'s ``cluster_name`` server property and broker-side name.
+
+    The name is ``"client_ip:port -> server_ip:port"``, as RabbitMQ names the
+    connection; ``None`` when the socket cannot tell (closed).
+    """
+    cluster = raw.server_properties.get("cluster_name")
+    if isinstance(cluster, bytes):
+        cluster = cluster.decode()
+    name = None
+    sock = getattr(getattr(raw, "transport", None), "sock", None) or getattr(raw, "sock", None)
+    try:
+        if sock is not None:
+            (lhost, lport, *_), (rhost, rport, *_) = sock.getsockname(), sock.getpeername()
+            name = f"{lhost}:{lport} -> {rhost}:{rport}"
+    except (OSError, ValueError):
+        name = None
+    return (str(cluster) if cluster else None), name
+
+
+def default_name_of(cluster_name: str, nodes: list[str], *, api_node: str = "", api_cluster: str = "") -> bool:
+    """Is ``cluster_name`` the default name RabbitMQ 3.x gives node one of ``nodes``? (pure)
+
+    A 3.x node whose cluster was never named reports ``<name>@<FQDN of its
+    host>`` while the node itself is ``<name>@<host>`` (``rabbit@db1`` reports
+    ``rabbit@db1.example.com``; a node named ``@localhost`` reports the
+    machine's name). So: the same name before ``@``, and hosts that are equal,
+    one the other's first label, or the pair the API's own node shows
+    (``api_node`` reports ``api_cluster``: nodes on one machine).
+    """
+    if "@" not in cluster_name:
+        return False
+    name, host = cluster_name.split("@", 1)
+    same_machine = None
+    if "@" in api_node and "@" in api_cluster and api_node.split("@", 1)[0] == api_cluster.split("@", 1)[0]:
+        same_machine = (api_node.split("@", 1)[1], api_cluster.split("@", 1)[1])
+    for node in nodes:
+        if "@" not in node:
+            continue
+        node_name, node_host = node.split("@", 1)
+        if node_name != name:
+            continue
+        if host == node_host or host.startswith(node_host + ".") or node_host.startswith(host + "."):
+            return True
+        if same_machine == (node_host, host):
+            return True
+    return False
+
+
+_reported: set[tuple[str, str | None]] = set()
+
+
+def report_unused(api: ManagementAPI, found: Identity) -> None:
+    """Say once per process (per API and AMQP broker) that the API is not used, why, and what fixes it.
+
+    WARNING when the API answers for another broker or was configured
+    (``delayq_management_url``) but does not answer; INFO for a guessed URL
+    that does not answer (no management plugin is a normal set-up).
+    """
+    key = (api.base_url, api.cluster_name)
+    if key in _reported:
+        return
+    _reported.add(key)
+    lost = ("leader placement, held-message detection and recovery after a broker restart, and the "
+            "unroutable-key check at publish are off")
+    if found.state == "other_broker":
+        log.warning("delayq: not using the management API at %s: it answers for %s. Without it %s. Set "
+                    "delayq_management_url to the management API of a node of the broker in broker_url "
+                    "(or give the cluster one name: `rabbitmqctl set_cluster_name NAME`).",
+                    api.base_url, found.how, lost)
+    elif api.configured:
+        log.warning("delayq: not using the management API at %s: %s. Without it %s. Check "
+                    "delayq_management_url and that the rabbitmq_management plugin is on.", api.base_url,
+                    found.how, lost)
+    else:
+        log.info("delayq: no management API at %s (guessed from the broker's host; set delayq_management_url "
+                 "if it is elsewhere, or '' to switch it off): %s.", api.base_url, lost)
+
+
+_NOT_FOUND: Any = object()

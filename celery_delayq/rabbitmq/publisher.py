@@ -1,0 +1,481 @@
+"""Publish messages into the ladder: publisher confirms, mandatory flag, no silent loss.
+
+One :class:`LadderPublisher` per process and broker owns a dedicated
+connection (:class:`~celery_delayq.rabbitmq.owned.OwnedConnection`) whose channel is
+in confirm mode, so the app's own publishes keep whatever ``confirm_publish``
+setting they had and pay nothing extra.
+
+Two ways to wait for confirms:
+
+* **one by one** (default): :meth:`~LadderPublisher.schedule` returns only
+  once the broker has confirmed the message, or raises
+  :class:`~celery_delayq.errors.PublishError`.
+* **pipelined** inside :meth:`LadderPublisher.batch` (or :func:`celery_delayq.batch`):
+  publishes return at once, up to ``batch_window`` stay unconfirmed, and
+  leaving the block waits for the rest and raises if any was nacked or
+  returned. Confirms stay on; they are only awaited together.
+
+When the connection drops, every unconfirmed message is republished on a new
+connection (at-least-once: the ladder may then hold a duplicate). When that
+fails too, nothing is left unnamed: the :class:`PublishError` raised lists in
+``failed`` the task id of every message that may not be scheduled, and the
+publisher keeps no state from it into the next call.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
+
+import amqp
+from kombu.connection import Connection
+from kombu.serialization import dumps
+
+from ..ladder import headers as H
+from .. import signals
+from ..config import DelayqConfig
+from .confirms import ConfirmChannel, Pending, Tracker, fail
+from ..ladder.delays import due_from
+from ..errors import BrokerUnavailable, PublishError, PublishTimeout
+from ..ladder.spec import LadderSpec
+from .owned import OwnedConnection
+from .registry import ProcessRegistry
+from .budget import BudgetCheck
+from .management import ManagementAPI
+from .placement import LeaderPlacement
+from .topology import Destination, Topology, broker_version, resolve_queue_type
+from ..ladder.index_layout import index_layout
+from .index_writer import IndexBuffer, index_batch
+from .worker import LadderWorker
+
+__all__ = ["LadderPublisher", "Scheduled", "publisher_for", "plan"]
+
+log = logging.getLogger(__name__)
+
+_RECOVERABLE = (amqp.exceptions.RecoverableConnectionError, ConnectionError, OSError)
+#: Connections opened per call before giving up; no sleep between them (a dropped
+#: connection reconnects at once, a stopped broker refuses at once).
+_ATTEMPTS = 3
+#: Names shown in an error message; ``PublishError.failed`` has all of them.
+_SHOWN = 5
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """What the ladder did with one message. Returned by every publish."""
+
+    entry: str
+    due: float
+    delay: float
+    units: int
+    hops: int
+    exchange: str
+    routing_key: str
+    destination: Destination
+
+
+def plan(spec: LadderSpec, destination: Destination, *, due: float, now: float,
+         shard: int = 0) -> tuple[int, str, str, int]:
+    """Pure: ``(units, entry exchange, ladder routing key, hops)`` for a due time (in shard ``shard``)."""
+    units = spec.units_for(due - now)
+    return (units, *spec.route(units, destination.token, shard))
+
+
+@dataclass(eq=False)
+class _Batch:
+    tracker: Tracker = field(default_factory=Tracker)
+    scheduled: list[tuple[Scheduled, dict[str, Any]]] = field(default_factory=list)
+    #: Entry ids already reported to the caller as not (known to be) scheduled.
+    reported: set[str] = field(default_factory=set)
+
+
+def _names(items: Sequence[Pending]) -> tuple[list[str], list[str]]:
+    return [p.name for p in items], [p.entry for p in items]
+
+
+def _preview(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:_SHOWN])
+    return shown + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
+
+
+def combine(failures: Sequence[PublishError], *, also: Sequence[tuple[str, str]] = (),
+            cause: PublishError | None = None) -> PublishError:
+    """One error naming every message of ``failures`` plus ``also`` (``(name, entry)`` pairs).
+
+    Its type is the failures' common type (``PublishError`` if they differ).
+    """
+    if len(failures) == 1 and not also and cause is None:
+        return failures[0]
+    names = [n for f in failures for n in f.failed] + [n for n, _ in also]
+    entries = [e for f in failures for e in f.entries] + [e for _, e in also]
+    if not names and cause is not None:
+        return cause
+    kinds = {type(f) for f in failures} | ({type(cause)} if cause is not None else set())
+    cls = kinds.pop() if len(kinds) == 1 else PublishError
+    first = str(cause if cause is not None else failures[0])
+    return cls(f"{first} -- {len(names)} delayed message(s) NOT scheduled or not confirmed: "
+               f"{_preview(names)}", failed=names, entries=entries)
+
+
+class LadderPublisher:
+    """Publishes into one ladder over a dedicated confirm-mode connection.
+
+    Thread-safe; fork-safe (a child process reconnects on first use).
+    """
+
+    @classmethod
+    def for_connection(cls, connection: Connection, config: DelayqConfig) -> "LadderPublisher":
+        """The process-wide publisher for a broker and configuration (``delayq_backend = "ladder"``)."""
+        return publisher_for(connection, config)
+
+    def __init__(self, connection: Connection, config: DelayqConfig, *, clock: Any = time.time) -> None:
+        self.template = connection
+        self.config = config
+        self.spec = config.spec
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._local = threading.local()
+        self._link = OwnedConnection(connection, role="ladder publisher")
+        #: Unconfirmed publishes of a lost connection, republished on the next one.
+        self._orphans: collections.deque[Pending] = collections.deque()
+        self.topology: Topology | None = None
+        #: Set by :meth:`declare` for an explicit creation (see there).
+        self._explicit = False
+        #: Index entries of single publishes, written a few at a time.
+        self._index = IndexBuffer(self)
+
+    # -- connection ---------------------------------------------------------------
+    @property
+    def link(self) -> OwnedConnection:
+        """The dedicated connection (its options: ``link.describe()``)."""
+        return self._link
+
+    def raw_connection(self) -> amqp.Connection:
+        """The py-amqp connection, connected and with the ladder declared or verified.
+
+        Raises:
+            BrokerUnavailable: the broker cannot be reached (tried once per host).
+        """
+        with self._lock:
+            self._io(Tracker(), lambda confirm: None)
+            return self._link.raw
+
+    def declare(self, *, explicit: bool = False) -> Topology:
+        """Declare (or verify) the ladder now rather than at the first publish.
+
+        ``explicit``: an operator's deliberate creation, as ``delayq topology
+        declare`` is: on RabbitMQ 3.x a new ladder is then created even where
+        its file-handle cost cannot be checked (no management API); a check
+        that can run still refuses (:mod:`celery_delayq.rabbitmq.budget`).
+
+        Raises:
+            FileHandleBudgetExceeded: a new ladder would not fit RabbitMQ 3.x's file handles.
+            FileHandleBudgetUnknown: a new ladder on 3.x, no API to check it, and not ``explicit``.
+        """
+        with self._lock:
+            self._explicit = explicit
+            try:
+                self.raw_connection()
+            finally:
+                self._explicit = False
+            assert self.topology is not None
+            self.topology.streams_ready()
+        return self.topology
+
+    def close(self) -> None:
+        """Wait for outstanding confirms, then close the ladder connection."""
+        with self._lock:
+            self._index.flush()
+            confirm = self._link.confirm
+            if confirm is not None and confirm.pending:
+                with contextlib.suppress(PublishError, *_RECOVERABLE):
+                    confirm.wait(timeout=self.config.confirm_timeout)
+            self._link.drop()
+
+    def after_fork_in_child(self) -> None:
+        """In a forked child: forget the parent's connection, lock and batches."""
+        self._lock = threading.RLock()
+        self._local = threading.local()
+        self._orphans = collections.deque()
+        self._index.forget()
+        self._link.after_fork_in_child()
+
+    def _live(self) -> ConfirmChannel:
+        """The confirm channel, (re)connected, with the ladder declared and orphans republished."""
+        confirm = self._link.confirm
+        if confirm is not None and not confirm.pending and self._link.idle_too_long():
+            log.debug("delayq: ladder connection idle past its heartbeat; reconnecting")
+            confirm = None
+        if confirm is None:
+            confirm = self._link.open()
+        if self.topology is None:
+            raw = self._link.raw
+            version = broker_version(raw)
+            topology = Topology(self.spec, resolve_queue_type(self.config.queue_type, version),
+                                index=index_layout(self.spec, index=self.config.index, version=version))
+            api = ManagementAPI.for_broker(self.template, raw, self.config.management_url)
+            topology.route_check = api.routes if api is not None else None
+            if api is not None and self.config.leader_placement == "spread":
+                topology.placement = LeaderPlacement(api, self.template).place
+            # RabbitMQ 3.x: a new ladder only where its quorum queues fit the file-handle budget.
+            topology.budget = BudgetCheck(version, api, spread=self.config.leader_placement == "spread",
+                                          explicit=self._explicit)
+            if self.config.declare:
+                topology.declare(raw, defer_streams=True)  # streams: before the first index entry
+            else:
+                topology.verify(raw)
+            self.topology = topology
+        if self._orphans:
+            log.warning("delayq: republishing %d unconfirmed ladder message(s) on a new connection",
+                        len(self._orphans))
+            while self._orphans:  # pop only once sent: a failure leaves the rest orphaned
+                confirm.adopt(self._orphans[0])
+                self._orphans.popleft()
+        return confirm
+
+    def _io(self, tracker: Tracker, op: Callable[[ConfirmChannel], R],
+            also: Sequence[tuple[str, str]] = ()) -> R:
+        """Run ``op`` on a live channel, reconnecting (and republishing) if the connection drops.
+
+        ``also`` names messages the caller holds that are not tracked yet. On
+        giving up, every unconfirmed publish of every tracker is settled as
+        failed, and the error raised names ``tracker``'s and ``also``.
+        """
+        cause: BaseException | None = None
+        for _ in range(_ATTEMPTS):
+            try:
+                result = op(self._live())
+                self._link.touch()
+                return result
+            except _RECOVERABLE as exc:
+                cause = exc
+                self._lose(exc)
+            except BrokerUnavailable as exc:
+                fail(self._orphans, lambda items: BrokerUnavailable(
+                    f"{exc}; the connection had dropped before the broker confirmed these",
+                    failed=_names(items)[0], entries=_names(items)[1]))
+                self._orphans.clear()
+                raise combine(self._take(tracker), also=also, cause=exc) from exc.__cause__
+            except PublishTimeout as exc:
+                self._abandon(lambda items: PublishTimeout(
+                    f"no publisher confirm within {self.config.confirm_timeout:.1f} s; the "
+                    f"connection was closed, so {len(items)} ladder message(s) may or may not be "
+                    "scheduled. Check the broker's health (memory/disk alarms block publishers).",
+                    failed=_names(items)[0], entries=_names(items)[1]))
+                raise combine(self._take(tracker), also=also, cause=exc) from None
+            except (amqp.exceptions.ChannelError, amqp.exceptions.IrrecoverableConnectionError) as exc:
+                confirm = self._link.confirm
+                if isinstance(exc, amqp.exceptions.ChannelError) and confirm is not None \
+                        and confirm.channel.is_open:
+                    raise  # another channel's error (a declare): the confirm channel is fine
+                self._abandon(lambda items: PublishError(
+                    f"the broker closed the ladder's channel ({exc!r}); {len(items)} ladder "
+                    "message(s) may not be scheduled", failed=_names(items)[0], entries=_names(items)[1]))
+                raise combine(self._take(tracker), also=also, cause=PublishError(str(exc))) from exc
+        lost = PublishError(f"lost the broker connection {_ATTEMPTS} times in a row ({cause!r}); "
+                            "the unconfirmed messages may not be scheduled")
+        self._abandon(lambda items: PublishError(str(lost), failed=_names(items)[0],
+                                                 entries=_names(items)[1]))
+        raise combine(self._take(tracker), also=also, cause=lost) from cause
+
+    def _lose(self, exc: BaseException) -> None:
+        """The connection dropped: keep its unconfirmed publishes to republish, forget it."""
+        log.warning("delayq: ladder connection lost (%r); reconnecting", exc)
+        confirm = self._link.confirm
+        if confirm is not None:
+            self._orphans.extendleft(reversed(confirm.take()))
+        self._link.drop()
+
+    def _abandon(self, error: Callable[[list[Pending]], PublishError]) -> None:
+        """Give the connection up: every unconfirmed publish fails in its own tracker."""
+        confirm = self._link.confirm
+        items = (confirm.take() if confirm is not None else []) + list(self._orphans)
+        self._orphans.clear()
+        fail(items, error)
+        self._link.drop()
+
+    def _take(self, tracker: Tracker) -> list[PublishError]:
+        failures = tracker.take_failures()
+        batch: _Batch | None = getattr(self._local, "batch", None)
+        if batch is not None and batch.tracker is tracker:
+            batch.reported.update(e for f in failures for e in f.entries)
+        return failures
+
+    # -- publishing ------------------------------------------------------------------
+    def schedule_body(self, body: Any, *, delay: float | None = None, eta: Any = None,
+                      exchange: str = "", routing_key: str = "", queue: str | None = None,
+                      serializer: str = "json", headers: Mapping[str, Any] | None = None,
+                      **properties: Any) -> Scheduled | None:
+        """Serialise ``body`` and schedule it with a delay, to an exchange and routing key or a queue.
+
+        This is the plain-kombu entry point; Celery tasks reach :meth:`schedule`
+        through the producer hook. Returns ``None`` (and publishes nothing)
+        when the delay is zero or negative: the caller should then publish
+        normally, as Celery does with a past eta.
+        """
+        if queue is not None:
+            exchange, routing_key = "", queue
+        due = due_from(delay, eta, now=self.clock())
+        if due is None:
+            return None
+        content_type, content_encoding, payload = dumps(body, serializer=serializer)
+        return self.schedule(payload, due=due, delay=delay if delay is not None else due - self.clock(),
+                             exchange=exchange, routing_key=routing_key, headers=dict(headers or {}),
+                             content_type=content_type, content_encoding=content_encoding, **properties)
+
+    def plan_pass(self, exchange: str, routing_key: str, headers: dict[str, Any], *, delay: float) -> tuple[str, str]:
+        """Plan one ladder pass to ``exchange``/``routing_key``, ``delay`` seconds from now, for a
+        caller that publishes the message itself; stamps ``headers`` (in place).
+
+        Returns ``(entry exchange, ladder routing key)``. Replay uses it: it publishes
+        inside an AMQP transaction, so that the copy and the ack of the parked original
+        commit together, which a confirm-mode channel cannot do.
+        """
+        self.declare()
+        topology = self.topology
+        assert topology is not None
+        dest = topology.destination(exchange, routing_key)
+        topology.ensure_exit(self.raw_connection(), dest, declare=self.config.declare)
+        now = self.clock()
+        due = now + delay
+        entry = uuid.uuid4().hex
+        _units, entry_exchange, ladder_key, hops = plan(self.spec, dest, due=due, now=now,
+                                                        shard=self.spec.shard_of(str(headers.get("id") or entry)))
+        H.stamp_pass(headers, due=due, delay=delay, entry=entry, hops=hops,
+                     exchange=exchange, routing_key=routing_key, now=now)
+        if "eta" in headers:  # a Celery message: request.eta tells the task when it is due
+            headers["eta"] = datetime.fromtimestamp(due, tz=timezone.utc).isoformat()
+        return entry_exchange, ladder_key
+
+    def schedule(self, body: bytes | str, *, due: float, delay: float, exchange: str, routing_key: str,
+                 headers: dict[str, Any], content_type: str | None = None,
+                 content_encoding: str | None = None, queue_hint: str | None = None,
+                 **properties: Any) -> Scheduled:
+        """Put an already serialised message into the ladder (confirmed, mandatory).
+
+        Raises:
+            PublishError: the message (and, inside ``batch()``, every other one
+                that may not be scheduled) is named in ``failed`` by task id.
+        """
+        # A per-message TTL would expire the message inside a ladder level, so it is not
+        # carried (the one place it is dropped); Celery's own ``expires`` header still makes
+        # the worker discard a task that comes due after its expiry.
+        properties.pop("expiration", None)
+        entry = uuid.uuid4().hex
+        this = ((str(headers.get("id") or properties.get("message_id") or entry), entry),)
+        with self._lock:
+            batch: _Batch | None = getattr(self._local, "batch", None)
+            tracker = batch.tracker if batch is not None else Tracker()
+
+            # A delay longer than the ladder makes laps: the ladder's longest wait, into
+            # the laps queue, from which a worker puts it back (celery_delayq.rabbitmq.laps).
+            remaining = due - self.clock()
+            self.config.check_delay(remaining)  # DelayTooLong: beyond delayq_max_delay or 100 years
+            lapping = remaining > self.spec.max_delay_s
+            target = ("", self.spec.laps_queue) if lapping else (exchange, routing_key)
+
+            def prepare(confirm: ConfirmChannel) -> Destination:
+                assert self.topology is not None  # _live() declared it
+                dest = self.topology.destination(*target)
+                self.topology.ensure_exit(confirm.connection, dest, declare=self.config.declare,
+                                          queue_hint=None if lapping else queue_hint)
+                return dest
+
+            # A destination checked before needs no broker call: the publish's own _io connects.
+            topology = self.topology
+            dest = topology.ensured(*target) if topology is not None else None
+            if dest is None:
+                dest = self._io(tracker, prepare, this)
+            # The clock is read after connecting and declaring: a first publish that
+            # declared the ladder must not wait that long again inside it. (On the
+            # shortcut above, a reconnect happens in the publish's _io, after this:
+            # the message can only be that much later, never early.)
+            now = self.clock()
+            leg_due = min(due, now + self.spec.max_delay_s) if lapping else due
+            units, entry_x, ladder_key, hops = plan(self.spec, dest, due=leg_due, now=now,
+                                                    shard=self.spec.shard_of(this[0][0]))
+            sched = Scheduled(entry, due, delay, units, hops, entry_x, ladder_key, dest)
+            hdrs = H.stamp_pass(H.strip_broker_headers(headers), due=due, delay=delay, entry=entry, hops=hops,
+                                exchange=exchange, routing_key=routing_key, now=now)
+            if lapping:
+                hdrs[H.LAPS] = int(hdrs.get(H.LAPS) or 0) + 1
+            if queue_hint:
+                hdrs[H.QUEUE] = queue_hint
+            signals.before_schedule.send(sender=self, plan=sched, headers=hdrs)
+            properties.setdefault("delivery_mode", 2)
+            message = amqp.Message(body, content_type=content_type, content_encoding=content_encoding,
+                                   application_headers=hdrs, **properties)
+            self._io(tracker, lambda c: c.publish(message, entry_x, ladder_key, tracker, name=this[0][0]), this)
+            timeout = self.config.confirm_timeout
+            if batch is not None:
+                batch.scheduled.append((sched, hdrs))
+                window = self.config.batch_window
+                confirm = self._link.confirm
+                if confirm is not None and len(confirm.pending) > window:
+                    # Drain down to half the window, so confirms are read in runs
+                    # rather than one frame per publish.
+                    self._io(tracker, lambda c: c.wait(timeout=timeout, keep=window // 2))
+                return sched
+            self._io(tracker, lambda c: c.wait(timeout=timeout, tracker=tracker))
+            self._raise_failures(tracker)
+            self._index.add(sched, hdrs)  # written with the next few (pending.writer)
+        signals.message_scheduled.send(sender=self, plan=sched, headers=hdrs)
+        return sched
+
+    def _raise_failures(self, tracker: Tracker) -> None:
+        failures = self._take(tracker)
+        if failures:
+            raise combine(failures)
+
+    def worker_service(self, connection_for: Callable[[str], Connection]) -> LadderWorker:
+        """Each worker declares the ladder, relays laps and sets held queues moving (:mod:`.worker`)."""
+        return LadderWorker(self, connection_for)
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Pipeline confirms for every publish in the block (same thread).
+
+        On exit, waits for all of them; raises :class:`PublishError` naming (by
+        task id) each one that was nacked, returned or lost with the
+        connection. A failure found earlier is raised from the publish that
+        found it, naming every message of the block it affects; nothing is
+        named twice and nothing carries over into the next block. Nested
+        blocks join the outer one.
+        """
+        if getattr(self._local, "batch", None) is not None:
+            yield
+            return
+        b = self._local.batch = _Batch()
+        try:
+            yield
+        finally:
+            try:
+                with self._lock:
+                    if b.tracker.outstanding:
+                        self._io(b.tracker, lambda c: c.wait(timeout=self.config.confirm_timeout,
+                                                             tracker=b.tracker))
+                    self._raise_failures(b.tracker)
+            finally:
+                self._local.batch = None
+                done = [(sched, hdrs) for sched, hdrs in b.scheduled if sched.entry not in b.reported]
+                for sched, hdrs in done:
+                    signals.message_scheduled.send(sender=self, plan=sched, headers=hdrs)
+                index_batch(self, done)
+
+
+_PUBLISHERS: ProcessRegistry[LadderPublisher] = ProcessRegistry()
+
+
+def publisher_for(connection: Connection, config: DelayqConfig) -> LadderPublisher:
+    """The process-wide publisher for a broker and configuration (created on first use)."""
+    key = (connection.as_uri(include_password=True), config)
+    return _PUBLISHERS.get(key, lambda: LadderPublisher(connection, config))

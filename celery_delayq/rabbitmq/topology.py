@@ -1,0 +1,580 @@
+"""Declare or verify the ladder on the broker. This is the only module that shapes topology.
+
+Declaring is idempotent, so every worker does it when it starts and every
+process does it lazily before its first delayed publish. Where the app may
+not configure the broker, ``delayq_declare = False`` switches to verify-only:
+the ladder must already exist, and any difference is reported by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import amqp
+
+from ..errors import BrokerTooOld, TopologyError, TopologyMismatch, TopologyMissing, UnroutableDestination
+from ..ladder.spec import LadderSpec, check_name, destination_token
+
+__all__ = ["Topology", "resolve_queue_type", "broker_version", "Destination", "EntityState", "LadderState"]
+
+log = logging.getLogger(__name__)
+
+QUORUM_TTL_VERSION = (3, 10)
+
+
+def broker_version(connection: amqp.Connection) -> tuple[int, ...]:
+    """RabbitMQ's version from the connection's server properties, e.g. ``(3, 10, 8)``."""
+    raw = connection.server_properties.get("version", b"0")
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    parts = []
+    for piece in text.split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts) or (0,)
+
+
+def resolve_queue_type(requested: str, version: tuple[int, ...]) -> str:
+    """Pick ``quorum`` or ``classic`` for the ladder's queues.
+
+    ``auto`` prefers quorum queues, whose at-least-once dead-lettering makes
+    the hops crash-safe; they need RabbitMQ 3.10 for message TTL. Asking for
+    quorum explicitly on an older broker is an error rather than a silent
+    downgrade.
+    """
+    if requested not in ("auto", "quorum", "classic"):
+        raise ValueError(f"delayq_queue_type must be 'auto', 'quorum' or 'classic', got {requested!r}")
+    if requested == "classic":
+        return "classic"
+    if version >= QUORUM_TTL_VERSION:
+        return "quorum"
+    shown = ".".join(map(str, version))
+    if requested == "quorum":
+        raise BrokerTooOld(
+            f"RabbitMQ {shown} cannot expire messages in quorum queues (needs 3.10+). "
+            "Upgrade the broker or set delayq_queue_type = 'classic'."
+        )
+    log.warning("RabbitMQ %s has no quorum-queue TTL; the ladder uses classic queues "
+                "(dead-lettering is then at-most-once on a broker crash).", shown)
+    return "classic"
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where an undelayed publish would have gone, and the exit queue that restores it."""
+
+    exchange: str
+    routing_key: str
+    token: str
+    exit_queue: str
+
+
+@dataclass(frozen=True)
+class EntityState:
+    """What a passive declare found for one exchange or queue.
+
+    Attributes:
+        kind: ``exchange`` or ``queue``.
+        name: Its name.
+        exists: Whether the broker has it.
+        messages: Ready messages of a queue (``None`` for exchanges and absent
+            queues). Messages a quorum queue holds in its dead-letter state
+            are not ready and not counted: AMQP cannot see them.
+        consumers: Consumers of a queue (``None`` likewise).
+    """
+
+    kind: str
+    name: str
+    exists: bool
+    messages: int | None = None
+    consumers: int | None = None
+
+
+@dataclass(frozen=True)
+class LadderState:
+    """The result of :meth:`Topology.inspect`: every ladder entity, found or not.
+
+    Attributes:
+        entities: The ladder's exchanges and queues, then any extra queues asked for.
+        namespace: The ladder's shape-specific name prefix (``LadderSpec.namespace``).
+    """
+
+    entities: tuple[EntityState, ...]
+    namespace: str = ""
+
+    @property
+    def exists(self) -> bool:
+        """Whether any part of *this* ladder is on the broker.
+
+        The ``<prefix>.unroutable`` exchange and queue do not count: every
+        shape (levels, radix) of a prefix shares them.
+        """
+        return any(e.exists and e.name.startswith(f"{self.namespace}.") for e in self.entities)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every part of the ladder is on the broker."""
+        return all(e.exists for e in self.entities)
+
+    @property
+    def missing(self) -> list[EntityState]:
+        """The entities the broker does not have."""
+        return [e for e in self.entities if not e.exists]
+
+    def queue(self, name: str) -> EntityState:
+        """The state of queue ``name`` (KeyError if it is not part of the ladder)."""
+        for e in self.entities:
+            if e.kind == "queue" and e.name == name:
+                return e
+        raise KeyError(name)
+
+
+@dataclass
+class Topology:
+    """The ladder's exchanges, queues and bindings for one :class:`LadderSpec`.
+
+    Attributes:
+        spec: The ladder's shape and names.
+        queue_type: ``quorum`` or ``classic`` (already resolved).
+    """
+
+    spec: LadderSpec
+    queue_type: str
+    _exits: dict[tuple[str, str], Destination] = field(default_factory=dict, repr=False)
+    #: ``(exchange, routing_key) -> routes?`` (``None``: cannot tell), e.g.
+    #: :meth:`~celery_delayq.rabbitmq.management.ManagementAPI.routes`; used where AMQP cannot tell.
+    route_check: Callable[[str, str], bool | None] | None = field(default=None, repr=False)
+    #: The streams of the index of waiting tasks and of the cancel log
+    #: (:class:`~celery_delayq.ladder.index_layout.IndexLayout`); ``None`` = none.
+    index: Any = field(default=None, repr=False)
+    #: Declares every queue a *new* ladder owns on the node that should lead it
+    #: (:meth:`~celery_delayq.rabbitmq.placement.LeaderPlacement.place`), and a new exit queue on the node
+    #: that leads the fewest queues (``balance=True``); ``None`` = wherever the broker puts them.
+    placement: Callable[..., dict[str, str]] | None = field(default=None, repr=False)
+    #: Raises unless ``(namespace, quorum queues to add)`` of a *new* ladder fit the broker's
+    #: file-handle budget (:class:`~celery_delayq.rabbitmq.budget.BudgetCheck`, RabbitMQ 3.x); ``None`` = no check.
+    budget: Callable[[str, int], None] | None = field(default=None, repr=False)
+    _streams_on: Any = field(default=None, repr=False)
+
+    # -- arguments ----------------------------------------------------------
+    def _queue_args(self, ttl_ms: int, dlx: str, dl_routing_key: str | None = None) -> dict[str, Any]:
+        args: dict[str, Any] = {
+            "x-queue-type": self.queue_type,
+            "x-message-ttl": ttl_ms,
+            "x-dead-letter-exchange": dlx,
+        }
+        if dl_routing_key is not None:
+            args["x-dead-letter-routing-key"] = dl_routing_key
+        if self.queue_type == "quorum":
+            # At-least-once dead-lettering needs reject-publish overflow; without it a
+            # broker crash between expiry and the next level's enqueue loses the message.
+            args["x-dead-letter-strategy"] = "at-least-once"
+            args["x-overflow"] = "reject-publish"
+        return args
+
+    def level_queue_args(self, k: int, digit: int, shard: int = 0) -> dict[str, Any]:
+        """Arguments of ladder queue ``(k, digit)`` of shard ``shard``."""
+        return self._queue_args(self.spec.queue_ttl_ms(k, digit), self.spec.dead_letter_target(k, shard))
+
+    def exit_queue_args(self, exchange: str, routing_key: str) -> dict[str, Any]:
+        """Arguments of an exit queue: expire at once into the original exchange and key."""
+        return self._queue_args(0, exchange, routing_key)
+
+    def entities(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """Every entity as ``(kind, name, args)`` in declaration order (targets first)."""
+        s = self.spec
+        plan: list[tuple[str, str, dict[str, Any]]] = [
+            ("exchange:fanout", s.unroutable_exchange, {}),
+            ("queue", s.unroutable_queue, {"x-queue-type": self.queue_type}),
+            ("exchange:topic", s.delivery_exchange, {"alternate-exchange": s.unroutable_exchange}),
+            # Classic: a relay that fails hands the message back, and on RabbitMQ 4.x every
+            # return to a quorum queue counts towards its delivery limit (20).
+            ("queue", s.laps_queue, {"x-queue-type": "classic"}),
+        ]
+        for name in s.level_exchanges():
+            plan.append(("exchange:topic", name, {}))
+        for q in s.level_queues():
+            plan.append(("queue", q.name, self.level_queue_args(q.level, q.digit, q.shard)))
+        if self.index is not None:
+            plan += self.index.entities()
+        return plan
+
+    # -- declare -------------------------------------------------------------
+    def declare(self, connection: amqp.Connection, *, defer_streams: bool = False) -> None:
+        """Create the whole ladder; a no-op where it already exists as specified.
+
+        With ``defer_streams`` the index and cancel-log streams are left for
+        :meth:`streams_ready`. The publisher uses it so that a process's first
+        ladder message is sent as soon as the ladder itself exists (new streams
+        cost the broker about 0.2 s on this machine), and creates the streams
+        only before it writes that message's index entry.
+
+        Every declare and bind is sent without waiting for its reply (``nowait``),
+        then one synchronous call collects the outcome: about one round trip
+        instead of ~60, so the first delayed publish of a process is not held
+        up by it. A declare the broker refuses closes the channel, and that
+        surfaces at the synchronous call with the broker's own words, naming
+        the entity and argument; :class:`TopologyMismatch` carries them.
+        """
+        s = self.spec
+        streams = set(self.index.streams) if self.index is not None else set()
+        placing = self.placement is not None and self.queue_type == "quorum"
+        checking = self.budget is not None and self.queue_type == "quorum"
+        missing = self.missing_quorum_queues(connection) if placing or checking else []
+        if missing and checking:
+            assert self.budget is not None
+            self.budget(s.namespace, len(missing))  # FileHandleBudgetExceeded/Unknown: nothing created
+        if missing and placing:
+            self._place(connection)
+        with _pipelined(connection, "the ladder") as ch:
+            for kind, name, args in self.entities():
+                if name not in streams:
+                    _declare(ch, kind, name, args, nowait=True)
+            ch.queue_bind(s.unroutable_queue, s.unroutable_exchange, "", nowait=True)
+            for b in s.bindings():
+                if b.destination_kind == "queue":
+                    ch.queue_bind(b.destination, b.source, b.routing_key, nowait=True)
+                else:
+                    ch.exchange_bind(b.destination, b.source, b.routing_key, nowait=True)
+            # The barrier: replies come in order, so once this one is back every
+            # declare above has been applied (or the channel was closed with why).
+            ch.exchange_declare(s.delivery_exchange, "topic", passive=True)
+        # The index and cancel-log streams come after the ladder, so they never slow it down.
+        self._streams_on = connection if self.index is not None else None
+        if not defer_streams:
+            self.streams_ready()
+
+    def missing_quorum_queues(self, connection: amqp.Connection) -> list[str]:
+        """The ladder's quorum queues (levels, unroutable) a declare would add; ``[]`` for an existing ladder.
+
+        One passive declare tells an existing ladder (the common case). For a
+        new one (or one gaining shards) every quorum queue counts, without a
+        look at each: a few already there (a ladder half deleted) only make the
+        count err on the safe side, and each look costs a first publish a round trip.
+        """
+        s = self.spec
+        with _Channels(connection) as chans:
+            # The last shard's: a ladder that gains shards has missing queues.
+            if _probe(chans, "queue", s.level_queue(s.levels - 1, s.radix - 1, s.shards - 1)).exists:
+                return []
+        return [q.name for q in s.level_queues()] + [s.unroutable_queue]
+
+    def owned_queues(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """``(kind, name, args)`` of every queue the ladder owns, in placement order (pure).
+
+        Kinds: ``levels``, ``unroutable``, ``laps``, ``index``, ``cancels``. Exit
+        queues (one per destination) and the parking queue are made later.
+        """
+        s = self.spec
+        out: list[tuple[str, str, dict[str, Any]]] = [
+            ("levels", q.name, self.level_queue_args(q.level, q.digit, q.shard)) for q in s.level_queues()]
+        out.append(("unroutable", s.unroutable_queue, {"x-queue-type": self.queue_type}))
+        out.append(("laps", s.laps_queue, {"x-queue-type": "classic"}))
+        if self.index is not None:
+            cancel = self.index.cancel_queue
+            out += [("cancels" if name == cancel else "index", name, args) for _kind, name, args in self.index.entities()]
+        return out
+
+    def _place(self, connection: amqp.Connection) -> None:
+        """A ladder not on the broker yet gets every queue it owns declared on its leader's node first.
+
+        Levels, unroutable, laps, the index streams and the cancel log, round
+        robin in that order, so each kind is spread too (an existing queue stays
+        where it is: re-declaring it through another node changes nothing).
+        """
+        assert self.placement is not None
+        s = self.spec
+        # The exchanges first: a quorum queue's at-least-once dead-letter worker that starts
+        # without its target exchange holds what expires until a 180 s timer (RabbitMQ < 4.3).
+        with _pipelined(connection, "the ladder's exchanges") as ch:
+            for kind, name, args in self.entities():
+                if kind.startswith("exchange"):
+                    _declare(ch, kind, name, args, nowait=True)
+            ch.exchange_declare(s.delivery_exchange, "topic", passive=True)  # the barrier
+        queues = [(name, args) for _kind, name, args in self.owned_queues()]
+        try:
+            self.placement(queues)
+        except amqp.PreconditionFailed as exc:
+            raise _mismatch("the ladder", exc) from None
+
+    def streams_ready(self, connection: amqp.Connection | None = None) -> None:
+        """Create the streams a deferred :meth:`declare` left out, and wait for them (a no-op otherwise).
+
+        ``connection``: the one to use now (default: the one :meth:`declare` used).
+        """
+        declared_on, self._streams_on = self._streams_on, None
+        if declared_on is None:
+            return
+        with _pipelined(connection or declared_on, "the index streams") as ch:
+            for kind, name, args in self.index.entities():
+                _declare(ch, kind, name, args, nowait=True)
+            ch.queue_declare(self.index.cancel_queue, passive=True)  # the barrier
+
+    def verify(self, connection: amqp.Connection) -> None:
+        """Check that the ladder exists with the expected arguments, creating nothing.
+
+        Raises:
+            TopologyMissing: naming every missing exchange and queue.
+            TopologyMismatch: naming the entity and argument that differ.
+        """
+        missing: list[str] = []
+        with _Channels(connection) as chans:
+            for kind, name, _args in self.entities():
+                try:
+                    chans.call(lambda ch: _declare(ch, kind, name, {}, passive=True))  # called at once
+                except amqp.NotFound:
+                    missing.append(f"{kind.split(':')[0]} {name!r}")
+            if missing:
+                raise TopologyMissing(
+                    f"the delayq ladder is incomplete on the broker; missing: {', '.join(missing)}. "
+                    "Run `celery -A APP delayq topology declare` with a user that may configure, "
+                    "or set delayq_declare = True."
+                )
+            # Redeclaring with the same arguments changes nothing but fails with 406
+            # (PRECONDITION_FAILED) naming the argument that differs.
+            for kind, name, args in self.entities():
+                try:
+                    chans.run(f"{kind.split(':')[0]} {name!r}",
+                              lambda ch: _declare(ch, kind, name, args))
+                except amqp.AccessRefused:
+                    log.info("delayq: no configure permission; ladder arguments not verified")
+                    return
+
+    def inspect(self, connection: amqp.Connection, *, extra_queues: list[str] | tuple[str, ...] = ()) -> LadderState:
+        """Which ladder exchanges and queues exist, and how many messages each queue holds.
+
+        Passive declares only, so it never creates anything (a mistyped prefix
+        must not leave a ladder behind) and needs no configure permission.
+        ``extra_queues`` (exit or parking queues) are looked up the same way.
+        """
+        found: list[EntityState] = []
+        wanted = [(kind.split(":")[0], name) for kind, name, _args in self.entities()]
+        wanted += [("queue", name) for name in extra_queues]
+        with _Channels(connection) as chans:
+            for kind, name in wanted:
+                found.append(_probe(chans, kind, name))
+        if self.index is not None:  # a stream's history is not messages waiting
+            streams = set(self.index.streams)
+            found = [EntityState(e.kind, e.name, e.exists, 0 if e.exists else None, e.consumers)
+                     if e.name in streams else e for e in found]
+        return LadderState(tuple(found), self.spec.namespace)
+
+    def delete(self, connection: amqp.Connection, *, if_empty: bool = True,
+               exit_queues: list[str] | tuple[str, ...] = (), keep_shared: bool = False) -> list[str]:
+        """Delete the ladder (and the named exit queues); returns what was deleted.
+
+        Only what exists is deleted and returned, so deleting an absent ladder
+        returns ``[]``. With ``if_empty`` (the default) nothing at all is deleted
+        while any of the queues holds messages (:class:`TopologyError` names
+        them): deleting the exchanges under a busy queue would strand its
+        messages just as surely as deleting the queue. The check is racy only
+        against publishes made while the ladder is being deleted.
+
+        ``keep_shared`` keeps the ``<prefix>.unroutable`` exchange and queue,
+        which every shape of the prefix shares: after a reshape the new ladder's
+        delivery exchange still uses them as its alternate exchange.
+        """
+        s = self.spec
+        deleted: list[str] = []
+        queues = [q.name for q in s.level_queues()] + ([] if keep_shared else [s.unroutable_queue, s.laps_queue])
+        queues += list(exit_queues) + [d.exit_queue for d in self._exits.values()]
+        if not keep_shared:  # the laps queue's own exit queue goes with it
+            queues.append(self.destination("", s.laps_queue).exit_queue)
+        exchanges = s.level_exchanges() + [s.delivery_exchange]
+        exchanges += [] if keep_shared else [s.unroutable_exchange]
+        streams = self.index.streams if self.index is not None else []
+        queues += streams
+        with _Channels(connection) as chans:
+            found = [_probe(chans, "queue", name) for name in dict.fromkeys(queues)]
+            busy = [f"{q.name} ({q.messages})" for q in found if q.exists and q.messages and q.name not in streams]
+            if if_empty and busy:
+                raise TopologyError(f"{len(busy)} ladder queue(s) still hold messages: {', '.join(busy)}; "
+                                    "nothing was deleted. Wait until they drain, or delete with "
+                                    "if_empty=False (CLI: --discard-messages) to drop them.")
+            for q in found:
+                if q.exists:
+                    # Quorum queues refuse queue.delete(if_empty=True) with a *connection*
+                    # error, so the depth was looked at above instead.
+                    chans.call(lambda ch: ch.queue_delete(q.name))
+                    deleted.append(f"queue {q.name}")
+            for name in exchanges:
+                # exchange.delete succeeds for an absent exchange, so look first.
+                if _probe(chans, "exchange", name).exists:
+                    chans.call(lambda ch: ch.exchange_delete(name))
+                    deleted.append(f"exchange {name}")
+        self._exits.clear()
+        return deleted
+
+    # -- exits -------------------------------------------------------------------
+    def destination(self, exchange: str, routing_key: str) -> Destination:
+        """The :class:`Destination` for an exchange and routing key (pure, cached)."""
+        key = (exchange, routing_key)
+        dest = self._exits.get(key)
+        if dest is None:
+            check_name("exchange name", exchange)
+            check_name("routing key", routing_key)
+            token = destination_token(exchange, routing_key)
+            label = f"{exchange or 'default'}.{routing_key}"
+            dest = Destination(exchange, routing_key, token, self.spec.exit_queue(label, token))
+        return dest
+
+    def ensured(self, exchange: str, routing_key: str) -> Destination | None:
+        """The destination if :meth:`ensure_exit` already checked it in this process, else ``None``.
+
+        The publish path's shortcut: a known destination needs no broker call,
+        so it needs no connection either before the publish itself.
+        """
+        return self._exits.get((exchange, routing_key))
+
+    def _check_route(self, dest: Destination) -> None:
+        """An exchange that exists may still route the key nowhere; ask the management API.
+
+        Without a binding, the exit queue's at-least-once dead-lettering would
+        hold the message for ever (RabbitMQ retries, it never drops), so refuse
+        it now. AMQP cannot list bindings: where the API is off, say so once.
+        """
+        routes = self.route_check(dest.exchange, dest.routing_key) if self.route_check else None
+        if routes is False:
+            raise UnroutableDestination(
+                f"cannot delay a message to exchange {dest.exchange!r} with routing key "
+                f"{dest.routing_key!r}: no binding of that exchange routes this key, so the message "
+                "could never be delivered. Bind a queue for it, or publish to a queue Celery "
+                "declares (apply_async(queue=...)).")
+        if routes is None:
+            log.warning("delayq: cannot check that exchange %r routes key %r (RabbitMQ's management API "
+                        "is not reachable; set delayq_management_url). If it does not, messages for it "
+                        "wait in exit queue %r until a binding appears.",
+                        dest.exchange, dest.routing_key, dest.exit_queue)
+
+    def ensure_exit(self, connection: amqp.Connection, dest: Destination, *,
+                    declare: bool, queue_hint: str | None = None) -> None:
+        """Make sure the destination exists and its exit queue is bound.
+
+        Checked once per process and destination: the destination exchange (or,
+        for the default exchange, the queue) must exist, because a message the
+        ladder cannot deliver would otherwise vanish when it comes due.
+        """
+        key = (dest.exchange, dest.routing_key)
+        if key in self._exits:
+            return
+        with _Channels(connection) as chans:
+            try:
+                if dest.exchange == "":
+                    chans.call(lambda ch: ch.queue_declare(dest.routing_key, passive=True))
+                else:
+                    chans.call(lambda ch: ch.exchange_declare(dest.exchange, "direct", passive=True))
+                    if queue_hint:
+                        chans.call(lambda ch: ch.queue_declare(queue_hint, passive=True))
+            except amqp.NotFound as exc:
+                raise UnroutableDestination(
+                    f"cannot delay a message to exchange {dest.exchange!r} with routing key "
+                    f"{dest.routing_key!r}: {exc.reply_text}. Declare the destination first "
+                    "(Celery does this for queues in task_queues/task_create_missing_queues)."
+                ) from None
+            if dest.exchange and not queue_hint:
+                self._check_route(dest)
+            args = self.exit_queue_args(dest.exchange, dest.routing_key)
+            if declare:
+                if self.placement is not None and self.queue_type == "quorum" \
+                        and not _probe(chans, "queue", dest.exit_queue).exists:
+                    try:  # a new exit queue leads where the fewest queues do, not on this connection's node
+                        self.placement([(dest.exit_queue, args)], balance=True)
+                    except amqp.PreconditionFailed as exc:
+                        raise _mismatch(f"exit queue {dest.exit_queue}", exc) from None
+                chans.run(f"exit queue {dest.exit_queue}", lambda ch: _declare(ch, "queue", dest.exit_queue, args))
+                chans.run("exit binding", lambda ch: ch.queue_bind(
+                    dest.exit_queue, self.spec.delivery_exchange, self.spec.exit_binding_key(dest.token)))
+            else:
+                try:
+                    chans.call(lambda ch: ch.queue_declare(dest.exit_queue, passive=True))
+                except amqp.NotFound:
+                    raise TopologyMissing(
+                        f"exit queue {dest.exit_queue!r} for exchange {dest.exchange!r} / routing key "
+                        f"{dest.routing_key!r} does not exist and delayq_declare is False. Declare it with "
+                        "`celery -A APP delayq topology declare --destination EXCHANGE:ROUTING_KEY`."
+                    ) from None
+        self._exits[key] = dest
+
+
+def _declare(ch: amqp.Channel, kind: str, name: str, args: dict[str, Any], passive: bool = False,
+             nowait: bool = False) -> None:
+    if kind.startswith("exchange"):
+        ch.exchange_declare(name, kind.split(":")[1], passive=passive, durable=True,
+                            auto_delete=False, arguments=args or None, nowait=nowait)
+    else:
+        ch.queue_declare(name, passive=passive, durable=True, auto_delete=False, arguments=args or None,
+                         nowait=nowait)
+
+
+def _probe(chans: "_Channels", kind: str, name: str) -> EntityState:
+    """Passive declare of one exchange or queue."""
+    try:
+        if kind == "exchange":
+            chans.call(lambda ch: ch.exchange_declare(name, "topic", passive=True))
+            return EntityState(kind, name, True)
+        ok = chans.call(lambda ch: ch.queue_declare(name, passive=True))
+        return EntityState(kind, name, True, int(ok.message_count), int(ok.consumer_count))
+    except amqp.NotFound:
+        return EntityState(kind, name, False)
+
+
+class _Channels:
+    """A channel that is reopened after the broker closes it on a soft error."""
+
+    def __init__(self, connection: amqp.Connection) -> None:
+        self.connection = connection
+        self.channel: amqp.Channel | None = None
+
+    def __enter__(self) -> "_Channels":
+        self.channel = self.connection.channel()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.channel is not None and self.channel.is_open:
+            self.channel.close()
+
+    def call(self, fn: Callable[[amqp.Channel], Any]) -> Any:
+        assert self.channel is not None
+        if not self.channel.is_open:
+            self.channel = self.connection.channel()
+        try:
+            return fn(self.channel)
+        except amqp.ChannelError:
+            self.channel = self.connection.channel()
+            raise
+
+    def run(self, what: str, fn: Callable[[amqp.Channel], Any]) -> Any:
+        """Like :meth:`call`, turning PRECONDITION_FAILED into :class:`TopologyMismatch`."""
+        try:
+            return self.call(fn)
+        except amqp.PreconditionFailed as exc:
+            raise _mismatch(what, exc) from None
+
+
+@contextlib.contextmanager
+def _pipelined(connection: amqp.Connection, what: str) -> Iterator[amqp.Channel]:
+    """A channel for ``nowait`` declares, closed after; a refused one raises :class:`TopologyMismatch` naming ``what``.
+
+    The block ends with one synchronous call (the barrier), where a refusal surfaces.
+    """
+    ch = connection.channel()
+    try:
+        yield ch
+    except amqp.PreconditionFailed as exc:
+        raise _mismatch(what, exc) from None
+    finally:
+        with contextlib.suppress(Exception):
+            if ch.is_open:
+                ch.close()
+
+
+def _mismatch(what: str, exc: amqp.PreconditionFailed) -> TopologyMismatch:
+    return TopologyMismatch(
+        f"{what} exists on the broker with other arguments than this app expects: "
+        f"{exc.reply_text}. This happens when delayq_unit_ms, delayq_levels, delayq_radix "
+        "or delayq_queue_type changed: delete the old ladder (`celery -A APP delayq topology "
+        "delete`) once it is empty, or use a new delayq_prefix.")

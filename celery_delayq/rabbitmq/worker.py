@@ -1,0 +1,89 @@
+"""What the ladder needs from each worker: its topology declared, laps relayed, held queues set moving.
+
+A backend may ask every worker for services of its own
+(:meth:`~celery_delayq.typing.DelayBackend.worker_service`); the Celery
+worker step starts and stops them without knowing what they are. The ladder's:
+
+* the ladder is declared (or verified) before the worker consumes;
+* delays longer than the ladder wait in its laps queue between laps, and
+  every worker puts them back (:class:`~.laps.LapRelay`);
+* on RabbitMQ < 4.3, ladder queues that a broker restart left holding
+  messages are found and set moving (:class:`~.recovery.HeldWatcher`; 4.3
+  recovers exchanges first, so it needs none).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+import amqp
+from kombu.connection import Connection
+
+from ..config import DelayqConfig
+from ..ladder.humanize import describe_ladder
+from ..ladder.spec import LadderSpec
+from .laps import LapRelay
+from .management import ManagementAPI
+from .recovery import HeldWatcher, Recovery
+from .topology import Topology, broker_version
+from ..typing import DelayBackend
+
+__all__ = ["LadderWorker"]
+
+
+class _Ladder(DelayBackend, Protocol):
+    """What the worker's services use of :class:`~.publisher.LadderPublisher` (which imports this module)."""
+
+    config: DelayqConfig
+    spec: LadderSpec
+    template: Connection
+
+    def declare(self, *, explicit: bool = False) -> Topology: ...
+
+    def raw_connection(self) -> amqp.Connection: ...
+
+
+class LadderWorker:
+    """The ladder's services in one worker; started at each consumer start, stopped at each stop."""
+
+    def __init__(self, publisher: _Ladder, connection_for: Callable[[str], Connection]) -> None:
+        self.publisher = publisher
+        self.connection_for = connection_for
+        self.relay: LapRelay | None = None
+        self.watcher: HeldWatcher | None = None
+        self.started_before = False
+
+    def _watch_held_queues(self) -> None:
+        raw = self.publisher.raw_connection()
+        if broker_version(raw) >= (4, 3):
+            return
+        config = self.publisher.config
+        api = ManagementAPI.for_broker(self.publisher.template, raw, config.management_url)
+        if api is not None:
+            self.watcher = HeldWatcher(Recovery(api, config.spec.prefix)).start()
+
+    def start(self) -> str:
+        """Declare (or verify) the ladder, start relaying laps; returns the line the worker logs."""
+        topology = self.publisher.declare()
+        ready = f"{describe_ladder(self.publisher.spec, queue_type=topology.queue_type)} ready"
+        if not self.started_before:
+            self._watch_held_queues()
+        elif self.watcher is not None:
+            self.watcher.poke()
+        self.started_before = True
+        if self.relay is None:
+            self.relay = LapRelay(self.publisher, self.connection_for("lap relay"), self.publisher.spec.laps_queue)
+        self.relay.start()
+        return ready
+
+    def stop(self) -> None:
+        """The worker lost its broker connection, or stops: relaying pauses."""
+        if self.relay is not None:
+            self.relay.stop()
+
+    def shutdown(self) -> None:
+        """The worker shuts down: nothing keeps running."""
+        self.stop()
+        if self.watcher is not None:
+            self.watcher.stop()
+            self.watcher = None

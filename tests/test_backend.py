@@ -1,0 +1,102 @@
+"""``delayq_backend``: the delay backend chosen by name, and asked for everything backend-shaped.
+
+The producer schedules through ``AppLadder.backend``; ``batch()`` pipelines
+that backend's confirms, and the worker step starts that backend's own worker
+services. The broker tests use a backend given by its ``"module:Class"`` path
+(a ladder that counts what it is asked), so they fail if any of the three
+reaches past the setting to the ladder publisher.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Callable, Iterator
+
+import pytest
+from celery import Celery
+from kombu.connection import Connection
+
+import celery_delayq
+from celery_delayq.config import BACKEND_ALIASES, DelayqConfig
+from celery_delayq.glue.app_ladder import AppLadder
+from celery_delayq.rabbitmq.publisher import LadderPublisher
+from celery_delayq.rabbitmq.worker import LadderWorker
+from celery_delayq.typing import DelayBackend
+from helpers import Collector, running_worker
+
+#: What the counting backend was asked, by call.
+ASKED: list[str] = []
+
+
+class CountingLadder(LadderPublisher):
+    """The ladder, counting each call of the backend contract (named by its path in the tests)."""
+
+    @classmethod
+    def for_connection(cls, connection: Connection, config: DelayqConfig) -> "CountingLadder":
+        ASKED.append("for_connection")
+        return cls(connection, config)
+
+    def schedule(self, body: bytes | str, **kwargs: Any) -> Any:
+        ASKED.append("schedule")
+        return super().schedule(body, **kwargs)
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        ASKED.append("batch")
+        with super().batch():
+            yield
+
+    def worker_service(self, connection_for: Callable[[str], Connection]) -> LadderWorker:
+        ASKED.append("worker_service")
+        return super().worker_service(connection_for)
+
+
+PATH = f"{__name__}:CountingLadder"
+
+
+def _ladder(**conf: Any) -> AppLadder:
+    app = Celery("t", broker="amqp://127.0.0.1:1//", set_as_current=False)
+    return AppLadder(app, DelayqConfig(**conf))
+
+
+def test_the_default_backend_is_the_ladder_publisher_itself() -> None:
+    ladder = _ladder()
+    assert ladder.config.backend == "ladder"
+    assert ladder.backend is ladder.publisher
+    assert isinstance(ladder.backend, DelayBackend)
+    assert BACKEND_ALIASES["ladder"] == "celery_delayq.rabbitmq.publisher:LadderPublisher"
+
+
+def test_an_unknown_backend_name_is_refused_with_the_choices() -> None:
+    with pytest.raises(ValueError, match=r"delayq_backend must be one of \['ladder'\] or a 'module:Class' path"):
+        DelayqConfig(backend="nope")
+
+
+def test_a_backend_path_is_built_once_per_app_ladder_by_its_class() -> None:
+    ASKED.clear()
+    ladder = _ladder(backend=PATH)
+    backend = ladder.backend
+    assert isinstance(backend, CountingLadder) and ladder.backend is backend
+    assert ASKED == ["for_connection"]
+
+
+def test_the_producer_batch_and_worker_ask_the_chosen_backend(make_app, collector: Collector) -> None:
+    ASKED.clear()
+    app = make_app(delayq_enabled=True, delayq_backend=PATH)
+    celery_delayq.install(app)
+
+    @app.task
+    def probe(due: float) -> None:
+        collector.add(due=due)
+
+    with running_worker(app):
+        assert "worker_service" in ASKED  # the worker step asked the backend, not the publisher
+        probe.apply_async((time.time() + 0.3,), countdown=0.3)
+        with celery_delayq.batch(app):
+            for _ in range(3):
+                probe.apply_async((time.time() + 0.3,), countdown=0.3)
+        runs = collector.wait_for(4, timeout=20)
+    assert all(run["at"] >= run["due"] for run in runs)  # never early
+    assert ASKED.count("schedule") == 4 and ASKED.count("batch") == 1
+    assert ASKED.count("for_connection") == 1
