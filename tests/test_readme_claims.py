@@ -286,6 +286,74 @@ def test_the_page_works_mounted_under_a_path_of_another_asgi_app(make_app) -> No
         celery_delayq.cancel(app, waiting.id, force=True)
 
 
+# -- the page's Overview: "ladder levels, due soon, held and unroutable, leaders, doctor, the last hour" ----
+def test_the_overview_shows_levels_due_soon_held_unroutable_leaders_doctor_and_the_last_hour(
+        make_app, collector: Collector, tmp_path: Path) -> None:
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from celery_delayq.doctor import CHECKS
+    from celery_delayq.telemetry import flush_all
+    from celery_delayq.web import create_app
+
+    app = make_app(delayq_enabled=True, delayq_telemetry_dir=str(tmp_path / "events"))
+
+    @app.task(name=f"{app.main}.seen")
+    def seen() -> None:
+        collector.add()
+
+    waiting = None
+    try:
+        with running_worker(app):
+            seen.apply_async(countdown=0.2)
+            collector.wait_for(1, timeout=20)
+            waiting = seen.apply_async(countdown=40)  # due within the next minute
+        flush_all()
+        html = TestClient(create_app(app)).get("/").text
+        text = re.sub(r"<[^>]+>", " ", html)
+        text = re.sub(r"\s+", " ", text)
+        levels = [int(n.replace(",", "")) for n in re.findall(r'<tr><td>\d+</td><td class="num">([\d,]+)</td>', html)]
+        assert "Levels" in text and len(levels) == celery_delayq.DelayqConfig.from_app(app).spec.levels, levels
+        assert sum(levels) >= 1, "the waiting task is on no level"
+        assert int(re.search(r"([\d,]+) due in the next minute", text).group(1).replace(",", "")) >= 1, text[:2000]
+        assert re.search(r"\S+ held \(dead-letter state\)", text) and re.search(r"\d+ unroutable", text)
+        assert "Leaders" in text and "rabbit@" in text, "no leader node shown"
+        assert "Doctor" in text and all(check in text for check in CHECKS), [c for c in CHECKS if c not in text]
+        delivered = re.search(r"Delivered (\d+), succeeded (\d+)", text)
+        assert delivered and int(delivered.group(1)) >= 1 and int(delivered.group(2)) >= 1, text[-2000:]
+    finally:
+        if waiting is not None:
+            celery_delayq.cancel(app, waiting.id, force=True)
+
+
+# -- "What the demo shows" --------------------------------------------------------------------
+@pytest.mark.timeout(180)
+def test_the_demo_prints_each_attempts_due_and_run_time_and_the_levels_that_hold_each_retry(
+        broker_url: str) -> None:
+    """A charge that fails three times and retries with exponential backoff (1, 2, 4 s), never early."""
+    try:
+        out = subprocess.run([sys.executable, str(ROOT / "examples" / "demo.py")], capture_output=True, text=True,
+                             timeout=150, env=dict(os.environ, DELAYQ_DEMO_BROKER=broker_url))
+    except subprocess.TimeoutExpired as hung:  # say where it stopped
+        pytest.fail(f"the demo did not end in 150 s; it printed:\n{hung.stdout!r}\n{hung.stderr!r}")
+    assert out.returncode == 0, out.stderr[-3000:]
+
+    def seconds(clock: str) -> float:
+        h, m, sec = clock.split(":")
+        return int(h) * 3600 + int(m) * 60 + float(sec)
+
+    attempts = re.findall(r"attempt (\d): due ([\d:.]+) +ran ([\d:.]+) +\(late by (-?[\d.]+) ms\)", out.stdout)
+    assert [int(a[0]) for a in attempts] == [0, 1, 2, 3], out.stdout
+    assert all(float(late) >= 0 for *_x, late in attempts), out.stdout
+    for (_n, _d, ran, _l), (n, due, _r, _l2) in zip(attempts, attempts[1:]):
+        backoff = seconds(due) - seconds(ran)
+        assert abs(backoff - 2 ** (int(n) - 1)) < 0.5, f"attempt {n} was due {backoff:.2f} s after the last ran"
+    retries = out.stdout.split("retry in ")[1:]
+    assert len(retries) == 3 and all("ladder now holds the message in: delayq_demo." in r.split("attempt")[0]
+                                     for r in retries), out.stdout
+    assert "order 42 charged" in out.stdout and "deleted ladder 'delayq_demo'" in out.stdout
+
+
 # -- "`delayq report` opens with what the broker holds now ... how long each stage took" ----------
 REPORT_PROJECT = '''
 import os
