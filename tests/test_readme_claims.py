@@ -516,6 +516,21 @@ def test_the_demo_installs_the_package_only_and_says_why_it_enables_the_manageme
     assert management.index("log ") < management.index("rabbitmq-plugins enable")  # says so before it does it
 
 
+def test_the_dev_commands_do_what_the_readmes_development_section_says() -> None:
+    """``./dev test`` type-checks then runs pytest with the arguments given; ``--rmq4`` runs the broker-facing
+    tests on 4.3; ``./dev bench`` runs benchmarks/run.py with its arguments."""
+    dev = (ROOT / "dev").read_text()
+    run_tests = dev.split("run_tests() {", 1)[1].split("\n}\n", 1)[0]
+    plain = run_tests.rsplit("fi\n", 1)[1]
+    assert plain.index(".venv/bin/mypy") < plain.index('pytest "$@"')
+    rmq4 = run_tests.split('= --rmq4 ]', 1)[1].split("fi\n", 1)[0]
+    assert 'DELAYQ_TEST_BROKER_HOST=127.0.0.1:$RMQ4_PORT' in rmq4 and '-m "not pure and not one_broker" "$@"' in rmq4
+    assert "\nRMQ4_PORT=5673\n" in dev, "the 4.3 leg's port is not 5673"
+    bench = next(line for line in dev.splitlines() if line.strip().startswith("bench)"))
+    assert 'benchmarks/run.py "$@"' in bench
+    assert "--quick" in (ROOT / "benchmarks" / "run.py").read_text()
+
+
 # -- pure: docs/claims.md names only what exists ------------------------------------------------
 def _claims() -> list[tuple[str, str]]:
     """``(quoted README phrase, checked-by cell)`` of every row of docs/claims.md's tables."""
