@@ -437,7 +437,7 @@ def test_the_readmes_settings_table_has_the_codes_defaults() -> None:
         assert key in SETTINGS, key
         if key == "delayq_management_url":
             assert SETTINGS[key] is None and "15672" in default  # derived from the broker URL
-            from celery_delayq.management import DEFAULT_PORT
+            from celery_delayq.rabbitmq.management import DEFAULT_PORT
 
             assert DEFAULT_PORT == 15672
         else:
@@ -482,9 +482,9 @@ def test_the_extras_and_the_pages_address_the_readme_names_exist() -> None:
 def test_a_default_ladder_is_61_queues_and_16_exchanges() -> None:
     from collections import Counter
 
-    from celery_delayq.ladder import LadderSpec
-    from celery_delayq.pending.layout import IndexLayout
-    from celery_delayq.topology import Topology
+    from celery_delayq.ladder.spec import LadderSpec
+    from celery_delayq.ladder.index_layout import IndexLayout
+    from celery_delayq.rabbitmq.topology import Topology
 
     spec = LadderSpec()
     kinds = Counter(kind.split(":")[0] for kind, _n, _a in Topology(spec, "quorum", index=IndexLayout(spec)).entities())
@@ -493,7 +493,7 @@ def test_a_default_ladder_is_61_queues_and_16_exchanges() -> None:
 
 
 def test_without_the_api_a_new_ladder_on_3x_is_refused_naming_both_fixes() -> None:
-    from celery_delayq.budget import BudgetCheck
+    from celery_delayq.rabbitmq.budget import BudgetCheck
     from celery_delayq.errors import FileHandleBudgetUnknown
 
     with pytest.raises(FileHandleBudgetUnknown) as refused:
