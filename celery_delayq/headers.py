@@ -50,7 +50,7 @@ _BROKER_PREFIXES = ("x-first-death-", "x-last-death-")
 
 
 def stamp_pass(headers: dict[str, Any], *, due: float, delay: float, entry: str, hops: int,
-               exchange: str, routing_key: str, now: float) -> dict[str, Any]:
+               exchange: str, routing_key: str) -> dict[str, Any]:
     """Record one ladder pass in ``headers`` (in place; returned for convenience).
 
     Every header is encoded by the client and copied by the broker at every
@@ -58,7 +58,7 @@ def stamp_pass(headers: dict[str, Any], *, due: float, delay: float, entry: str,
     on a Celery task (its ``retries`` header is the count; a stale one copied
     from an earlier pass goes) nor at attempt 0, and no :data:`FIRST_ATTEMPT`
     (a retry stamps it; one from an earlier pass stays, so time-based stop
-    rules measure from the very first run). ``now`` is kept for callers.
+    rules measure from the very first run).
     """
     headers.update({DUE: due, DELAY: delay, ENTRY: entry, HOPS: hops,
                     EXCHANGE: exchange, ROUTING_KEY: routing_key})

@@ -16,7 +16,7 @@ from celery_delayq.pending.writer import batch_entry
 
 
 def _stamp(headers: dict[str, Any]) -> dict[str, Any]:
-    return H.stamp_pass(headers, due=100.0, delay=5.0, entry="e1", hops=3, exchange="", routing_key="q", now=95.0)
+    return H.stamp_pass(headers, due=100.0, delay=5.0, entry="e1", hops=3, exchange="", routing_key="q")
 
 
 def test_a_celery_task_pass_carries_no_attempt_and_no_first_attempt() -> None:
