@@ -68,23 +68,39 @@ GLANCE = (
 )
 
 
-def glance(doc: dict[str, object]) -> str:
-    """A short table of the headline targets of one run (latest.json), with how it was measured."""
+#: An earlier run shown beside the latest in the headline table: (label, its latest.json).
+BASELINE = ("ddf578f", ROOT / "benchmarks/results/ddf578f/latest.json")
+
+
+def _value(t: dict[str, object] | None, unit: str) -> str | None:
+    measured = t.get("measured") if t else None
+    if measured is None:
+        return None
+    return f"{measured:,.2f} {unit}".strip() if isinstance(measured, float) else str(measured)
+
+
+def glance(doc: dict[str, object], baseline: tuple[str, dict[str, object]] | None = None) -> str:
+    """A short table of the headline targets of one run (latest.json), with how it was measured.
+
+    With ``baseline`` = ``(label, an earlier run's latest.json)``, that run's figure stands beside each.
+    """
     targets = {t["key"]: t for t in doc.get("targets", [])}  # type: ignore[union-attr,index]
-    rows = ["| measured in one run, side by side | celery_delayq | compared with |", "|---|---|---|"]
+    before = {t["key"]: t for t in baseline[1].get("targets", [])} if baseline else {}  # type: ignore[union-attr,index]
+    extra = f" {baseline[0]} |" if baseline else ""
+    rows = [f"| measured in one run, side by side | celery_delayq |{extra} compared with |",
+            "|---|---|" + ("---|" if baseline else "") + "---|"]
     for key, label, unit in GLANCE:
         t = targets.get(key)
-        if t is None:
+        value = _value(t, unit)
+        if t is None or value is None:
             continue
-        measured = t["measured"]
-        if measured is None:
-            continue
-        value = f"{measured:,.2f} {unit}".strip() if isinstance(measured, float) else str(measured)
-        rows.append(f"| {label} | **{value}** | {t['detail']} |")
+        old = f" {_value(before.get(key), unit) or '-'} |" if baseline else ""
+        rows.append(f"| {label} | **{value}** |{old} {t['detail']} |")
     started = str(doc.get("started", ""))[:10]
+    since = f"; the {baseline[0]} column is the run committed at {baseline[0]}, for comparison" if baseline else ""
     rows += ["", f"`./dev bench --quick` ({doc.get('mode')} mode, {started}, this 2-core machine: broker, "
-                 "publishers and workers share it). Every peer runs in the same run; the full tables are "
-                 "in [docs/benchmarks.md](docs/benchmarks.md)."]
+                 f"publishers and workers share it{since}). Every peer runs in the same run; the full tables "
+                 "are in [docs/benchmarks.md](docs/benchmarks.md)."]
     return "\n".join(rows)
 
 
@@ -114,7 +130,8 @@ def main(readme: Path, tables_path: Path, quick_path: Path, full_path: Path) -> 
 
         head, rest = text.split(GLANCE_START, 1)
         _, tail = rest.split(GLANCE_END, 1)
-        text = f"{head}{GLANCE_START}\n{glance(json.loads(json_path.read_text()))}\n{GLANCE_END}{tail}"
+        base = (BASELINE[0], json.loads(BASELINE[1].read_text())) if BASELINE[1].exists() else None
+        text = f"{head}{GLANCE_START}\n{glance(json.loads(json_path.read_text()), base)}\n{GLANCE_END}{tail}"
     readme.write_text(text)
     click.echo(f"updated {tables_path} and {readme} from {quick_path}" + (f" and {full_path}" if full_md else ""))
 

@@ -295,15 +295,21 @@ class Cluster:
 
         ``nofile``: the nodes' open-files limit (``ulimit -n``), e.g. Debian's default 1024.
         """
-        if not 5670 <= base_port <= 5699 - (size - 1):
-            raise ValueError(f"base_port must leave its {size} node(s) within 5670-5699 (the port plan), got {base_port}")
+        # Two bands: 5670-5699 (the suites' and the fault benchmarks') and 5760-5789 (helpers' private
+        # benchmarks, apart from both). Each band has its own distribution and CLI port ranges.
+        if 5670 <= base_port <= 5699 - (size - 1):
+            dist, cli = 24000 + base_port % 1000 * 10, 31000 + (base_port - 5670) * 50
+        elif 5760 <= base_port <= 5789 - (size - 1):
+            dist, cli = 26000 + (base_port - 5760) * 10, 28000 + (base_port - 5760) * 50
+        else:
+            raise ValueError(f"base_port must leave its {size} node(s) within 5670-5699 or 5760-5789 "
+                             f"(the port plan), got {base_port}")
         fl = FLAVOURS[flavour]
         # Distribution and CLI ports stay below Linux's ephemeral range (32768-60999): a client socket
         # that happened to get one as its local port made a node fail to boot (dist_port_already_used).
-        nodes = [Node(fl, f"{prefix}{i + 1}", base_port + i, 24000 + base_port % 1000 * 10 + i,
+        nodes = [Node(fl, f"{prefix}{i + 1}", base_port + i, dist + i,
                       (15000 + base_port % 1000 * 10 + i) if management else 0, rabbit_advanced,
-                      (31000 + (base_port - 5670) * 50 + 20 * i, 31000 + (base_port - 5670) * 50 + 20 * i + 19),
-                      nofile)
+                      (cli + 20 * i, cli + 20 * i + 19), nofile)
                  for i in range(size)]
         cluster = cls(nodes)
         try:

@@ -115,11 +115,15 @@ class _CpuMeter(threading.Thread):
 
 
 def run_saturation(cluster: Cluster, *, shards: int, tasks: int, procs: int, due_s: float,
-                   workdir: Path) -> ScaleResult:
-    """Publish ``tasks`` due together ``due_s`` s from now into a ladder of ``shards`` shards; time arrivals."""
+                   workdir: Path, shape: tuple[int, int] | None = None) -> ScaleResult:
+    """Publish ``tasks`` due together ``due_s`` s from now into a ladder of ``shards`` shards; time arrivals.
+
+    ``shape`` = ``(levels, radix)`` overrides the default ladder shape.
+    """
     prefix = f"scale{uuid.uuid4().hex[:6]}"
     entry = cluster.nodes[0]
-    _app_file(workdir, entry.url, entry.mgmt_url, prefix, shards=shards)
+    _app_file(workdir, entry.url, entry.mgmt_url, prefix, shards=shards,
+              shape=f", delayq_levels={shape[0]}, delayq_radix={shape[1]}" if shape else "")
     reader = _Reader(cluster.nodes[-1].amqp_port, f"{prefix}-dest")
     reader.start()
     reader.ready.wait(30)

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 __all__ = [
     "DUE", "DELAY", "ENTRY", "ATTEMPT", "FIRST_ATTEMPT", "EXCHANGE", "ROUTING_KEY", "HOPS", "LAPS", "PASS",
-    "LAST_ERROR", "LAST_ERROR_MAX", "last_error", "strip_broker_headers", "stamp_pass", "forget_pass",
+    "LAST_ERROR", "LAST_ERROR_MAX", "last_error", "strip_broker_headers", "stamp_pass", "forget_pass", "attempt_of",
 ]
 
 #: Epoch seconds at which the message is due at its destination.
@@ -20,9 +20,12 @@ DUE = "x-delayq-due"
 DELAY = "x-delayq-delay"
 #: Unique id of this pass through the ladder; a redelivery of the same pass repeats it.
 ENTRY = "x-delayq-entry"
-#: Attempt number (0 for the first run), our own counter: RabbitMQ 4.x ignores client x-death.
+#: Attempt number, our own counter: RabbitMQ 4.x ignores client x-death. Written only where
+#: nothing else says it (read it with :func:`attempt_of`): a Celery task's ``retries`` header is
+#: the count, and absent means 0. Messages of 0.x carry it on every pass; they read the same.
 ATTEMPT = "x-delayq-attempt"
 #: Wall-clock epoch seconds of the first attempt, so time-based stop rules survive restarts.
+#: A retry stamps it (:mod:`celery_delayq.task`); a first pass goes without.
 FIRST_ATTEMPT = "x-delayq-first-attempt"
 #: Where an undelayed publish would have gone.
 EXCHANGE = "x-delayq-exchange"
@@ -47,21 +50,36 @@ _BROKER_PREFIXES = ("x-first-death-", "x-last-death-")
 
 
 def stamp_pass(headers: dict[str, Any], *, due: float, delay: float, entry: str, hops: int,
-               exchange: str, routing_key: str, now: float) -> dict[str, Any]:
+               exchange: str, routing_key: str) -> dict[str, Any]:
     """Record one ladder pass in ``headers`` (in place; returned for convenience).
 
-    The attempt counter follows Celery's own ``retries`` header when the
-    message is a Celery task; the first attempt's time is kept from an
-    earlier pass, so time-based stop rules measure from the very first run.
+    Every header is encoded by the client and copied by the broker at every
+    hop, so a pass writes only what nothing else carries: no :data:`ATTEMPT`
+    on a Celery task (its ``retries`` header is the count; a stale one copied
+    from an earlier pass goes) nor at attempt 0, and no :data:`FIRST_ATTEMPT`
+    (a retry stamps it; one from an earlier pass stays, so time-based stop
+    rules measure from the very first run).
     """
     headers.update({DUE: due, DELAY: delay, ENTRY: entry, HOPS: hops,
                     EXCHANGE: exchange, ROUTING_KEY: routing_key})
-    if "retries" in headers:  # a Celery task message: Celery's own counter is the truth
-        headers[ATTEMPT] = int(headers["retries"] or 0)
-    else:
-        headers.setdefault(ATTEMPT, 0)
-    headers.setdefault(FIRST_ATTEMPT, now)
+    if "retries" in headers or not headers.get(ATTEMPT):  # Celery's own counter is the truth; 0 goes without
+        headers.pop(ATTEMPT, None)
     return headers
+
+
+def attempt_of(headers: Mapping[str, Any]) -> int:
+    """The attempt number a message's headers say: :data:`ATTEMPT`, else Celery's ``retries``, else 0.
+
+    :data:`ATTEMPT` wins where present: a message of 0.x carries it on every
+    pass, equal to ``retries`` on a Celery task.
+    """
+    value = headers.get(ATTEMPT)
+    if value is None:
+        value = headers.get("retries")
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 def forget_pass(headers: dict[str, Any]) -> None:

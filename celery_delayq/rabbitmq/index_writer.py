@@ -91,7 +91,7 @@ def batch_entry(headers: dict[str, Any], task_id: str) -> list[Any]:
     if "argsrepr" in headers or "kwargsrepr" in headers:
         args = [_cut(str(headers.get("argsrepr") or "()")), _cut(str(headers.get("kwargsrepr") or "{}"))]
     return [task_id, headers.get("task"), headers.get(H.DUE), headers.get(H.EXCHANGE, ""),
-            headers.get(H.ROUTING_KEY, ""), headers.get(H.QUEUE), int(headers.get(H.ATTEMPT) or 0),
+            headers.get(H.ROUTING_KEY, ""), headers.get(H.QUEUE), H.attempt_of(headers),
             headers.get(H.ENTRY), args, headers.get(H.LAST_ERROR)]
 
 

@@ -351,7 +351,7 @@ class LadderPublisher:
         _units, entry_exchange, ladder_key, hops = plan(self.spec, dest, due=due, now=now,
                                                         shard=self.spec.shard_of(str(headers.get("id") or entry)))
         H.stamp_pass(headers, due=due, delay=delay, entry=entry, hops=hops,
-                     exchange=exchange, routing_key=routing_key, now=now)
+                     exchange=exchange, routing_key=routing_key)
         if "eta" in headers:  # a Celery message: request.eta tells the task when it is due
             headers["eta"] = datetime.fromtimestamp(due, tz=timezone.utc).isoformat()
         return entry_exchange, ladder_key
@@ -405,7 +405,7 @@ class LadderPublisher:
                                                     shard=self.spec.shard_of(this[0][0]))
             sched = Scheduled(entry, due, delay, units, hops, entry_x, ladder_key, dest)
             hdrs = H.stamp_pass(H.strip_broker_headers(headers), due=due, delay=delay, entry=entry, hops=hops,
-                                exchange=exchange, routing_key=routing_key, now=now)
+                                exchange=exchange, routing_key=routing_key)
             if lapping:
                 hdrs[H.LAPS] = int(hdrs.get(H.LAPS) or 0) + 1
             if queue_hint:

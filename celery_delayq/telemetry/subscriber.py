@@ -141,7 +141,7 @@ def _on_scheduled(sender: Any = None, plan: Any = None, headers: Any = None, **_
         entry = plan.entry
         tap.recorder.record_event(Scheduled(
             headers.get("id") or entry, headers.get("task") or "", plan.destination.routing_key,
-            headers.get(H.ATTEMPT) or 0, _now(), plan.delay, plan.due, entry, plan.hops))
+            H.attempt_of(headers), _now(), plan.delay, plan.due, entry, plan.hops))
     except Exception:  # pragma: no cover
         _log_failure("scheduled")
 

@@ -1,0 +1,138 @@
+"""Ladder shapes and dead-letter prefetch at saturation, both broker lines, in one run.
+
+    python -m benchmarks.faults.shapes                          # 14x4, 10x8, 7x16; prefetch 32 and 512
+    python -m benchmarks.faults.shapes --shapes 14x4,7x16 --prefetch 32 --only rmq4
+
+For each broker line one private single node per dead-letter prefetch
+(``dead_letter_worker_consumer_prefetch`` in advanced.config; 32 is
+RabbitMQ's default) is started, on base ports 5760+ (nobody else's), and on
+it a ladder of each shape takes a burst of ``--tasks`` tasks all due within
+one second (:func:`benchmarks.faults.scale.run_saturation`: 2 processes
+publish in ``celery_delayq.batch()``, then the ladder drains with nothing else
+publishing). Per shape the table also gives what does not need a broker:
+the mean hops per task (queues waited in, the exit queue included) for delays
+uniform over 1-5 s, 1-60 s and 1-300 s at every 10 ms unit; the level queues
+one ladder has; on RabbitMQ 3.x the file handles it reserves (3 per quorum
+queue, the unroutable queue included) and how many such ladders fit a node
+at Debian's 1024 open files (budget 927, a tenth kept for connections:
+:mod:`celery_delayq.budget`).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import click
+
+from celery_delayq.budget import headroom
+from celery_delayq.ladder import LadderSpec
+
+from .nodes import Cluster, usable_flavours
+from .scale import RESULTS, run_saturation
+
+#: A 3.10 node's file-handle cache limit at ``ulimit -n`` 1024 (measured: docs/footprint.md).
+BUDGET_1024 = 927
+#: Handles a quorum queue reserves on a single 3.x node (2 + members).
+PER_QUORUM_QUEUE = 3
+_BASE_PORT = {"host": 5760, "rmq4": 5770}
+
+
+def shape_costs(levels: int, radix: int, unit_ms: int = 10) -> dict[str, Any]:
+    """Broker-free facts of one shape (pure): hops for typical delays, queues, 3.x handles, max delay."""
+    spec = LadderSpec(prefix="x", levels=levels, radix=radix, unit_ms=unit_ms)
+    per_s = 1000 // unit_ms
+
+    def mean_hops(lo_s: int, hi_s: int) -> float:
+        return round(statistics.fmean(spec.hops(u) for u in range(lo_s * per_s, hi_s * per_s + 1)), 2)
+
+    queues = levels * (radix - 1)
+    handles = (queues + 1) * PER_QUORUM_QUEUE
+    return {"shape": f"{levels}x{radix}", "max_delay_days": round(spec.max_delay_s / 86400, 1),
+            "hops_1_5s": mean_hops(1, 5), "hops_1_60s": mean_hops(1, 60), "hops_1_300s": mean_hops(1, 300),
+            "level_queues": queues, "handles_3x": handles,
+            "ladders_per_1024fd_node": (BUDGET_1024 - headroom(BUDGET_1024)) // handles}
+
+
+COLUMNS = ["broker", "dl_prefetch", "shape", "max_delay_days", "hops_1_5s", "hops_1_60s", "hops_1_300s",
+           "level_queues", "handles_3x", "ladders_per_1024fd_node", "published", "delivered", "lost", "early",
+           "drain_per_s", "delivered_per_s", "late_p50_s", "late_max_s", "broker_cpu_pct", "broker_cpu_us_per_task"]
+
+
+def cpu_per_task(row: dict[str, Any]) -> float:
+    """Broker CPU per delivered task, in µs: its mean CPU while draining over the drain rate (pure).
+
+    The machine is shared, so a starved broker drains slower at the same cost
+    per task; this is the number that compares shapes across noisy runs.
+    """
+    rate, cpu = row["drain_per_s"], row["broker_cpu_pct"]
+    return round(cpu / 100 * 1e6 / rate) if rate and rate == rate and cpu == cpu else float("nan")
+
+
+def markdown(rows: list[dict[str, Any]], *, tasks: int, when: str, argv: str) -> str:
+    """The committed table (pure); ratio = drain/s over the same broker's 14x4, prefetch-32 row of this run."""
+    base = {r["broker"]: r["drain_per_s"] for r in rows if r["shape"] == "14x4" and r["dl_prefetch"] == 32}
+    lines = [
+        "# Ladder shapes and dead-letter prefetch at saturation", "",
+        f"`{argv}`, {when}, on this 2-core machine, one private node per broker line and dead-letter prefetch "
+        f"(`dead_letter_worker_consumer_prefetch`, RabbitMQ's default 32). 2 processes publish {tasks:,} tasks in "
+        "`celery_delayq.batch()`, all due within one second, 50 s after publishing starts; the ladder then drains "
+        "with nothing else publishing; a consumer (prefetch 1,000) times each arrival. drain/s: tasks over the time "
+        "from the first due time to the last arrival; delivered/s: between the 10th and 90th percentile of arrivals. "
+        "hops: mean queues waited in (the exit queue included) for delays uniform over the range at 10 ms units. "
+        "handles_3x: file handles one ladder reserves on RabbitMQ 3.x (3 per quorum queue, the unroutable queue "
+        "included; exit queues add 3 each); ladders_per_1024fd_node: how many fit a node at Debian's 1024 open "
+        "files (budget 927 less a tenth for connections). RabbitMQ 4.x reserves none. Ratio: drain/s over the "
+        "same broker's 14x4 (the shape of ddf578f), prefetch-32 row. broker_cpu_us_per_task: the broker's mean CPU "
+        "while draining over drain/s (the machine is shared with other work: a starved broker drains slower at the "
+        "same cost per task).", "",
+        "| " + " | ".join(COLUMNS) + " | ratio |",
+        "|" + "---|" * (len(COLUMNS) + 1),
+    ]
+    for row in rows:
+        ratio = row["drain_per_s"] / base[row["broker"]] if base.get(row["broker"]) else float("nan")
+        lines.append("| " + " | ".join(str(row[c]) for c in COLUMNS) + f" | {ratio:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+@click.command()
+@click.option("--tasks", default=50_000, show_default=True, help="Tasks due together per run.")
+@click.option("--shapes", default="14x4,10x8,7x16", show_default=True, help="LEVELSxRADIX, comma-separated.")
+@click.option("--prefetch", default="32,512", show_default=True,
+              help="dead_letter_worker_consumer_prefetch values, comma-separated (one node each).")
+@click.option("--only", type=click.Choice(["host", "rmq4"]), default=None, help="One broker line only.")
+@click.option("--out", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
+def main(tasks: int, shapes: str, prefetch: str, only: str | None, out: Path) -> None:
+    """Run shapes x prefetch on each broker line and write shapes.md / shapes.json under --out."""
+    shape_list = [tuple(int(x) for x in s.split("x")) for s in shapes.split(",")]
+    rows: list[dict[str, Any]] = []
+    for flavour in usable_flavours(only, say=lambda text: click.echo(text, err=True)):
+        for i, dl_prefetch in enumerate(int(p) for p in prefetch.split(",")):
+            advanced = "" if dl_prefetch == 32 else f"{{dead_letter_worker_consumer_prefetch, {dl_prefetch}}}"
+            with Cluster.start(flavour, size=1, base_port=_BASE_PORT[flavour] + 2 * i, prefix=f"dqsh{flavour[0]}{i}",
+                               rabbit_advanced=advanced) as cluster:
+                for levels, radix in shape_list:
+                    click.echo(f"[{time.strftime('%H:%M:%S')}] {flavour} prefetch={dl_prefetch} "
+                               f"{levels}x{radix} ...", err=True)
+                    result = run_saturation(cluster, shards=1, tasks=tasks, procs=2, due_s=50.0,
+                                            workdir=Path(tempfile.mkdtemp()), shape=(levels, radix))
+                    row = {**shape_costs(levels, radix), **asdict(result), "dl_prefetch": dl_prefetch}
+                    row["broker_cpu_us_per_task"] = cpu_per_task(row)
+                    click.echo(f"    {row}", err=True)
+                    rows.append(row)
+    out.mkdir(parents=True, exist_ok=True)
+    when = time.strftime("%Y-%m-%d")
+    argv = f"python -m benchmarks.faults.shapes --tasks {tasks} --shapes {shapes} --prefetch {prefetch}"
+    text = markdown(rows, tasks=tasks, when=when, argv=argv)
+    (out / "shapes.json").write_text(json.dumps({"when": when, "tasks": tasks, "rows": rows}, indent=2) + "\n")
+    (out / "shapes.md").write_text(text)
+    click.echo(text)
+
+
+if __name__ == "__main__":
+    main()
