@@ -72,6 +72,16 @@ GLANCE = (
 BASELINE = ("ddf578f", ROOT / "benchmarks/results/ddf578f/latest.json")
 
 
+def baseline_for(doc: dict[str, object]) -> tuple[str, dict[str, object]] | None:
+    """:data:`BASELINE` as ``(label, its latest.json)``, or ``None`` when absent or when ``doc`` is that run."""
+    import json
+
+    if not BASELINE[1].exists():
+        return None
+    base: dict[str, object] = json.loads(BASELINE[1].read_text())
+    return None if base.get("started") == doc.get("started") else (BASELINE[0], base)
+
+
 def _value(t: dict[str, object] | None, unit: str) -> str | None:
     measured = t.get("measured") if t else None
     if measured is None:
@@ -130,8 +140,8 @@ def main(readme: Path, tables_path: Path, quick_path: Path, full_path: Path) -> 
 
         head, rest = text.split(GLANCE_START, 1)
         _, tail = rest.split(GLANCE_END, 1)
-        base = (BASELINE[0], json.loads(BASELINE[1].read_text())) if BASELINE[1].exists() else None
-        text = f"{head}{GLANCE_START}\n{glance(json.loads(json_path.read_text()), base)}\n{GLANCE_END}{tail}"
+        doc = json.loads(json_path.read_text())
+        text = f"{head}{GLANCE_START}\n{glance(doc, baseline_for(doc))}\n{GLANCE_END}{tail}"
     readme.write_text(text)
     click.echo(f"updated {tables_path} and {readme} from {quick_path}" + (f" and {full_path}" if full_md else ""))
 

@@ -418,11 +418,11 @@ def _readme() -> str:
 def test_the_glance_table_is_the_benchmark_results() -> None:
     """The README's measured table is what benchmarks/readme.py writes from benchmarks/results/latest.json."""
     sys.path.insert(0, str(ROOT))
-    from benchmarks.readme import GLANCE_END, GLANCE_START, glance
+    from benchmarks.readme import GLANCE_END, GLANCE_START, baseline_for, glance
 
     doc = json.loads((ROOT / "benchmarks" / "results" / "latest.json").read_text())
     shown = _readme().split(GLANCE_START, 1)[1].split(GLANCE_END, 1)[0].strip()
-    assert shown == glance(doc).strip(), "README's GLANCE table is stale: run python benchmarks/readme.py"
+    assert shown == glance(doc, baseline_for(doc)).strip(), "README's GLANCE table is stale: run python benchmarks/readme.py"
     targets = {t["key"]: t for t in doc["targets"]}
     assert targets["worker_rss"]["measured"] < 1.0 and targets["lateness_early_worker"]["measured"] == 0
     assert targets["no_hol"]["measured"] < 2.0

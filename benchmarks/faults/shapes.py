@@ -30,8 +30,8 @@ from typing import Any
 
 import click
 
-from celery_delayq.budget import headroom
-from celery_delayq.ladder import LadderSpec
+from celery_delayq.rabbitmq.budget import headroom
+from celery_delayq.ladder.spec import LadderSpec
 
 from .nodes import Cluster, usable_flavours
 from .scale import RESULTS, run_saturation
