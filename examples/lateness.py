@@ -79,6 +79,7 @@ def _remove_ladder(app: Celery, keep: bool) -> None:
         deleted = topology.delete(raw)  # only once empty: a demo may share the prefix
         channel = raw.channel()
         channel.queue_delete(app.conf.task_default_queue, if_empty=True)  # the example's own destination
+        channel.exchange_delete(app.conf.task_default_queue)  # and Celery's exchange of the same name
         channel.close()
     except celery_delayq.TopologyError as exc:
         click.echo(f"kept the ladder: {exc} Once it drains, {how}.")
@@ -86,7 +87,7 @@ def _remove_ladder(app: Celery, keep: bool) -> None:
     finally:
         publisher.close()
     click.echo(f"deleted the ladder {app.conf.delayq_prefix!r} ({len(deleted)} exchanges and queues) and the "
-               f"queue {app.conf.task_default_queue!r}; --keep-ladder keeps them")
+               f"queue and exchange {app.conf.task_default_queue!r}; --keep-ladder keeps them")
 
 
 if __name__ == "__main__":
