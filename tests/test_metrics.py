@@ -104,7 +104,8 @@ def test_cli_serves_the_broker_state(make_app: Callable[..., Any], broker_url: s
                    PYTHONFAULTHANDLER="1")
         proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "metrics_app", "delayq", "metrics",
                                  "--port", str(port), "--addr", "127.0.0.1"],
-                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                preexec_fn=_as_at_a_terminal)
         try:
             got = wait_for(port, lambda s: v(s, "delayq_ladder_waiting_messages") == 3
                            and v(s, "delayq_parked_messages") == 2, timeout=40)
@@ -122,12 +123,18 @@ def test_cli_serves_the_broker_state(make_app: Callable[..., Any], broker_url: s
         assert v(got, name) == 0, name
 
 
-def _ctrl_c(proc: subprocess.Popen[Any]) -> str:
-    """Ctrl-C the exporter; if it has not exited 20 s later, fail with every thread's stack (faulthandler).
+def _as_at_a_terminal() -> None:
+    """In the exporter's process before exec: Ctrl-C does what it does at a terminal.
 
-    The 4.3 leg of a CI rehearsal (run beside the 3.10 leg) once saw the CLI exporter outlive Ctrl-C by 20 s,
-    twice, and never again alone or under a CPU hog: the stacks say where it waits, if it recurs.
+    A test run started in the background by a shell without job control (``./dev test &``, a CI runner)
+    inherits SIGINT ignored, and so did the exporter: Python leaves an ignored SIGINT ignored, so it never
+    raised KeyboardInterrupt and still served 20 s after Ctrl-C (the 4.3 leg of a rehearsal, twice).
     """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _ctrl_c(proc: subprocess.Popen[Any]) -> str:
+    """Ctrl-C the exporter; if it has not exited 20 s later, fail with every thread's stack (faulthandler)."""
     proc.send_signal(signal.SIGINT)
     try:
         out, err = proc.communicate(timeout=20)
@@ -189,7 +196,8 @@ def test_cli_exporter_binds_loopback_by_default_and_addr_when_given(
     for extra, on_outside in (((), False), (("--addr", "0.0.0.0"), True)):
         port = _free_port()
         proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", name, "delayq", "metrics", "--port", str(port),
-                                 *extra], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                 *extra], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                preexec_fn=_as_at_a_terminal)
         try:
             deadline = time.time() + 30
             while not _reachable("127.0.0.1", port) and time.time() < deadline:
