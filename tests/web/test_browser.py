@@ -110,8 +110,15 @@ def test_operator_finds_cancels_runs_now_and_replays(served: tuple[Any, str], br
         page.goto(url + "/")
         page.wait_for_selector("text=waiting in the ladder")
 
+        # The page keeps the list it read for 5 s and re-reads it in the background (stale while it
+        # revalidates, and it says how old its list is): a task published a moment before the first
+        # read shows at the next read, as an operator sees it after a reload.
+        deadline = time.time() + 20
         page.goto(url + "/waiting")
-        assert page.locator(f"text={soon.id}").count() == 1
+        while page.locator(f"text={soon.id}").count() == 0 and time.time() < deadline:
+            time.sleep(1)
+            page.reload()
+        assert page.locator(f"text={soon.id}").count() == 1, page.inner_text("body")
         page.screenshot(path=str(shots / "web-waiting.png"), full_page=True)
 
         page.fill("input[name=id]", doomed.id[:8])  # search by id prefix
