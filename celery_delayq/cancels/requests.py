@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
@@ -74,15 +75,17 @@ def cancel(app: CeleryApp, *task_ids: str, lookup: bool = True, force: bool = Fa
         return _record(app, [(i, i, None) for i in ids], "cancelled", time.time())
     ladder = ladder_for(app)
     now = time.time()
+    book = functools.cache(lambda: cancel_book(app, now=now))  # one read of the cancel log, if any
     try:
-        resolved = resolve_ids(ladder, ids, now=now, cancelled=lambda: cancelled_ids(app, now=now))
+        resolved = resolve_ids(ladder, ids, now=now, cancelled=lambda: book().live(now),
+                               superseded=lambda: book().live_passes(now))
     except IndexUnavailable as exc:
         if not force:
             raise IndexUnavailable(f"{exc} Without it a cancel cannot check the ids: pass force=True "
                                    "(`delayq cancel --force`) to record them unchecked.") from None
         resolved = Resolved({}, ids, "no index")
     if resolved.unknown and not force:
-        raise TaskIdNotFound(resolved.unknown, resolved.looked_at)
+        raise TaskIdNotFound(resolved.unknown, resolved.looked_at, moved=resolved.moved)
     items = [(resolved.found[g].task_id, g, resolved.found[g]) if g in resolved.found else (g, g, None) for g in ids]
     return _record(app, items, "cancelled", now)
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Collection, Iterable, Sequence
 
 from ..errors import DelayqError
@@ -58,12 +58,17 @@ class TaskIdNotFound(TaskIdError):
         looked_at: What was read to find out (ladder, index entries).
     """
 
-    def __init__(self, task_ids: Sequence[str], looked_at: str) -> None:
+    def __init__(self, task_ids: Sequence[str], looked_at: str, *, moved: Sequence[str] = ()) -> None:
         self.task_ids = list(task_ids)
         self.looked_at = looked_at
+        #: The ids among ``task_ids`` whose waiting copy was run now or moved (its pass is cancelled).
+        self.moved = [i for i in task_ids if i in set(moved)]
         shown = ", ".join(repr(i) for i in self.task_ids)
         short = [i for i in self.task_ids if len(i) < MIN_PREFIX]
         hint = f" A start of an id needs at least {MIN_PREFIX} characters." if short else ""
+        if self.moved:
+            hint += (f" {', '.join(repr(i) for i in self.moved)} was run now or moved: its copy in the ladder is "
+                     "cancelled, and a moved task can be cancelled once its new due time is listed.")
         super().__init__(
             f"no task waiting in the ladder has the id {shown}, or an id starting with it ({looked_at}).{hint} "
             "Check the id with `celery -A APP delayq pending`; a task that is not published yet can be "
@@ -96,18 +101,24 @@ class Resolved:
         found: Given id (or prefix) -> the waiting task it names.
         unknown: The given ids that name no waiting task, in the order given.
         looked_at: What was read, in words (for error messages).
+        moved: The unknown ids whose latest pass was run now or moved (superseded), so not waiting.
     """
 
     found: dict[str, PendingTask]
     unknown: list[str]
     looked_at: str
+    moved: list[str] = field(default_factory=list)
 
 
 def resolve_ids(ladder: AppLadder, given: Iterable[str], *, now: float | None = None,
-                cancelled: Callable[[], Collection[str]] = frozenset) -> Resolved:
+                cancelled: Callable[[], Collection[str]] = frozenset,
+                superseded: Callable[[], Collection[str]] = frozenset) -> Resolved:
     """Resolve full ids and unique prefixes to the waiting tasks they name.
 
     ``cancelled`` gives the cancelled ids, which prefixes skip (read only when a prefix is looked up).
+    ``superseded`` gives the pass entries a run-now or a reschedule cancelled: a task whose latest
+    pass is one of them is not waiting (it ran, or its moved copy is not listed yet), as
+    ``delayq pending`` and ``reschedule`` judge it.
 
     Raises:
         AmbiguousTaskId: a prefix starts several waiting ids (the first such prefix).
@@ -116,13 +127,17 @@ def resolve_ids(ladder: AppLadder, given: Iterable[str], *, now: float | None = 
     now = time.time() if now is None else now
     ids = [i for i in dict.fromkeys(str(g) for g in given)]
     exact = {k: v for k, v in read_index(ladder, task_ids=[i for i in ids if i], now=now).items() if v.due > now}
-    found = {i: exact[i] for i in ids if i in exact}
+    replaced = superseded() if exact else frozenset()
+    moved = [i for i in ids if i in exact and exact[i].entry and exact[i].entry in replaced]
+    found = {i: exact[i] for i in ids if i in exact and i not in moved}
     rest = [i for i in ids if i not in found]
     namespace = ladder.config.spec.namespace
     looked_at = f"index of ladder {namespace!r}: the shards of {len(ids)} id(s)"
     if any(len(i) >= MIN_PREFIX and not _whole_uuid(i) for i in rest):
         gone = cancelled()
-        waiting = sorted((t for t in read_index(ladder, now=now).values() if t.due > now and t.task_id not in gone),
+        replaced = superseded()
+        waiting = sorted((t for t in read_index(ladder, now=now).values()
+                          if t.due > now and t.task_id not in gone and not (t.entry and t.entry in replaced)),
                          key=lambda t: t.task_id)
         looked_at = f"index of ladder {namespace!r}: all {len(waiting):,} waiting task(s)"
         for prefix in rest:
@@ -133,7 +148,7 @@ def resolve_ids(ladder: AppLadder, given: Iterable[str], *, now: float | None = 
                 raise AmbiguousTaskId(prefix, [t.task_id for t in matches[:CANDIDATES]], len(matches))
             if matches:
                 found[prefix] = matches[0]
-    return Resolved(found, [i for i in ids if i not in found], looked_at)
+    return Resolved(found, [i for i in ids if i not in found], looked_at, moved)
 
 
 def _whole_uuid(text: str) -> bool:

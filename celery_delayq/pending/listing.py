@@ -7,6 +7,7 @@ It sits above both the index reader (:mod:`.query`) and the cancel log
 from __future__ import annotations
 
 import fnmatch
+import functools
 import time
 from datetime import datetime, timezone
 
@@ -43,7 +44,9 @@ def pending(app: CeleryApp, *, task: str | None = None, queue: str | None = None
     ladder = ladder_for(app)
     now = time.time() if now is None else now
     if task_id is not None:
-        resolved = resolve_ids(ladder, [task_id], now=now, cancelled=lambda: cancel_state(app, now=now)[0])
+        state = functools.cache(lambda: cancel_state(app, now=now))
+        resolved = resolve_ids(ladder, [task_id], now=now, cancelled=lambda: state()[0],
+                               superseded=lambda: state()[1])
         waiting = list(resolved.found.values())
     else:
         waiting = [t for t in read_index(ladder, now=now).values() if t.due > now]

@@ -8,7 +8,7 @@ from typing import Any
 from celery.bin.base import CLIContext
 from click.testing import CliRunner
 
-from celery_delayq import cancel, pending
+from celery_delayq import pending
 from celery_delayq.cli import delayq
 from cli_helpers import run_delayq
 from helpers import Collector, running_worker
@@ -51,7 +51,8 @@ def test_run_now_and_cancel_matching_from_the_cli(make_app, collector: Collector
         assert missing.exit_code == 1 and "was run now or moved" in missing.output
         time.sleep(1)
     assert [i["tag"] for i in collector.items] == ["now"]
-    cancel(app, now.id)
+    refused = run_delayq(app, "cancel", now.id, ok=False)  # it ran: a cancel says so, and records nothing
+    assert refused.exit_code == 1 and "was run now or moved" in refused.output, refused.output
 
 
 def test_parking_list_says_when_nothing_matches(make_app) -> None:

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from celery_delayq import pending
+from celery_delayq import cancel, pending
+from celery_delayq.pending import TaskIdNotFound
 from helpers import Collector, running_worker
 
 pytest.importorskip("fastapi")
@@ -49,6 +50,11 @@ def test_run_now_runs_once_with_the_same_id(make_app, collector: Collector, tmp_
         collector.wait_for(1, timeout=10)
         assert collector.items[0]["at"] - started < 3  # now, not at its old due time
         assert [t.task_id for t in pending(app, task=f"{app.main}.*")] == []  # the old pass is not listed
+        # A cancel now agrees with the list: the task is not waiting (it ran), so nothing is cancelled.
+        with pytest.raises(TaskIdNotFound, match="was run now or moved") as refused:
+            cancel(app, late.id)
+        assert refused.value.moved == [late.id]
+        assert client.post(f"/api/waiting/{late.id}/cancel", headers=headers).status_code == 404
         time.sleep(7)  # past the old copy's due time: it arrives and is dropped
     assert [(i["tag"], i["n"], i["id"]) for i in collector.items] == [("late", 7, late.id)]
     from celery_delayq.telemetry import flush_all
