@@ -19,7 +19,7 @@ from .ladder.spec import LadderSpec
 from .typing import CeleryApp
 
 __all__ = ["DelayqConfig", "SETTINGS", "unknown_settings", "warn_unknown_settings", "normalize_queue_delays",
-           "BACKEND_ALIASES"]
+           "normalize_queue_backends", "BACKEND_ALIASES"]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,7 @@ LONGEST_DELAY_S = 100 * 365.25 * 86400
 #: ``TRANSPORT_ALIASES`` name transports. A new backend is one module and one row here.
 BACKEND_ALIASES: dict[str, str] = {
     "ladder": "celery_delayq.rabbitmq.publisher:LadderPublisher",
+    "fixed": "celery_delayq.rabbitmq.fixed:FixedDelays",
 }
 
 
@@ -105,9 +106,19 @@ class DelayqConfig:
         backend: Where delayed messages wait: a name of :data:`BACKEND_ALIASES`
             (``ladder``: the TTL-queue ladder) or a ``"module:Class"`` path to a
             :class:`~celery_delayq.typing.DelayBackend` with a ``for_connection(connection,
-            config)`` class method. A backend sends the ``before_schedule`` and
-            ``message_scheduled`` signals and writes the index entry that ``pending`` and
-            ``cancel`` read, as the ladder does (:mod:`celery_delayq.rabbitmq.index_writer`).
+            config)`` class method (``fixed``: one TTL queue per destination and distinct delay,
+            one hop, for apps whose delays take a few fixed values; see
+            :mod:`celery_delayq.rabbitmq.fixed`). The delay check, the ``before_schedule`` and
+            ``message_scheduled`` signals and the index entry that ``pending`` and ``cancel``
+            read are done once above every backend (:mod:`celery_delayq.rabbitmq.scheduling`).
+        queue_backends: Backend per destination queue name, e.g. ``{"emails": "fixed"}``
+            (names as for ``backend``); other queues use ``backend``. Stored as sorted pairs.
+        fixed_resolution: Seconds a ``fixed`` queue's delay is rounded *up* to (never early;
+            a message may arrive up to this much late), so delays that differ by noise share one queue.
+        fixed_max_delay: The longest delay a ``fixed`` queue holds; a longer one goes through the ladder.
+        fixed_queues: The most ``fixed`` queues (destination and delay) one process declares; a new
+            delay beyond them goes through the ladder (logged once). On RabbitMQ 3.x each new queue
+            must also fit the broker's file-handle budget (:mod:`celery_delayq.rabbitmq.budget`).
         metrics_address: The address the metrics exporter binds (``delayq_metrics_port``
             and ``delayq metrics``). Loopback by default, so the metrics are not
             served to the network unless asked: ``0.0.0.0`` (every IPv4 interface),
@@ -142,6 +153,10 @@ class DelayqConfig:
     metrics_address: str = "127.0.0.1"
     leader_placement: str = "spread"
     backend: str = "ladder"
+    queue_backends: Any = ()
+    fixed_resolution: float = 1.0
+    fixed_max_delay: float = 600.0
+    fixed_queues: int = 16
 
     def __post_init__(self) -> None:
         if self.leader_placement not in ("spread", "broker"):
@@ -149,6 +164,10 @@ class DelayqConfig:
         if self.backend not in BACKEND_ALIASES and ":" not in self.backend:
             raise ValueError(f"delayq_backend must be one of {sorted(BACKEND_ALIASES)} or a 'module:Class' "
                              f"path, got {self.backend!r}")
+        object.__setattr__(self, "queue_backends", normalize_queue_backends(self.queue_backends))
+        if not (self.fixed_resolution > 0 and math.isfinite(self.fixed_resolution)):
+            raise ValueError(f"delayq_fixed_resolution must be a positive number of seconds, "
+                             f"got {self.fixed_resolution!r}")
         # Settings arrive as dicts and lists; the config is a dict key of the
         # process-wide publisher registry, so keep every field hashable.
         object.__setattr__(self, "queue_delays", normalize_queue_delays(self.queue_delays, self.spec))
@@ -269,6 +288,22 @@ def warn_unknown_settings(app: CeleryApp) -> list[tuple[str, str | None]]:
         hint = f"did you mean {suggestion!r}?" if suggestion else "see celery_delayq.config.SETTINGS for the valid ones."
         log.warning("celery_delayq: unknown setting %r is ignored; %s", key, hint)
     return found
+
+
+def normalize_queue_backends(value: Any) -> tuple[tuple[str, str], ...]:
+    """Sorted ``(queue, backend name)`` pairs from a mapping or pairs; each name as ``delayq_backend`` takes.
+
+    Raises:
+        ValueError: a backend that is neither a :data:`BACKEND_ALIASES` name nor a ``"module:Class"`` path.
+    """
+    items: Iterable[Any] = value.items() if isinstance(value, Mapping) else (value or ())
+    out: dict[str, str] = {}
+    for name, backend in items:
+        if not isinstance(backend, str) or (backend not in BACKEND_ALIASES and ":" not in backend):
+            raise ValueError(f"delayq_queue_backends[{name!r}] must be one of {sorted(BACKEND_ALIASES)} or a "
+                             f"'module:Class' path, got {backend!r}")
+        out[str(name)] = backend
+    return tuple(sorted(out.items()))
 
 
 def normalize_queue_delays(value: Any, spec: LadderSpec) -> tuple[tuple[str, float], ...]:

@@ -6,10 +6,14 @@ One delayed publish crosses two seams, each one way:
    :class:`DelayRouting` whether a publish is delayed and where it must
    arrive (:meth:`DelayRouting.divert`), and gets a :class:`Diversion` back.
 2. It serialises the message itself and hands it to the routing's
-   :class:`DelayBackend` (:meth:`DelayBackend.schedule`). The TTL-queue ladder
-   (:class:`~celery_delayq.rabbitmq.publisher.LadderPublisher`) is the backend today; a
+   :class:`Scheduling` (:meth:`Scheduling.schedule`), the one place above every
+   backend: it checks the delay, sends the signals, writes the index entry and
+   asks the destination's :class:`DelayBackend` only to place the message
+   (:meth:`DelayBackend.place`). The TTL-queue ladder
+   (:class:`~celery_delayq.rabbitmq.publisher.LadderPublisher`) is the default backend,
+   ``fixed`` (:class:`~celery_delayq.rabbitmq.fixed.FixedDelays`) a second; a
    broker-native delay (RabbitMQ's per-message quorum delays, DESIGN-NOTES §8)
-   can be another implementation of the same method, chosen per destination.
+   would be a third, one module and one row in ``BACKEND_ALIASES``.
 
 Nothing calls back down: the routing never touches the producer, and the
 backend never touches either.
@@ -21,12 +25,13 @@ signature says "a Celery app" rather than ``Any``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Protocol, Sequence, runtime_checkable
 
 if TYPE_CHECKING:  # pragma: no cover
     from kombu.connection import Connection
 
-__all__ = ["Diversion", "DelayRouting", "DelayBackend", "Receipt", "WorkerService", "CeleryApp"]
+__all__ = ["Diversion", "DelayRouting", "DelayBackend", "Scheduling", "Announce", "Receipt", "WorkerService",
+           "CeleryApp"]
 
 
 class CeleryApp(Protocol):
@@ -118,11 +123,12 @@ class Diversion:
 
 
 class Receipt(Protocol):
-    """What any backend tells about one message it accepted (the ladder's is
-    :class:`~celery_delayq.rabbitmq.publisher.Scheduled`, which adds its hops and route).
+    """What any backend tells about one message it accepted (the RabbitMQ backends' is
+    :class:`~celery_delayq.rabbitmq.publisher.Scheduled`, which adds its route).
 
     Backend-neutral, so this module names no backend: the seam's types live
-    below every implementation of it.
+    below every implementation of it. The signals ``before_schedule`` and
+    ``message_scheduled`` carry it as ``plan``.
     """
 
     @property
@@ -138,6 +144,11 @@ class Receipt(Protocol):
     @property
     def delay(self) -> float:
         """Seconds from the publish to ``due``."""
+        ...
+
+    @property
+    def hops(self) -> int:
+        """Queues the message waits in on its way (the ladder: its levels and exit queue; ``fixed``: 1)."""
         ...
 
     @property
@@ -167,17 +178,43 @@ class WorkerService(Protocol):
         ...
 
 
+#: Called by a backend once per message, with its receipt and the headers it will carry,
+#: just before the publish (the one place above the backends sends ``before_schedule`` from it).
+Announce = Callable[[Receipt, dict[str, Any]], None]
+
+
 @runtime_checkable
 class DelayBackend(Protocol):
     """Something that holds an already serialised message until ``due``, then delivers it.
 
-    ``delayq_backend`` chooses one per app by name
+    The whole contract a backend implements; everything else a delayed publish owes
+    (the delay check, the signals, the index entry, the receipts of a ``batch()``)
+    is done once, above every backend, by
+    :class:`~celery_delayq.rabbitmq.scheduling.Scheduler`. ``delayq_backend`` (per app) and
+    ``delayq_queue_backends`` (per destination queue) choose one by name
     (:data:`celery_delayq.config.BACKEND_ALIASES`); the class's
     ``for_connection(connection, config)`` gives the process's instance.
     """
 
-    def batch(self) -> ContextManager[None]:
-        """A block whose schedules are confirmed together when it ends (:func:`celery_delayq.batch`)."""
+    def place(self, body: bytes | str, *, entry: str, due: float, delay: float, exchange: str,
+              routing_key: str, headers: dict[str, Any], announce: Announce,
+              content_type: str | None = None, content_encoding: str | None = None,
+              queue_hint: str | None = None, **properties: Any) -> tuple[Receipt, dict[str, Any]]:
+        """Put ``body`` where it is delivered to ``exchange``/``routing_key`` at ``due``, never earlier.
+
+        Returns the receipt and the headers the message carries. Confirmed before it
+        returns, unless inside :meth:`confirming`. Raises
+        :class:`~celery_delayq.errors.PublishError` naming (``entries``) every message
+        that may not be scheduled; calls ``announce`` just before it publishes.
+        """
+        ...
+
+    def confirming(self) -> ContextManager[None]:
+        """A block whose placements are confirmed together when it ends (nested blocks join)."""
+        ...
+
+    def write_index(self, done: Sequence[tuple[Receipt, dict[str, Any]]], *, buffered: bool) -> None:
+        """Write the index entries of accepted messages (``buffered``: with the next few)."""
         ...
 
     def worker_service(self, connection_for: Callable[[str], "Connection"]) -> WorkerService | None:
@@ -185,6 +222,14 @@ class DelayBackend(Protocol):
 
         ``connection_for(role)`` gives a new connection of the backend's own.
         """
+        ...
+
+
+class Scheduling(Protocol):
+    """What the producer hands a delayed message to: the one place above the backends."""
+
+    def batch(self) -> ContextManager[None]:
+        """A block whose schedules are confirmed together when it ends (:func:`celery_delayq.batch`)."""
         ...
 
     def schedule(self, body: bytes | str, *, due: float, delay: float, exchange: str, routing_key: str,
@@ -200,8 +245,8 @@ class DelayRouting(Protocol):
     """What a :class:`~celery_delayq.glue.producer.LadderProducer` asks about each publish."""
 
     @property
-    def backend(self) -> DelayBackend:
-        """Where delayed messages go."""
+    def scheduler(self) -> Scheduling:
+        """Where delayed messages go (it asks the chosen backend)."""
         ...
 
     def divert(self, headers: dict[str, Any], exchange: Any, routing_key: str | None,

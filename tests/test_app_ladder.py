@@ -62,13 +62,22 @@ def test_due_header_alone_is_a_delay_and_sets_celerys_eta() -> None:
     assert datetime.fromisoformat(headers["eta"]).timestamp() == pytest.approx(NOW + 12)
 
 
+def test_a_too_long_delay_fails_in_the_scheduler_before_any_broker_call() -> None:
+    """divert() leaves the length to the one check above the backends (rabbitmq.scheduling)."""
+    long = ladder(max_delay=30 * 86400)
+    assert long.divert({"task": "t", "eta": eta(40 * 86400)}, "", "q", ()) is not None
+    with pytest.raises(DelayTooLong, match="delayq_max_delay"):
+        long.scheduler.schedule(b"", due=NOW + 40 * 86400, delay=40 * 86400, exchange="", routing_key="q",
+                                headers={"task": "t"})
+    with pytest.raises(DelayTooLong, match="never truncates"):
+        ladder().scheduler.schedule(b"", due=NOW + 10**12, delay=10**12, exchange="", routing_key="q",
+                                    headers={"task": "t"})
+    assert long.publisher.topology is None  # the broker (here: none at all) was never asked
+
+
 def test_bad_input_fails_before_any_broker_call() -> None:
     with pytest.raises(InvalidDelay):
         ladder().divert({"task": "t", "eta": "tomorrow"}, "", "q", ())
-    with pytest.raises(DelayTooLong, match="delayq_max_delay"):
-        ladder(max_delay=30 * 86400).divert({"task": "t", "eta": eta(40 * 86400)}, "", "q", ())
-    with pytest.raises(DelayTooLong, match="never truncates"):
-        ladder().divert({"task": "t", H.DUE: NOW + 10**12}, "", "q", ())
     assert ladder().divert({"task": "t", "eta": eta(40 * 86400)}, "", "q", ()) is not None  # laps
     with pytest.raises(InvalidName, match="queue name|routing key"):
         ladder().divert({"task": "t", "eta": eta(5)}, "", "q" * 300, [Queue("q" * 300)])

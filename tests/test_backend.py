@@ -1,7 +1,7 @@
 """``delayq_backend``: the delay backend chosen by name, and asked for everything backend-shaped.
 
-The producer schedules through ``AppLadder.backend``; ``batch()`` pipelines
-that backend's confirms, and the worker step starts that backend's own worker
+The producer schedules through ``AppLadder.scheduler``, which places each message
+with that backend; ``batch()`` pipelines that backend's confirms, and the worker step starts that backend's own worker
 services. The broker tests use a backend given by its ``"module:Class"`` path
 (a ladder that counts what it is asked), so they fail if any of the three
 reaches past the setting to the ladder publisher.
@@ -37,14 +37,14 @@ class CountingLadder(LadderPublisher):
         ASKED.append("for_connection")
         return cls(connection, config)
 
-    def schedule(self, body: bytes | str, **kwargs: Any) -> Any:
-        ASKED.append("schedule")
-        return super().schedule(body, **kwargs)
+    def place(self, body: bytes | str, **kwargs: Any) -> Any:
+        ASKED.append("place")
+        return super().place(body, **kwargs)
 
     @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
-        ASKED.append("batch")
-        with super().batch():
+    def confirming(self) -> Iterator[None]:
+        ASKED.append("confirming")
+        with super().confirming():
             yield
 
     def worker_service(self, connection_for: Callable[[str], Connection]) -> LadderWorker:
@@ -69,7 +69,7 @@ def test_the_default_backend_is_the_ladder_publisher_itself() -> None:
 
 
 def test_an_unknown_backend_name_is_refused_with_the_choices() -> None:
-    with pytest.raises(ValueError, match=r"delayq_backend must be one of \['ladder'\] or a 'module:Class' path"):
+    with pytest.raises(ValueError, match=r"delayq_backend must be one of \['fixed', 'ladder'\] or a 'module:Class' path"):
         DelayqConfig(backend="nope")
 
 
@@ -98,5 +98,5 @@ def test_the_producer_batch_and_worker_ask_the_chosen_backend(make_app, collecto
                 probe.apply_async((time.time() + 0.3,), countdown=0.3)
         runs = collector.wait_for(4, timeout=20)
     assert all(run["at"] >= run["due"] for run in runs)  # never early
-    assert ASKED.count("schedule") == 4 and ASKED.count("batch") == 1
+    assert ASKED.count("place") == 4 and ASKED.count("confirming") == 1
     assert ASKED.count("for_connection") == 1

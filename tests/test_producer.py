@@ -5,7 +5,7 @@ as ``apply_async`` does, and ``app.amqp.Producer(conn)``, as celery beat does)
 and check on a real RabbitMQ that a delayed publish passes the ladder and an
 undelayed one does not. The pure tests drive the producer through its own
 seam: a :class:`~celery_delayq.typing.DelayRouting` and a
-:class:`~celery_delayq.typing.DelayBackend` that record what they are handed
+:class:`~celery_delayq.typing.Scheduling` that record what they are handed
 (no broker is involved: nothing reaches a channel).
 """
 
@@ -28,7 +28,7 @@ from celery_delayq.ladder import headers as H
 from celery_delayq.glue.app_ladder import exchange_name
 from celery_delayq.errors import InvalidName
 from celery_delayq.glue.producer import LadderProducer, LadderProducerPool
-from celery_delayq.typing import DelayBackend, DelayRouting, Diversion
+from celery_delayq.typing import DelayRouting, Diversion
 from helpers import drain
 
 pytestmark = pytest.mark.timeout(60)
@@ -103,8 +103,8 @@ def test_uninstall_gives_the_app_plain_producers_again(make_app) -> None:
 
 # -- pure: the producer's own logic, through its seam --------------------------------------
 @dataclass
-class RecordingBackend:
-    """A DelayBackend that keeps what it is handed."""
+class RecordingScheduler:
+    """A Scheduling (what the producer hands delayed messages to) that keeps what it is handed."""
 
     calls: list[dict[str, Any]] = field(default_factory=list)
 
@@ -131,7 +131,7 @@ class RecordingRouting:
 
     refuse: bool = False
     asked: list[tuple[Any, str | None, list[Any]]] = field(default_factory=list)
-    backend: RecordingBackend = field(default_factory=RecordingBackend)
+    scheduler: RecordingScheduler = field(default_factory=RecordingScheduler)
 
     def divert(self, headers: dict[str, Any], exchange: Any, routing_key: str | None,
                declare: Iterable[Any]) -> Diversion | None:
@@ -157,7 +157,7 @@ def unconnected_producer(make: Callable[[Connection], LadderProducer]) -> Iterat
 
 def test_recording_doubles_satisfy_the_protocols() -> None:
     routing = RecordingRouting()
-    assert isinstance(routing, DelayRouting) and isinstance(routing.backend, DelayBackend)
+    assert isinstance(routing, DelayRouting)
 
 
 @pytest.mark.parametrize("positional", [True, False])
@@ -184,7 +184,7 @@ def test_a_delayed_publish_to_a_plugin_exchange_is_serialised_and_handed_to_the_
     assert result == "scheduled"
     (exchange, key, declare), = routing.asked
     assert (exchange.name, exchange.type, key, declare) == ("delayed", "topic", "orders.new", [])
-    (call,) = routing.backend.calls
+    (call,) = routing.scheduler.calls
     assert json.loads(call["body"]) == {"x": 1}
     assert (call["content_type"], call["content_encoding"]) == ("application/json", "utf-8")
     assert (call["exchange"], call["routing_key"], call["due"], call["delay"]) == (

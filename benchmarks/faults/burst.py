@@ -131,11 +131,17 @@ def _hottest(mgmt_url: str, prefix: str) -> tuple[str, int]:
 
 
 def run_burst(node: Any, *, settings: str, tasks: int, procs: int, countdown: float, workdir: Path,
-              batched: bool = False, shards: int = 1, settle_s: float = 300.0) -> BurstResult:
-    """One burst against ``node``: publish from ``procs`` processes, time every arrival."""
+              batched: bool = False, shards: int = 1, settle_s: float = 300.0, extra: str = "",
+              reader_class: type[_Reader] | None = None) -> BurstResult:
+    """One burst against ``node``: publish from ``procs`` processes, time every arrival.
+
+    ``extra``: more app settings (``", delayq_backend='fixed'"``); ``reader_class``: a
+    :class:`_Reader` that records more per arrival (the caller keeps it as ``run_burst.reader``).
+    """
     prefix = f"burst{uuid.uuid4().hex[:6]}"
-    _app_file(workdir, node.url, node.mgmt_url, prefix, shards=shards)
-    reader = _Reader(node.amqp_port, f"{prefix}-dest")
+    _app_file(workdir, node.url, node.mgmt_url, prefix, shards=shards, shape=extra)
+    reader = (reader_class or _Reader)(node.amqp_port, f"{prefix}-dest")
+    run_burst.reader = reader  # type: ignore[attr-defined]
     reader.start()
     reader.ready.wait(30)
     env = dict(os.environ, PYTHONPATH=f"{workdir}:{REPO}")

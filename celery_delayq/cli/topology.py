@@ -12,6 +12,8 @@ import click
 
 from ..ladder.humanize import describe_ladder
 from ..rabbitmq.topology import Destination, Topology
+from ..rabbitmq.fixed import fixed_queue_prefix
+from ..rabbitmq.management import ManagementAPI
 from ..rabbitmq.context import AppContext
 from .base import app_context, confirm, yes_option
 from ..typing import CeleryApp
@@ -59,6 +61,13 @@ def _app_destinations(app: CeleryApp) -> list[str]:
         values.append(f"{exchange}:{queue.routing_key or queue.name}")
         values.append(queue.name)
     return values
+
+
+def _fixed_queues(api: ManagementAPI | None, prefix: str) -> list[str]:
+    """The ``fixed`` backend's queues of ``prefix`` (their names hold a delay: only the API can list them)."""
+    found = api.queues() if api is not None else None
+    start = fixed_queue_prefix(prefix)
+    return sorted(str(q["name"]) for q in found or () if str(q.get("name", "")).startswith(start))
 
 
 @click.group()
@@ -186,14 +195,16 @@ def delete(ctx: click.Context, discard_messages: bool, destination: tuple[str, .
     """Delete the ladder and its exit queues. Refuses while messages wait in them.
 
     AMQP cannot list queues, so the exit queues deleted are those of the app's
-    configured queues plus every ``--destination`` given. The parking queue
-    is kept.
+    configured queues plus every ``--destination`` given; the ``fixed`` backend's
+    queues (``<prefix>.fixed.*``) are found through the management API, when it
+    answers, and deleted with them. The parking queue is kept.
     """
     app = app_context(ctx)
     with app.connected() as raw:
         topo = app.topology(raw)
         exits = [] if keep_shared else [
             d.exit_queue for d in parse_destinations(topo, (*_app_destinations(app.app), *destination))]
+        exits += [] if keep_shared else _fixed_queues(app.api(raw), topo.spec.prefix)
         state = topo.inspect(raw, extra_queues=exits)
         if not state.exists:
             kept = ""

@@ -34,6 +34,7 @@ from ..rabbitmq.management import key_matches
 from ..rabbitmq.owned import dedicated_copy
 from ..ladder.plugin_compat import DELAY_HEADER, delay_of, plain_entities
 from ..rabbitmq.publisher import LadderPublisher, publisher_for
+from ..rabbitmq.scheduling import Scheduler
 from .queue_delays import default_delay, queue_delays_of
 from ..typing import CeleryApp, DelayBackend, Diversion
 
@@ -79,6 +80,7 @@ class AppLadder:
         self.tasks: set[str] = set()
         self._publisher: LadderPublisher | None = None
         self._backend: DelayBackend | None = None
+        self._scheduler: Scheduler | None = None
         self._queue_delays: dict[str, float] | None = None
 
     def __repr__(self) -> str:
@@ -116,18 +118,31 @@ class AppLadder:
 
     @property
     def backend(self) -> DelayBackend:
-        """The :class:`~celery_delayq.typing.DelayBackend` delayed messages go to (``delayq_backend``).
+        """The app's :class:`~celery_delayq.typing.DelayBackend` (``delayq_backend``).
 
         The ladder's is this app's :attr:`publisher` itself.
         """
         if self._backend is None:
-            name = self.config.backend
-            if name == "ladder":
-                self._backend = self.publisher
-            else:
-                cls = symbol_by_name(BACKEND_ALIASES.get(name, name))
-                self._backend = cls.for_connection(self.connection(), self.config)
+            self._backend = self._backend_named(self.config.backend)
         return self._backend
+
+    def _backend_named(self, name: str) -> DelayBackend:
+        if name == "ladder":
+            return self.publisher
+        cls = symbol_by_name(BACKEND_ALIASES.get(name, name))
+        backend: DelayBackend = cls.for_connection(self.connection(), self.config)
+        return backend
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """The one place above the backends (delay check, signals, index), which the producer asks.
+
+        It takes the app's :attr:`backend`, and each ``delayq_queue_backends`` queue's own.
+        """
+        if self._scheduler is None:
+            by_queue = {queue: self._backend_named(name) for queue, name in self.config.queue_backends}
+            self._scheduler = Scheduler(self.config, self.backend, by_queue, clock=self.clock)
+        return self._scheduler
 
     @property
     def queue_delays(self) -> dict[str, float]:
@@ -165,6 +180,7 @@ class AppLadder:
         fresh = DelayqConfig.from_app(self.app)
         if fresh != self._config:
             self._config, self._publisher, self._backend, self._queue_delays = fresh, None, None, None
+            self._scheduler = None
 
     def wants(self, headers: dict[str, Any]) -> bool:
         """Does this task's delay belong in the ladder (``delayq_enabled``, or a ladder task)?"""
@@ -184,7 +200,8 @@ class AppLadder:
         Raises:
             InvalidDelay: an eta that is not a point in time.
             InvalidName: an exchange, routing key or queue name RabbitMQ would refuse.
-            DelayTooLong: a delay the ladder cannot hold.
+
+        The delay's length is checked once, by the :attr:`scheduler`, before anything is sent.
         """
         eta = headers.get("eta")
         if eta is None and H.DUE not in headers:
@@ -215,7 +232,6 @@ class AppLadder:
             return None if native is None else Diversion(name, key)
 
         queue_hint = _check_names(name, key, declare)
-        self.config.check_delay(due - now)  # DelayTooLong (only with a cap), before anything is sent
         if headers.get("eta") is None:
             # Keep Celery's own eta, so request.eta is right and a worker would hold an
             # early arrival rather than run it (belt and braces: the ladder rounds up).
@@ -231,7 +247,6 @@ class AppLadder:
             return None
         name, key = exchange_name(exchange), routing_key or ""
         queue_hint = _check_names(name, key, plain_entities(declare))
-        self.config.check_delay(delay)  # DelayTooLong (only with a cap), before anything is sent
         # As the plugin does on delivery: a negative x-delay, so a consumer that republishes
         # the message (into a plugin exchange, or through this hook) does not delay it twice.
         headers[DELAY_HEADER] = -int(round(delay * 1000))

@@ -21,5 +21,5 @@ __all__ = ["batch"]
 @contextlib.contextmanager
 def batch(app: CeleryApp) -> Iterator[None]:
     """Pipeline the confirms of the delayed publishes of ``app`` in this block (its backend's ``batch()``)."""
-    with ladder_for(app).backend.batch():
+    with ladder_for(app).scheduler.batch():
         yield

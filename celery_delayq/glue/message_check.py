@@ -74,6 +74,8 @@ class CheckedTaskMessage:
             now = self.clock()
             countdown, eta, due = checked_delay(countdown, eta, now=now)
             if due is not None and due > now:
-                self.routing.config.check_delay(due - now)  # DelayTooLong, before a message exists
+                # DelayTooLong before a message exists, so not even Celery's before_task_publish
+                # fires; every other delayed publish is checked by the scheduler (rabbitmq.scheduling).
+                self.routing.config.check_delay(due - now)
         build = self.amqp.task_protocols[self.amqp.app.conf.task_protocol]
         return build(task_id, name, args, kwargs, countdown, eta, *rest, **options)

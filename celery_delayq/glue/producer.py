@@ -96,7 +96,7 @@ class LadderProducer(Producer):
         # would do there (the ladder drops it: it would expire the message inside a level).
         for name in ("content_type", "content_encoding"):
             props.pop(name, None)
-        return self.routing.backend.schedule(
+        return self.routing.scheduler.schedule(
             payload, due=diversion.due, delay=diversion.delay,
             exchange=diversion.exchange, routing_key=diversion.routing_key, headers=headers,
             content_type=content_type, content_encoding=content_encoding,

@@ -130,7 +130,7 @@ class Takeover:
         properties = message.properties or {}
         props = {k: properties[k] for k in _CARRIED if properties.get(k) is not None}
         try:
-            self.ladder.backend.schedule(
+            self.ladder.scheduler.schedule(
                 message.body, due=due, delay=due - self.clock(), exchange=info.get("exchange") or "",
                 routing_key=info.get("routing_key") or "", headers=dict(headers),
                 content_type=message.content_type, content_encoding=message.content_encoding,

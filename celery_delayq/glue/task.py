@@ -214,7 +214,7 @@ class DelayedRetryTask(Task):
             due = due_from(countdown, eta, now=now)  # InvalidDelay for NaN, inf, junk
             router = ladder_for(self._get_app())
             if due is not None:
-                router.config.check_delay(due - now)  # DelayTooLong (only with a cap), before publishing
+                # Its length is checked once, by the app's scheduler, before anything is sent.
                 if router.native_delayed_delivery:
                     # Celery's native path would truncate the delay with int() and raise
                     # on sub-second countdowns; hand the due time to our hook instead.

@@ -24,7 +24,7 @@ from typing import Any
 import amqp
 
 from ..ladder import headers as H
-from ..typing import DelayBackend
+from ..typing import Scheduling
 from .following import QueueFollower
 
 __all__ = ["LapRelay", "relay_lap"]
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 _PASSED_ON = frozenset({"application_headers", "content_type", "content_encoding"})
 
 
-def relay_lap(publisher: DelayBackend, message: amqp.Message, *, now: float | None = None) -> Any:
+def relay_lap(publisher: Scheduling, message: amqp.Message, *, now: float | None = None) -> Any:
     """Schedule a message that finished a lap again, for what remains of its delay (confirmed).
 
     Raises:
@@ -62,7 +62,7 @@ class LapRelay(QueueFollower):
 
     role = "lap relay"
 
-    def __init__(self, publisher: DelayBackend, connection: Any, queue: str, *, prefetch: int = 100) -> None:
+    def __init__(self, publisher: Scheduling, connection: Any, queue: str, *, prefetch: int = 100) -> None:
         super().__init__(connection, queue, prefetch=prefetch, thread_name="delayq-laps")
         self.publisher = publisher
         self.relayed = 0

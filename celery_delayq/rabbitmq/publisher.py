@@ -26,20 +26,20 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import logging
 import threading
 import time
 import uuid
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence, TypeVar
 
 import amqp
 from kombu.connection import Connection
 from kombu.serialization import dumps
 
 from ..ladder import headers as H
-from .. import signals
 from ..config import DelayqConfig
 from .confirms import ConfirmChannel, Pending, Tracker, fail
 from ..ladder.delays import due_from
@@ -54,6 +54,8 @@ from .topology import Destination, Topology, broker_version, resolve_queue_type
 from ..ladder.index_layout import index_layout
 from .index_writer import IndexBuffer, index_batch
 from .worker import LadderWorker
+from .scheduling import Scheduler
+from ..typing import Announce
 
 __all__ = ["LadderPublisher", "Scheduled", "publisher_for", "plan"]
 
@@ -93,9 +95,6 @@ def plan(spec: LadderSpec, destination: Destination, *, due: float, now: float,
 @dataclass(eq=False)
 class _Batch:
     tracker: Tracker = field(default_factory=Tracker)
-    scheduled: list[tuple[Scheduled, dict[str, Any]]] = field(default_factory=list)
-    #: Entry ids already reported to the caller as not (known to be) scheduled.
-    reported: set[str] = field(default_factory=set)
 
 
 def _names(items: Sequence[Pending]) -> tuple[list[str], list[str]]:
@@ -304,11 +303,7 @@ class LadderPublisher:
         self._link.drop()
 
     def _take(self, tracker: Tracker) -> list[PublishError]:
-        failures = tracker.take_failures()
-        batch: _Batch | None = getattr(self._local, "batch", None)
-        if batch is not None and batch.tracker is tracker:
-            batch.reported.update(e for f in failures for e in f.entries)
-        return failures
+        return tracker.take_failures()
 
     # -- publishing ------------------------------------------------------------------
     def schedule_body(self, body: Any, *, delay: float | None = None, eta: Any = None,
@@ -356,21 +351,57 @@ class LadderPublisher:
             headers["eta"] = datetime.fromtimestamp(due, tz=timezone.utc).isoformat()
         return entry_exchange, ladder_key
 
+    @functools.cached_property
+    def scheduler(self) -> Scheduler:
+        """The one place above this backend (delay check, signals, index) for direct use."""
+        return Scheduler(self.config, self, clock=self.clock)
+
     def schedule(self, body: bytes | str, *, due: float, delay: float, exchange: str, routing_key: str,
                  headers: dict[str, Any], content_type: str | None = None,
                  content_encoding: str | None = None, queue_hint: str | None = None,
                  **properties: Any) -> Scheduled:
-        """Put an already serialised message into the ladder (confirmed, mandatory).
+        """Put an already serialised message into the ladder (confirmed, mandatory), through :attr:`scheduler`.
 
         Raises:
+            DelayTooLong: beyond ``delayq_max_delay`` or 100 years; nothing is sent.
             PublishError: the message (and, inside ``batch()``, every other one
                 that may not be scheduled) is named in ``failed`` by task id.
+        """
+        receipt = self.scheduler.schedule(body, due=due, delay=delay, exchange=exchange, routing_key=routing_key,
+                                          headers=headers, content_type=content_type,
+                                          content_encoding=content_encoding, queue_hint=queue_hint, **properties)
+        assert isinstance(receipt, Scheduled)
+        return receipt
+
+    def place(self, body: bytes | str, *, entry: str, due: float, delay: float, exchange: str,
+              routing_key: str, headers: dict[str, Any], announce: Announce,
+              content_type: str | None = None, content_encoding: str | None = None,
+              queue_hint: str | None = None, **properties: Any) -> tuple[Scheduled, dict[str, Any]]:
+        """The backend contract (:meth:`~celery_delayq.typing.DelayBackend.place`): into the ladder.
+
+        Raises:
+            PublishError: the message (and, inside :meth:`confirming`, every other one
+                that may not be scheduled) is named in ``failed`` by task id.
+        """
+        return self.place_on(lambda dest, due, now, shard: plan(self.spec, dest, due=due, now=now, shard=shard),
+                             body, entry=entry, due=due, delay=delay, exchange=exchange, routing_key=routing_key,
+                             headers=headers, announce=announce, content_type=content_type,
+                             content_encoding=content_encoding, queue_hint=queue_hint, **properties)
+
+    def place_on(self, route: Callable[[Destination, float, float, int], tuple[int, str, str, int]],
+                 body: bytes | str, *, entry: str, due: float, delay: float, exchange: str,
+                 routing_key: str, headers: dict[str, Any], announce: Announce,
+                 content_type: str | None = None, content_encoding: str | None = None,
+                 queue_hint: str | None = None, **properties: Any) -> tuple[Scheduled, dict[str, Any]]:
+        """:meth:`place` with the route chosen by ``route(destination, due, now, shard)`` ->
+        ``(units, exchange, routing key, hops)``, read after connecting (the fixed queues use it).
+
+        A delay longer than the ladder makes laps whatever ``route`` says.
         """
         # A per-message TTL would expire the message inside a ladder level, so it is not
         # carried (the one place it is dropped); Celery's own ``expires`` header still makes
         # the worker discard a task that comes due after its expiry.
         properties.pop("expiration", None)
-        entry = uuid.uuid4().hex
         this = ((str(headers.get("id") or properties.get("message_id") or entry), entry),)
         with self._lock:
             batch: _Batch | None = getattr(self._local, "batch", None)
@@ -379,7 +410,6 @@ class LadderPublisher:
             # A delay longer than the ladder makes laps: the ladder's longest wait, into
             # the laps queue, from which a worker puts it back (celery_delayq.rabbitmq.laps).
             remaining = due - self.clock()
-            self.config.check_delay(remaining)  # DelayTooLong: beyond delayq_max_delay or 100 years
             lapping = remaining > self.spec.max_delay_s
             target = ("", self.spec.laps_queue) if lapping else (exchange, routing_key)
 
@@ -400,9 +430,12 @@ class LadderPublisher:
             # shortcut above, a reconnect happens in the publish's _io, after this:
             # the message can only be that much later, never early.)
             now = self.clock()
-            leg_due = min(due, now + self.spec.max_delay_s) if lapping else due
-            units, entry_x, ladder_key, hops = plan(self.spec, dest, due=leg_due, now=now,
-                                                    shard=self.spec.shard_of(this[0][0]))
+            shard = self.spec.shard_of(this[0][0])
+            if lapping:
+                units, entry_x, ladder_key, hops = plan(self.spec, dest, due=min(due, now + self.spec.max_delay_s),
+                                                        now=now, shard=shard)
+            else:
+                units, entry_x, ladder_key, hops = route(dest, due, now, shard)
             sched = Scheduled(entry, due, delay, units, hops, entry_x, ladder_key, dest)
             hdrs = H.stamp_pass(H.strip_broker_headers(headers), due=due, delay=delay, entry=entry, hops=hops,
                                 exchange=exchange, routing_key=routing_key)
@@ -410,26 +443,32 @@ class LadderPublisher:
                 hdrs[H.LAPS] = int(hdrs.get(H.LAPS) or 0) + 1
             if queue_hint:
                 hdrs[H.QUEUE] = queue_hint
-            signals.before_schedule.send(sender=self, plan=sched, headers=hdrs)
+            announce(sched, hdrs)
             properties.setdefault("delivery_mode", 2)
             message = amqp.Message(body, content_type=content_type, content_encoding=content_encoding,
                                    application_headers=hdrs, **properties)
             self._io(tracker, lambda c: c.publish(message, entry_x, ladder_key, tracker, name=this[0][0]), this)
             timeout = self.config.confirm_timeout
             if batch is not None:
-                batch.scheduled.append((sched, hdrs))
                 window = self.config.batch_window
                 confirm = self._link.confirm
                 if confirm is not None and len(confirm.pending) > window:
                     # Drain down to half the window, so confirms are read in runs
                     # rather than one frame per publish.
                     self._io(tracker, lambda c: c.wait(timeout=timeout, keep=window // 2))
-                return sched
+                return sched, hdrs
             self._io(tracker, lambda c: c.wait(timeout=timeout, tracker=tracker))
             self._raise_failures(tracker)
-            self._index.add(sched, hdrs)  # written with the next few (pending.writer)
-        signals.message_scheduled.send(sender=self, plan=sched, headers=hdrs)
-        return sched
+        return sched, hdrs
+
+    def write_index(self, done: Sequence[tuple[Any, dict[str, Any]]], *, buffered: bool) -> None:
+        """Index entries of confirmed messages: a single publish's with the next few, a batch's now."""
+        if not buffered:
+            index_batch(self, done)
+            return
+        with self._lock:
+            for receipt, hdrs in done:
+                self._index.add(receipt, hdrs)  # written with the next few (index_writer)
 
     def _raise_failures(self, tracker: Tracker) -> None:
         failures = self._take(tracker)
@@ -440,16 +479,17 @@ class LadderPublisher:
         """Each worker declares the ladder, relays laps and sets held queues moving (:mod:`.worker`)."""
         return LadderWorker(self, connection_for)
 
-    @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
-        """Pipeline confirms for every publish in the block (same thread).
+    def batch(self) -> ContextManager[None]:
+        """Pipeline confirms for every publish in the block (same thread); see
+        :meth:`Scheduler.batch <celery_delayq.rabbitmq.scheduling.Scheduler.batch>`."""
+        return self.scheduler.batch()
 
-        On exit, waits for all of them; raises :class:`PublishError` naming (by
-        task id) each one that was nacked, returned or lost with the
-        connection. A failure found earlier is raised from the publish that
-        found it, naming every message of the block it affects; nothing is
-        named twice and nothing carries over into the next block. Nested
-        blocks join the outer one.
+    @contextlib.contextmanager
+    def confirming(self) -> Iterator[None]:
+        """The backend contract's batch: await the block's confirms together when it ends.
+
+        Raises :class:`PublishError` naming every message nacked, returned or lost
+        with the connection (nothing named twice). Nested blocks join the outer one.
         """
         if getattr(self._local, "batch", None) is not None:
             yield
@@ -466,10 +506,6 @@ class LadderPublisher:
                     self._raise_failures(b.tracker)
             finally:
                 self._local.batch = None
-                done = [(sched, hdrs) for sched, hdrs in b.scheduled if sched.entry not in b.reported]
-                for sched, hdrs in done:
-                    signals.message_scheduled.send(sender=self, plan=sched, headers=hdrs)
-                index_batch(self, done)
 
 
 _PUBLISHERS: ProcessRegistry[LadderPublisher] = ProcessRegistry()

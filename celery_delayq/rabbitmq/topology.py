@@ -184,6 +184,10 @@ class Topology:
         """Arguments of an exit queue: expire at once into the original exchange and key."""
         return self._queue_args(0, exchange, routing_key)
 
+    def fixed_queue_args(self, ttl_ms: int, exchange: str, routing_key: str) -> dict[str, Any]:
+        """Arguments of a ``fixed`` backend queue: an exit queue's, waiting ``ttl_ms`` (:mod:`.fixed`)."""
+        return self._queue_args(ttl_ms, exchange, routing_key)
+
     def entities(self) -> list[tuple[str, str, dict[str, Any]]]:
         """Every entity as ``(kind, name, args)`` in declaration order (targets first)."""
         s = self.spec

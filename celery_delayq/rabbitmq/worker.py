@@ -26,12 +26,12 @@ from .laps import LapRelay
 from .management import ManagementAPI
 from .recovery import HeldWatcher, Recovery
 from .topology import Topology, broker_version
-from ..typing import DelayBackend
+from ..typing import DelayBackend, Scheduling
 
 __all__ = ["LadderWorker"]
 
 
-class _Ladder(DelayBackend, Protocol):
+class _Ladder(DelayBackend, Scheduling, Protocol):
     """What the worker's services use of :class:`~.publisher.LadderPublisher` (which imports this module)."""
 
     config: DelayqConfig

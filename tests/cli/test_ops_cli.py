@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import textwrap
 from pathlib import Path
 
@@ -17,7 +18,9 @@ from celery_delayq.config import DelayqConfig
 from celery_delayq.ladder.spec import LadderSpec
 from celery_delayq.rabbitmq.publisher import LadderPublisher
 from celery_delayq.rabbitmq.topology import Topology
-from helpers import drain
+from celery_delayq.rabbitmq.fixed import FixedDelays
+from celery_delayq.rabbitmq.scheduling import Scheduler
+from helpers import drain, management_url
 
 APP = textwrap.dedent('''
     import os
@@ -25,6 +28,8 @@ APP = textwrap.dedent('''
     app = Celery("cliapp", broker=os.environ["CLI_BROKER"])
     app.conf.update(delayq_prefix=os.environ["CLI_PREFIX"], delayq_levels=int(os.environ.get("CLI_LEVELS", "8")),
                     delayq_declare=os.environ.get("CLI_DECLARE", "1") == "1", broker_heartbeat=0)
+    if os.environ.get("CLI_MGMT"):
+        app.conf.delayq_management_url = os.environ["CLI_MGMT"]
 ''')
 
 
@@ -74,6 +79,28 @@ def test_delete_removes_the_exit_queues_it_is_told_about(cli, amqp_conn: amqp.Co
         with pytest.raises(amqp.NotFound):
             amqp_conn.channel().queue_declare(exit_queue, passive=True)
     finally:
+        amqp_conn.channel().queue_delete(dest)
+
+
+def test_delete_finds_and_removes_the_fixed_backends_queues(cli, amqp_conn: amqp.Connection, uid: str,
+                                                           broker_url: str) -> None:
+    dest = f"fixeddel.{uid}"
+    amqp_conn.channel().queue_declare(dest, durable=True, auto_delete=False)
+    config = DelayqConfig(prefix=f"cli{uid}", levels=8, management_url=management_url())
+    publisher = LadderPublisher(kombu.Connection(broker_url), config)
+    fixed = FixedDelays(publisher)
+    try:
+        Scheduler(config, fixed).schedule(b"x", due=time.time() + 60, delay=60, exchange="", routing_key=dest,
+                                          headers={})
+        [queue] = fixed.queues.values()
+        assert queue.startswith(f"cli{uid}.fixed.60000ms.")
+        out = cli("topology", "delete", "--destination", dest, "--yes", "--discard-messages",
+                  CLI_MGMT=management_url()).stdout
+        assert "deleted" in out
+        with pytest.raises(amqp.NotFound):
+            amqp_conn.channel().queue_declare(queue, passive=True)
+    finally:
+        publisher.close()
         amqp_conn.channel().queue_delete(dest)
 
 
