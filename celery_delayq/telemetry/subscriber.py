@@ -408,11 +408,11 @@ class TelemetryExtension(Extension[AppLadder]):
         detach(ladder.app)
 
     def describe(self, ladder: AppLadder) -> str:
-        """Where the events go."""
-        subscription = self.subscription
-        if subscription is None or not subscription.attached:
+        """Where the app's events go (its setting, as every process of the app reads it)."""
+        root = ladder.config.telemetry_dir
+        if not root:
             return "off (delayq_telemetry_dir is not set)"
-        return f"recording events under {subscription.root}"
+        return f"recording events under {root}"
 
 
 def _extension(app: CeleryApp, *, add: bool = False) -> TelemetryExtension | None:
