@@ -26,6 +26,10 @@ The mechanism, step by step:
   countdown or eta is an ``InvalidDelay`` before anything is sent. No other
   app, pool or producer in the process is touched, and nothing is patched on
   import.
+* :func:`install` then builds the app's extensions
+  (:mod:`celery_delayq.glue.extensions`: takeover, cancels, parking,
+  telemetry, metrics, less ``delayq_disabled_extensions``) and runs their
+  ``install`` hooks; :class:`DelayqWorkerStep` runs their worker hooks.
 * The app loads its configuration before its first publish (Celery reads
   ``task_routes`` first), so the first publish already goes through the ladder.
 * A process that never imports celery_delayq has no hook (Celery 5.7 builds
