@@ -123,6 +123,10 @@ class DelayqConfig:
             and ``delayq metrics``). Loopback by default, so the metrics are not
             served to the network unless asked: ``0.0.0.0`` (every IPv4 interface),
             ``::`` or one interface's address is that explicit choice.
+        disabled_extensions: Names of built-in extensions to leave out of the app
+            (:data:`celery_delayq.glue.extensions.EXTENSIONS`: ``takeover``, ``cancels``,
+            ``parking``, ``telemetry``, ``metrics``), e.g. ``["takeover"]`` for workers that
+            must not move other publishers' delayed tasks. ``delayq doctor`` lists those active.
     """
 
     enabled: bool = False
@@ -151,6 +155,7 @@ class DelayqConfig:
     index: bool = True
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"
+    disabled_extensions: Any = ()
     leader_placement: str = "spread"
     backend: str = "ladder"
     queue_backends: Any = ()
@@ -171,6 +176,9 @@ class DelayqConfig:
         # Settings arrive as dicts and lists; the config is a dict key of the
         # process-wide publisher registry, so keep every field hashable.
         object.__setattr__(self, "queue_delays", normalize_queue_delays(self.queue_delays, self.spec))
+        disabled = self.disabled_extensions
+        object.__setattr__(self, "disabled_extensions",
+                           (disabled,) if isinstance(disabled, str) else tuple(disabled or ()))
         park_on = self.park_on
         object.__setattr__(self, "park_on", tuple(park_on) if isinstance(park_on, (list, tuple, set)) else (park_on,) if park_on else ())
 

@@ -55,9 +55,11 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from . import signals
+from .glue.app_ladder import AppLadder
+from .glue.extensions import Extension
 from .typing import CeleryApp
 
-__all__ = ["BrokerCollector", "EventCounters", "MetricsServer", "serve", "LATENESS_BUCKETS"]
+__all__ = ["BrokerCollector", "EventCounters", "MetricsServer", "MetricsExtension", "serve", "LATENESS_BUCKETS"]
 
 log = logging.getLogger(__name__)
 
@@ -204,3 +206,37 @@ def serve(app: CeleryApp, port: int, addr: str | None = None) -> MetricsServer:
         counters.close()
         raise
     return MetricsServer(registry, counters, httpd, thread)
+
+
+class MetricsExtension(Extension[AppLadder]):
+    """The ``metrics`` extension: each worker's main process serves :func:`serve` on ``delayq_metrics_port``.
+
+    The exporter starts once the delay backend's worker service runs, keeps its
+    counters across lost broker connections, and closes at worker shutdown.
+    """
+
+    name = "metrics"
+
+    def __init__(self) -> None:
+        #: The running exporter, in the worker's main process only.
+        self.server: MetricsServer | None = None
+
+    def worker_start(self, ladder: AppLadder, consumer: Any) -> None:
+        """Serve the metrics when ``delayq_metrics_port`` is set (``OSError`` when the port is taken)."""
+        config = ladder.config
+        if self.server is None and config.metrics_port is not None:
+            self.server = serve(ladder.app, int(config.metrics_port), config.metrics_address)
+            log.info("delayq: metrics on %s port %s", config.metrics_address, self.server.port)
+
+    def worker_shutdown(self, ladder: AppLadder, consumer: Any) -> None:
+        """Close the exporter (frees the port)."""
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+
+    def describe(self, ladder: AppLadder) -> str:
+        """Where the metrics are served."""
+        port = ladder.config.metrics_port
+        if port is None:
+            return "off (delayq_metrics_port is not set)"
+        return f"workers serve /metrics on {ladder.config.metrics_address} port {port}"

@@ -2,9 +2,13 @@
 
 The tree names the layers, bottom up: ``ladder/`` (pure arithmetic, names
 and headers), the root's settings and seams (``errors``, ``signals``,
-``typing``, ``config``), ``rabbitmq/`` (the broker edge), ``glue/`` (the
-Celery glue), then the features and the CLI. A layer imports only the
-layers below it; nothing imports the CLI. A reader follows
+``typing``, ``config``), ``policies/`` (the pure retry decision),
+``rabbitmq/`` (the broker edge), ``glue/`` (the Celery glue), then the
+features and the CLI. A layer imports only the layers below it; the glue
+reaches a feature only as an extension (named by a ``"module:Class"`` string in
+:data:`celery_delayq.glue.extensions.EXTENSIONS`, never imported); a feature
+that reads another's output sits above it (``analytics`` reads what
+``telemetry`` writes); nothing imports the CLI. A reader follows
 ``apply_async(countdown=...)`` down from the hook (``glue.integration`` →
 ``glue.producer`` → ``glue.app_ladder`` → ``rabbitmq.publisher``) without
 meeting a call back up a layer. Imports inside functions count too: a
@@ -26,12 +30,20 @@ PACKAGE = Path(__file__).resolve().parents[1] / "celery_delayq"
 GROUND = ("celery_delayq.errors", "celery_delayq.signals", "celery_delayq.typing")
 LADDER = ("celery_delayq.ladder",)
 SETTINGS = ("celery_delayq.config",)
+#: The retry decision: pure (tenacity strategies and options resolved from the settings), no I/O.
+POLICIES = ("celery_delayq.policies",)
 EDGE = ("celery_delayq.rabbitmq",)
-LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("ground", GROUND), ("ladder", LADDER), ("settings", SETTINGS), ("edge", EDGE))
 GLUE = ("celery_delayq.glue",)
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("ground", GROUND), ("ladder", LADDER), ("settings", SETTINGS), ("policies", POLICIES), ("edge", EDGE),
+    ("glue", GLUE))
 #: The command lines: ``celery -A APP delayq`` and the report's own ``python -m celery_delayq.analytics``.
-CLI = ("celery_delayq.cli", "celery_delayq.analytics.cli", "celery_delayq.analytics.__main__")
+CLI = ("celery_delayq.cli", "celery_delayq.analytics.__main__")
+#: Package-level knots among the features still to untie, each with its reason. Only these may remain.
+KNOWN_FEATURE_KNOTS: list[list[str]] = [
+    # pending's listing hides cancelled tasks (it reads the cancel log); cancels finds tasks in the index.
+    ["cancels", "pending"],
+]
 
 
 def _module_name(path: Path) -> str:
@@ -123,7 +135,8 @@ def test_a_cycle_is_found_when_there_is_one() -> None:
 
 
 def test_each_layer_imports_only_the_layers_below_it() -> None:
-    """errors/signals/typing import nothing; ladder/ only them; config only those; rabbitmq/ only those three."""
+    """errors/signals/typing import nothing; ladder/ only them; config only those; and so on up to glue/,
+    which imports no feature folder and no feature module of the root (``metrics``)."""
     graph = import_graph(type_only=True)
     offenders = []
     allowed: tuple[str, ...] = ()
@@ -137,8 +150,46 @@ def test_each_layer_imports_only_the_layers_below_it() -> None:
 
 def test_below_the_glue_nothing_imports_the_glue() -> None:
     graph = import_graph(type_only=True)
-    below = GROUND + LADDER + SETTINGS + EDGE
+    below = GROUND + LADDER + SETTINGS + POLICIES + EDGE
     assert sorted(f"{m} -> {d}" for m, deps in graph.items() if _in(m, below) for d in deps if _in(d, GLUE)) == []
+
+
+def test_the_glue_names_its_extensions_without_importing_them() -> None:
+    """Every built-in extension lives above the glue, and the glue's only link to it is its name."""
+    from celery_delayq.glue.extensions import EXTENSIONS
+
+    modules = {path.split(":")[0] for path in EXTENSIONS.values()}
+    graph = import_graph(type_only=True)
+    assert all(m in graph for m in modules)
+    above = {m for m in modules if not _in(m, GLUE)}
+    assert above, "the features come in as extensions"
+    assert sorted(f"{m} -> {d}" for m, deps in graph.items() if _in(m, GLUE) for d in deps if d in above) == []
+
+
+def _package(module: str) -> str:
+    """The top-level package (or root module) of ``module``; the command lines count as ``cli``."""
+    return "cli" if _in(module, CLI) else (module.split(".") + ["__init__"])[1]
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Folder → the folders it imports (the root's modules each count as one)."""
+    out: dict[str, set[str]] = {}
+    for module, deps in graph.items():
+        out.setdefault(_package(module), set()).update(_package(d) for d in deps if _package(d) != _package(module))
+    return out
+
+
+def test_the_features_form_floors() -> None:
+    """No two features import each other (telemetry must not read the analytics, which read telemetry),
+    save the knots listed in :data:`KNOWN_FEATURE_KNOTS`."""
+    assert cycles(package_graph(import_graph(type_only=True))) == KNOWN_FEATURE_KNOTS
+
+
+def test_the_feature_test_sees_two_features_that_import_each_other() -> None:
+    graph = {"celery_delayq.telemetry.lasthour": {"celery_delayq.analytics.files"},
+             "celery_delayq.analytics.files": set(), "celery_delayq.analytics.schema": {"celery_delayq.telemetry.x"},
+             "celery_delayq.telemetry.x": set()}
+    assert cycles(package_graph(graph)) == [["analytics", "telemetry"]]
 
 
 def test_nothing_imports_the_cli() -> None:
@@ -151,9 +202,42 @@ def test_the_layer_test_sees_a_module_that_imports_upwards() -> None:
     graph = {"celery_delayq.ladder.spec": {"celery_delayq.rabbitmq.topology"}, "celery_delayq.rabbitmq.topology": set()}
     assert [d for m, deps in graph.items() if _in(m, LADDER) for d in deps if not _in(d, GROUND + LADDER)] \
         == ["celery_delayq.rabbitmq.topology"]
+    glue = {"celery_delayq.glue.task": {"celery_delayq.parking.park"}}
+    allowed = tuple(m for _, layer in LAYERS for m in layer)
+    assert [d for deps in glue.values() for d in deps if not _in(d, allowed)] == ["celery_delayq.parking.park"]
 
 
 def test_the_producer_hook_depends_only_on_its_protocols() -> None:
     """The producer asks a typed Protocol whether a publish is delayed; it imports no ladder code."""
     assert import_graph()["celery_delayq.glue.producer"] <= {"celery_delayq.typing",
                                                               "celery_delayq.ladder.plugin_compat"}
+
+
+def picture(graph: dict[str, set[str]], type_only: dict[str, set[str]]) -> dict[str, object]:
+    """The numbers of the import picture: root modules, floors, imports running back up, cycles."""
+    import functools
+
+    @functools.lru_cache(maxsize=None)
+    def floor(module: str) -> int:
+        return 1 + max((floor(d) for d in graph[module]), default=0)
+
+    order = [m for _, layer in LAYERS for m in layer]
+
+    def rank(module: str) -> int:
+        if _in(module, CLI):
+            return len(order) + 1
+        return next((i for i, name in enumerate(order) if _in(module, (name,))), len(order))
+
+    folders = {m.split(".")[1] for m in graph if m.count(".") >= 2}
+    back = sorted(f"{m} -> {d}" for m, deps in type_only.items() for d in deps if rank(d) > rank(m))
+    return {"modules": len(graph), "root modules": sorted(m for m in graph if m.count(".") <= 1
+                                                           and m.split(".")[-1] not in folders),
+            "floors": max(floor(m) for m in graph), "imports running back up": back,
+            "cycles": cycles(graph), "type-only cycles": cycles(type_only),
+            "package knots": cycles(package_graph(type_only))}
+
+
+if __name__ == "__main__":  # python tests/test_import_graph.py: the picture, for a review
+    import pprint
+
+    pprint.pprint(picture(import_graph(), import_graph(type_only=True)), width=110)

@@ -19,9 +19,10 @@ index, for the ladder's maximum delay plus the margin; then it expires.
 from __future__ import annotations
 
 from .book import CancelBook
+from .extension import CancelsExtension
 from .requests import CancelResult, cancel, cancelled_ids, record_cancels
 from .revoke import hook_revoke, unhook_revoke
 from .worker import CancelStep, mark_if_cancelled, stop_follower
 
-__all__ = ["cancel", "CancelResult", "cancelled_ids", "record_cancels", "CancelBook", "CancelStep",
+__all__ = ["cancel", "CancelResult", "cancelled_ids", "record_cancels", "CancelBook", "CancelStep", "CancelsExtension",
            "hook_revoke", "unhook_revoke", "mark_if_cancelled", "stop_follower"]

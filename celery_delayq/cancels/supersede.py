@@ -36,10 +36,14 @@ from typing import Any, Sequence
 import amqp
 
 from ..errors import DelayqError
+from ..glue.app_ladder import ladder_for
+from ..ladder.headers import ENTRY
 from ..ladder.index_layout import MARGIN_S
 from ..pending.query import PendingTask, iso, open_layout, read_index
 from ..pending.stream import reader_connection
+from ..rabbitmq.confirms import ConfirmChannel, Tracker
 from ..rabbitmq.index_writer import ARGS_CUT
+from ..rabbitmq.publisher import combine
 from .log import CANCEL_PASS, REASON, UNTIL
 from ..typing import CeleryApp
 
@@ -67,7 +71,9 @@ class Rescheduled:
 
 def cancel_state(app: CeleryApp, *, now: float | None = None) -> tuple[set[str], set[str]]:
     """``(cancelled task ids, cancelled pass entries)`` at ``now``, from one read of the cancel log."""
-    from .requests import cancel_book  # on use: it imports the app ladder, above this module
+    # On use: pending's listing imports this module, and .requests imports pending (the knot the
+    # import-graph test lists in KNOWN_FEATURE_KNOTS).
+    from .requests import cancel_book
 
     book = cancel_book(app, now=now)
     return book.live(now), book.live_passes(now)
@@ -82,11 +88,6 @@ def cancel_passes(app: CeleryApp, passes: Sequence[PendingTask], *, reason: str 
         CannotReschedule: a pass has no entry id (listed by an old version).
         PublishError: naming the passes whose cancel may not be recorded.
     """
-    from ..glue.app_ladder import ladder_for
-    from ..rabbitmq.confirms import ConfirmChannel, Tracker
-    from ..ladder.headers import ENTRY
-    from ..rabbitmq.publisher import combine
-
     if not passes:
         return
     missing = [p.task_id for p in passes if not p.entry]
@@ -167,8 +168,6 @@ class TaskNotWaiting(DelayqError):
 
 def read_index_one(app: CeleryApp, task_id: str, *, now: float) -> PendingTask:
     """The waiting pass of ``task_id`` (one index shard read), or :class:`TaskNotWaiting`."""
-    from ..glue.app_ladder import ladder_for
-
     found = read_index(ladder_for(app), task_ids=[task_id], now=now).get(task_id)
     if found is None or found.due <= now or found.task_name is None:
         raise TaskNotWaiting(f"no task {task_id!r} is waiting in the ladder (unknown, already due, or not a "

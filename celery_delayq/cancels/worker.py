@@ -1,12 +1,14 @@
 """The worker side of durable cancels: load the cancel log at start, follow it, drop cancelled tasks.
 
-* :class:`CancelStep` (a consumer bootstep, added by :func:`celery_delayq.install`)
+* :class:`CancelStep` (a consumer bootstep, added by the ``cancels`` extension,
+  :mod:`celery_delayq.cancels.extension`)
   reads the whole cancel log before the worker consumes its first task, so
   a worker that restarts (even after ``kill -9``) knows every cancel made
   while it was down. It then follows the log in a thread with a connection
   of its own, and reconnects (resuming after the last entry it read) when
   that connection drops.
-* :func:`mark_if_cancelled` is called by the worker's request class
+* :func:`mark_if_cancelled` is called (through the extension's ``request_revoked``
+  hook) by the worker's request class
   (:class:`~celery_delayq.glue.request.LadderRequest`) whenever Celery asks
   whether a request is revoked. A cancelled id is put in Celery's own
   revoked set, so Celery's revocation path does the rest exactly as for
@@ -32,7 +34,6 @@ import logging
 import random
 import threading
 import time
-import weakref
 from typing import Any
 
 from celery import bootsteps
@@ -41,6 +42,7 @@ from .. import signals
 from ..rabbitmq.following import QueueFollower
 from ..ladder.headers import ENTRY
 from ..ladder.index_layout import MARKER, IndexLayout
+from ..glue.app_ladder import ladder_if_any
 from ..pending.stream import OFFSET, reader_connection
 from .book import CancelBook
 from .log import add, load, record
@@ -54,7 +56,6 @@ log = logging.getLogger(__name__)
 #: so the workers of an app rarely renew the same cancel twice).
 RENEW_EVERY_S = 3600.0
 
-_FOLLOWERS: "weakref.WeakKeyDictionary[Any, CancelFollower]" = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 
@@ -133,30 +134,35 @@ class CancelFollower(QueueFollower):
 
 
 def follower_for(app: CeleryApp) -> CancelFollower | None:
-    """The app's running cancel follower in this process, if any."""
-    return _FOLLOWERS.get(app)
+    """The app's running cancel follower in this process, if any (kept by its ``cancels`` extension)."""
+    ladder = ladder_if_any(app)
+    extension = ladder.extensions.get("cancels") if ladder is not None else None
+    return getattr(extension, "follower", None)
 
 
 def stop_follower(app: CeleryApp) -> None:
     """Stop and forget the app's cancel follower (worker shutdown, ``uninstall``)."""
+    ladder = ladder_if_any(app)
+    extension = ladder.extensions.get("cancels") if ladder is not None else None
     with _LOCK:
-        follower = _FOLLOWERS.pop(app, None)
+        follower = getattr(extension, "follower", None)
+        if follower is not None:
+            setattr(extension, "follower", None)
     if follower is not None:
         follower.stop()
 
 
-def mark_if_cancelled(request: Any) -> bool:
+def mark_if_cancelled(request: Any, follower: CancelFollower | None = None) -> bool:
     """Put a cancelled request's id in Celery's revoked set, so Celery drops it as revoked.
 
     Called from the worker's request class each time Celery asks whether the
-    request is revoked; returns whether it was cancelled.
+    request is revoked; returns whether it was cancelled. ``follower``: the
+    app's (looked up when not given).
     """
-    if not _FOLLOWERS or getattr(request, "_already_revoked", False):
+    if getattr(request, "_already_revoked", False):
         return False
-    try:
-        follower = _FOLLOWERS.get(request.app)
-    except TypeError:  # no app to look up
-        return False
+    if follower is None:
+        follower = follower_for(request.app)
     if follower is None or not follower.book.cancelled(request.id):
         return False
     from celery.worker.state import revoked
@@ -177,7 +183,7 @@ def _announce(request: Any, reason: str) -> None:
         reason=reason)
 
 
-def drop_if_superseded(request: Any) -> bool:
+def drop_if_superseded(request: Any, follower: CancelFollower | None = None) -> bool:
     """Drop a delivery whose ladder pass was cancelled (a copy a reschedule or run-now replaced).
 
     Not a revoke: the task id lives on in its new copy, so it is not put in
@@ -185,12 +191,10 @@ def drop_if_superseded(request: Any) -> bool:
     result must not become ``REVOKED``). The message is acknowledged and
     :data:`~celery_delayq.signals.message_cancelled` is sent with reason ``superseded``.
     """
-    if not _FOLLOWERS or getattr(request, "_already_revoked", False):
+    if getattr(request, "_already_revoked", False):
         return False
-    try:
-        follower = _FOLLOWERS.get(request.app)
-    except TypeError:
-        return False
+    if follower is None:
+        follower = follower_for(request.app)
     entry = (getattr(request, "request_dict", None) or {}).get(ENTRY)
     if follower is None or not follower.book.pass_cancelled(entry):
         return False
@@ -203,13 +207,14 @@ def drop_if_superseded(request: Any) -> bool:
 
 
 class CancelStep(bootsteps.StartStopStep):
-    """Consumer bootstep: load the cancel log before consuming, then follow it."""
+    """Consumer bootstep: load the cancel log before consuming, then follow it (on the ``cancels`` extension)."""
 
     requires = ("celery_delayq.glue.integration:DelayqWorkerStep",)
 
     def start(self, c: Any) -> None:
         ladder = getattr(c, "delayq_ladder", None)  # handed over by DelayqWorkerStep, which runs first
-        if ladder is None or c.app in _FOLLOWERS:
+        extension = ladder.extensions.get("cancels") if ladder is not None else None
+        if ladder is None or extension is None or extension.follower is not None:
             return
         layout = ladder.publisher.declare().index  # (declare() waits for the streams too)
         if layout is None:
@@ -218,7 +223,7 @@ class CancelStep(bootsteps.StartStopStep):
         follower = CancelFollower(ladder, layout)
         follower.start()
         with _LOCK:
-            _FOLLOWERS[c.app] = follower
+            extension.follower = follower
 
     def shutdown(self, c: Any) -> None:
         stop_follower(c.app)

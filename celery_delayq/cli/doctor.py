@@ -13,7 +13,12 @@ import json
 
 import click
 
+from kombu.utils.imports import symbol_by_name
+
 from ..doctor import ERROR, OK, WARN, Finding, diagnose
+from ..glue.app_ladder import AppLadder, ladder_for
+from ..glue.extensions import Extension, enabled_extensions
+from ..typing import CeleryApp
 from .base import app_context, console, named
 
 __all__ = ["doctor"]
@@ -27,9 +32,21 @@ def _app_spec(ctx: click.Context) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _render(findings: list[Finding], ctx: click.Context, uri: str) -> None:
+def extension_lines(app: CeleryApp) -> list[str]:
+    """One line per extension the app's ladder has (or would have once installed): its name, what it does."""
+    ladder = ladder_for(app)
+    extensions: list[Extension[AppLadder]] = list(ladder.extensions.values())
+    if not ladder.installed:  # this process did not install it: what install() would build
+        extensions = [symbol_by_name(path)() for path in enabled_extensions(ladder.config.disabled_extensions).values()]
+    return [f"{e.name}: {e.describe(ladder)}" for e in extensions]
+
+
+def _render(findings: list[Finding], ctx: click.Context, uri: str, extensions: list[str]) -> None:
     out = console(ctx)
     out.print(f"delayq doctor · {uri}")
+    out.print("extensions (delayq_disabled_extensions leaves one out):")
+    for line in extensions:
+        out.print(f"   {line}")
     for f in findings:
         out.print(f"{_MARK.get(f.status, f.status)} [bold]{f.check}[/bold]: {f.summary}")
         out.print(f"   [dim]→[/dim] {f.next_step}")
@@ -59,6 +76,6 @@ def doctor(ctx: click.Context, as_json: bool, timeout: float) -> None:
         docs = [{**f.as_dict(), "next_step": named(ctx, f.next_step)} for f in findings]
         click.echo(json.dumps(docs, indent=2, default=str))
     else:
-        _render(findings, ctx, app.uri)
+        _render(findings, ctx, app.uri, extension_lines(app.app))
     if any(f.status == ERROR for f in findings):
         ctx.exit(1)

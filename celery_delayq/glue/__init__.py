@@ -8,7 +8,10 @@
   their attempt counts, the raw message and exactly-once redelivery;
 * :mod:`.queue_delays`: per-queue default delays;
 * :mod:`.takeover`, :mod:`.message_check`: delayed messages published by others,
-  moved into the ladder on arrival.
+  moved into the ladder on arrival;
+* :mod:`.extensions`: the features (cancels, parking, telemetry, metrics, the
+  takeover) as named extensions with hooks, each keeping its state on the
+  app's ladder; the glue names them and never imports a feature.
 
 It is thin: it calls :mod:`celery_delayq.ladder` and :mod:`celery_delayq.rabbitmq`,
 which never call back up into it.

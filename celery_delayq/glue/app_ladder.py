@@ -35,10 +35,12 @@ from ..rabbitmq.owned import dedicated_copy
 from ..ladder.plugin_compat import DELAY_HEADER, delay_of, plain_entities
 from ..rabbitmq.publisher import LadderPublisher, publisher_for
 from ..rabbitmq.scheduling import Scheduler
+from .extensions import Extensions
 from .queue_delays import default_delay, queue_delays_of
 from ..typing import CeleryApp, DelayBackend, Diversion
 
-__all__ = ["AppLadder", "ladder_for", "forget_ladder", "refresh_ladder", "native_unwrap", "exchange_name"]
+__all__ = ["AppLadder", "ladder_for", "ladder_if_any", "forget_ladder", "refresh_ladder", "native_unwrap",
+           "exchange_name"]
 
 #: Celery's native ladder: 28 levels, top exchange ``[prefix_]celery_delayed_27``.
 _NATIVE_TOP = re.compile(r"^(?:(?P<prefix>.+)_)?celery_delayed_27$")
@@ -82,6 +84,11 @@ class AppLadder:
         self._backend: DelayBackend | None = None
         self._scheduler: Scheduler | None = None
         self._queue_delays: dict[str, float] | None = None
+        #: The app's active extensions by name (:mod:`celery_delayq.glue.extensions`); each keeps
+        #: its state for the app on itself. Filled by :func:`celery_delayq.install`.
+        self.extensions: Extensions[AppLadder] = Extensions()
+        #: Set by :func:`celery_delayq.install`: the app's producers ask this ladder.
+        self.installed = False
 
     def __repr__(self) -> str:
         return f"<AppLadder {self.config.prefix!r} of {getattr(self.app, 'main', None)!r}>"
@@ -333,6 +340,14 @@ def ladder_for(app: CeleryApp) -> AppLadder:
             if ladder is None:
                 ladder = _LADDERS[app] = AppLadder(app)
     return ladder
+
+
+def ladder_if_any(app: CeleryApp) -> AppLadder | None:
+    """The app's :class:`AppLadder` if one was built in this process (builds none)."""
+    try:
+        return _LADDERS.get(app)
+    except TypeError:  # not an app (weakly referenceable)
+        return None
 
 
 def forget_ladder(app: CeleryApp) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..parking.record import REPLAY
+from ..ladder.headers import REPLAY
 from ..rabbitmq.registry import ProcessRegistry
 
 __all__ = ["DuplicateGuard", "guard_for", "delivery_key"]

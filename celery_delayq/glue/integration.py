@@ -26,6 +26,10 @@ The mechanism, step by step:
   countdown or eta is an ``InvalidDelay`` before anything is sent. No other
   app, pool or producer in the process is touched, and nothing is patched on
   import.
+* :func:`install` then builds the app's extensions
+  (:mod:`celery_delayq.glue.extensions`: takeover, cancels, parking,
+  telemetry, metrics, less ``delayq_disabled_extensions``) and runs their
+  ``install`` hooks; :class:`DelayqWorkerStep` runs their worker hooks.
 * The app loads its configuration before its first publish (Celery reads
   ``task_routes`` first), so the first publish already goes through the ladder.
 * A process that never imports celery_delayq has no hook (Celery 5.7 builds
@@ -49,23 +53,22 @@ from typing import Any
 from celery import Celery, bootsteps, signals as celery_signals
 from celery import _state as celery_state
 
+from kombu.utils.imports import symbol_by_name
+
 from ..ladder import headers as H
 from .. import signals
-from .app_ladder import AppLadder, forget_ladder, ladder_for, refresh_ladder
-from ..cancels import CancelStep, hook_revoke, stop_follower, unhook_revoke
+from .app_ladder import AppLadder, forget_ladder, ladder_for, ladder_if_any, refresh_ladder
 from ..config import _lookup, warn_unknown_settings
+from .extensions import Extension, enabled_extensions
 from .message_check import CheckedTaskMessage
 from .producer import LadderProducerPool, producer_factory
-from .takeover import TakeoverStep
 from ..typing import CeleryApp, WorkerService
-from .. import telemetry
 
 __all__ = ["install", "uninstall", "ladder_for", "is_installed", "watch_app",
            "DelayqWorkerStep"]
 
 log = logging.getLogger(__name__)
 
-_INSTALLED: "weakref.WeakKeyDictionary[CeleryApp, AppLadder]" = weakref.WeakKeyDictionary()
 _WATCHED: "weakref.WeakSet[CeleryApp]" = weakref.WeakSet()
 _LOCK = threading.RLock()
 _FIXUP = "celery_delayq.glue.integration:watch_app"
@@ -90,12 +93,12 @@ def install(app: CeleryApp) -> AppLadder:
     ``delayq_enabled`` is set (see the module docstring).
     """
     with _LOCK:
-        ladder = _INSTALLED.get(app)
-        if ladder is not None:
+        ladder = ladder_for(app)
+        if ladder.installed:
             return ladder
-        # Registered first: what follows may load the app's configuration, whose
+        # Marked first: what follows may load the app's configuration, whose
         # activation callback then finds the app installed and returns.
-        ladder = _INSTALLED[app] = ladder_for(app)
+        ladder.installed = True
         _hook_producers(app, ladder)
         app.on_after_fork.connect(_rehook_after_fork, weak=False)
         if app.Task.Request == "celery.worker.request:Request":
@@ -103,44 +106,58 @@ def install(app: CeleryApp) -> AppLadder:
             app.Task.Request = "celery_delayq.glue.request:LadderRequest"
         if DelayqWorkerStep not in app.steps["consumer"]:
             app.steps["consumer"].add(DelayqWorkerStep)
-        # Delayed tasks from publishers that never loaded celery_delayq go into the ladder too.
-        app.steps["consumer"].add(TakeoverStep)
-        app.steps["consumer"].add(CancelStep)  # durable cancels: load the log, follow it
-        hook_revoke(app)  # Celery's revoke is recorded in the cancel log too
         _connect_worker_signals()
-        _attach_telemetry(app)
+        _install_extensions(app, ladder)
     return ladder
 
 
 def uninstall(app: CeleryApp) -> None:
     """Undo :func:`install` (tests, mostly): the app's publishes go the plain Celery way again."""
     with _LOCK:
-        ladder = _INSTALLED.pop(app, None)
-        forget_ladder(app)  # a later install reads the settings again
-        if ladder is None:
+        ladder = ladder_if_any(app)
+        if ladder is None or not ladder.installed:
+            if ladder is not None and ladder.extensions:
+                ladder.reread()  # not installed, but telemetry.attach() keeps its subscription on it
+            else:
+                forget_ladder(app)
             return
+        ladder.installed = False
         amqp = app.amqp
         amqp.__dict__.pop("Producer", None)
         amqp.__dict__.pop("create_task_message", None)
         if isinstance(amqp._producer_pool, LadderProducerPool):
             amqp._producer_pool = None  # the next publish takes kombu's shared pool again
         app.steps["consumer"].discard(DelayqWorkerStep)
-        app.steps["consumer"].discard(CancelStep)
-        app.steps["consumer"].discard(TakeoverStep)
-        unhook_revoke(app)
-        stop_follower(app)
-        telemetry.detach(app)
+        ladder.extensions.each("uninstall", ladder)
+        for name in reversed(ladder.extensions.names):
+            extension = ladder.extensions.remove(name)
+            for step in extension.consumer_steps if extension is not None else ():
+                app.steps["consumer"].discard(symbol_by_name(step))
+        forget_ladder(app)  # a later install reads the settings again
 
 
-def _attach_telemetry(app: CeleryApp) -> None:
-    """Record the app's events when ``delayq_telemetry_dir`` is set (a subscriber, removable).
+def _install_extensions(app: CeleryApp, ladder: AppLadder) -> None:
+    """Build the app's extensions (:data:`~celery_delayq.glue.extensions.EXTENSIONS` less
+    ``delayq_disabled_extensions``), add their worker steps, and run their ``install`` hooks.
 
-    Only that one setting is read here: install() may run while Celery loads
-    the app's configuration, and the rest of the settings are read (and
+    Only that one setting is read here (the extensions read their own, as
+    telemetry reads ``delayq_telemetry_dir``): install() may run while Celery
+    loads the app's configuration, and the rest of the settings are read (and
     checked) when the ladder is first used.
     """
-    if _lookup(app.conf, "delayq_telemetry_dir"):
-        telemetry.attach(app)
+    for name, path in enabled_extensions(_lookup(app.conf, "delayq_disabled_extensions")).items():
+        extension = ladder.extensions.add(_build(name, path))  # one added earlier (telemetry.attach) stays
+        for step in extension.consumer_steps:
+            app.steps["consumer"].add(symbol_by_name(step))
+        extension.install(ladder)
+
+
+def _build(name: str, path: str) -> Extension[AppLadder]:
+    """An instance of the extension class at ``path`` (``"module:Class"``), checked to carry ``name``."""
+    extension: Extension[AppLadder] = symbol_by_name(path)()
+    if extension.name != name:
+        raise ValueError(f"extension {path} is named {extension.name!r}, listed as {name!r}")
+    return extension
 
 
 def _hook_producers(app: CeleryApp, ladder: AppLadder) -> None:
@@ -155,8 +172,8 @@ def _hook_producers(app: CeleryApp, ladder: AppLadder) -> None:
 
 def _rehook_after_fork(sender: Any = None, **_: Any) -> None:
     # Celery drops the app's producer pool in a forked child; build ours again.
-    ladder = _INSTALLED.get(sender)
-    if ladder is not None:
+    ladder = ladder_if_any(sender)
+    if ladder is not None and ladder.installed:
         _hook_producers(sender, ladder)
 
 
@@ -171,9 +188,10 @@ def activate(app: CeleryApp) -> bool:
 
     Reads ``app.conf``, which loads the app's configuration if nothing has yet.
     """
-    if app not in _INSTALLED and enabled_in(app):
-        install(app)
-    return app in _INSTALLED
+    ladder = ladder_if_any(app)
+    if (ladder is None or not ladder.installed) and enabled_in(app):
+        ladder = install(app)
+    return ladder is not None and ladder.installed
 
 
 def watch_app(app: CeleryApp) -> None:
@@ -221,7 +239,9 @@ def watch_app(app: CeleryApp) -> None:
     app.add_defaults(connect_when_loading)
 
 
-_BOUND_CONF: "weakref.WeakKeyDictionary[CeleryApp, int]" = weakref.WeakKeyDictionary()
+#: The configuration objects already observed (``bind_to``), by id: each is bound once, however
+#: often its app is (re)configured. Held weakly: a replaced configuration goes with its app.
+_BOUND_SOURCES: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
 
 
 def _on_after_configure(sender: Any = None, source: Any = None, **_: Any) -> None:
@@ -230,8 +250,8 @@ def _on_after_configure(sender: Any = None, source: Any = None, **_: Any) -> Non
     if app is None:
         return
     warn_unknown_settings(app)  # a typo such as delayq_enable must not pass silently
-    if source is not None and _BOUND_CONF.get(app) != id(source) and hasattr(source, "bind_to"):
-        _BOUND_CONF[app] = id(source)
+    if source is not None and _BOUND_SOURCES.get(id(source)) is not source and hasattr(source, "bind_to"):
+        _BOUND_SOURCES[id(source)] = source
         ref = weakref.ref(app)
 
         def on_update(*args: Any, **kwargs: Any) -> None:
@@ -273,12 +293,13 @@ def _register_fixup() -> None:
 
 # -- worker side -----------------------------------------------------------------------
 class DelayqWorkerStep(bootsteps.StartStopStep):
-    """Worker bootstep: starts the delay backend's own worker services before consuming, and metrics.
+    """Worker bootstep: starts the delay backend's own worker services before consuming, then the extensions'.
 
     What a backend needs from each worker is its own
     (:meth:`~celery_delayq.typing.DelayBackend.worker_service`): for the ladder,
     the topology declared, laps relayed and held queues set moving
-    (:class:`~celery_delayq.rabbitmq.worker.LadderWorker`).
+    (:class:`~celery_delayq.rabbitmq.worker.LadderWorker`). Each extension's
+    ``worker_*`` hooks follow (the metrics exporter, in the worker's main process).
     """
 
     requires = ("celery.worker.consumer.connection:Connection",)
@@ -286,35 +307,34 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
     def __init__(self, c: Any, **kwargs: Any) -> None:
         super().__init__(c, **kwargs)
         self.service: WorkerService | None = None
-        self.metrics: Any = None  # celery_delayq.metrics.MetricsServer, in the worker's main process only
+        self.ladder: AppLadder | None = None
 
     def start(self, c: Any) -> None:  # c: Celery's worker Consumer (untyped)
-        ladder = _INSTALLED.get(c.app)
+        ladder = ladder_if_any(c.app)
+        ladder = ladder if ladder is not None and ladder.installed else None
         c.delayq_ladder = ladder  # for the steps that require this one (CancelStep): no lookup up a layer
         if ladder is None:
             return
+        self.ladder = ladder
         if self.service is None:
             self.service = ladder.backend.worker_service(ladder.dedicated_connection)
         if self.service is not None:
             log.info("delayq: %s", self.service.start())
-        if self.metrics is None and ladder.config.metrics_port is not None:
-            from ..metrics import serve
-
-            self.metrics = serve(c.app, int(ladder.config.metrics_port), ladder.config.metrics_address)
-            log.info("delayq: metrics on %s port %s", ladder.config.metrics_address, self.metrics.port)
+        ladder.extensions.each("worker_start", ladder, c)
 
     def stop(self, c: Any) -> None:
         """Celery stops consumer steps on a lost broker connection too: the backend's services
-        pause, the metrics exporter keeps its counters (it closes at :meth:`shutdown`)."""
+        pause, the extensions keep what outlives a connection (the metrics' counters) until :meth:`shutdown`."""
+        if self.ladder is not None:
+            self.ladder.extensions.each("worker_stop", self.ladder, c)
         if self.service is not None:
             self.service.stop()
 
     def shutdown(self, c: Any) -> None:
         if self.service is not None:
             self.service.shutdown()
-        if self.metrics is not None:
-            self.metrics.close()
-            self.metrics = None
+        if self.ladder is not None:
+            self.ladder.extensions.each("worker_shutdown", self.ladder, c)
 
 
 _WORKER_SIGNALS = [False]

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 from celery.worker.request import Request
 
-from ..cancels.worker import drop_if_superseded, mark_if_cancelled
+from .app_ladder import ladder_if_any
 
 __all__ = ["LadderRequest", "CapturingRequest", "RawMessage", "take_raw", "RAW_KEY"]
 
@@ -41,10 +41,10 @@ class LadderRequest(Request):
         self._eta = value
 
     def revoked(self) -> bool:
-        """Celery's check, with durable delayq cancels counted as revokes (:mod:`celery_delayq.cancels`)."""
-        if drop_if_superseded(self):
+        """Celery's check, after the app's extensions had their say (durable cancels: :mod:`celery_delayq.cancels`)."""
+        ladder = ladder_if_any(self.app)
+        if ladder is not None and ladder.extensions.request_revoked(ladder, self):
             return True
-        mark_if_cancelled(self)
         return bool(super().revoked())
 
 

@@ -45,10 +45,11 @@ from celery import bootsteps
 
 from ..ladder import headers as H
 from .app_ladder import AppLadder
+from .extensions import Extension
 from ..ladder.delays import parse_eta
 from ..errors import InvalidDelay
 
-__all__ = ["TakeoverStep", "Takeover", "HOLD_BELOW_S", "FIX_LINE"]
+__all__ = ["TakeoverExtension", "TakeoverStep", "Takeover", "HOLD_BELOW_S", "FIX_LINE"]
 
 log = logging.getLogger(__name__)
 
@@ -192,10 +193,7 @@ def _revoked_or_cancelled(consumer: Any, ladder: AppLadder, task_id: str) -> boo
     state = getattr(getattr(consumer, "controller", None), "state", None)
     if state is not None and task_id in state.revoked:
         return True
-    from ..cancels.worker import follower_for
-
-    follower = follower_for(ladder.app)
-    return follower is not None and follower.book.cancelled(task_id)
+    return ladder.extensions.cancelled(ladder, task_id)  # durable cancels (the cancels extension)
 
 
 class TakeoverStep(bootsteps.StartStopStep):
@@ -216,3 +214,14 @@ class TakeoverStep(bootsteps.StartStopStep):
         # Celery rebuilds the strategies on every (re)connection (Tasks.start), before this step.
         for name, strategy in list(c.strategies.items()):
             c.strategies[name] = self.takeover.wrap(strategy)
+
+
+class TakeoverExtension(Extension[AppLadder]):
+    """The ``takeover`` extension: the app's workers move delayed tasks that skipped the ladder into it."""
+
+    name = "takeover"
+    consumer_steps = (TakeoverStep,)
+
+    def describe(self, ladder: AppLadder) -> str:
+        """What it does for the app."""
+        return "workers move delayed tasks from publishers without celery_delayq into the ladder"

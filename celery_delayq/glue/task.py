@@ -10,7 +10,8 @@ task may declare a tenacity-style policy (``delayq_policy``, ``delayq_wait``,
 ``delayq_stop``, ``delayq_retry``), raise :class:`~celery_delayq.policies.RetryAfter`,
 and have messages whose retries are exhausted parked instead of dropped.
 Decisions live in :mod:`celery_delayq.policies`, parking in
-:mod:`celery_delayq.parking`; this class is the glue.
+:mod:`celery_delayq.parking` (reached as the app's ``parking`` extension,
+:mod:`celery_delayq.glue.extensions`); this class is the glue.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from .attempts import begin_attempt, current_attempt, end_attempt, first_attempt
 from .dedup import DuplicateGuard, delivery_key, guard_for
 from ..ladder.delays import due_from
 from .integration import install, ladder_for
-from ..parking.park import park_attempt as park
 from ..policies.decision import RetryDecision, decide_failure, decide_retry
 from ..policies.explicit import RetryAfter
 from ..policies.resolve import RetryOptions, resolve_options, split_call_options
@@ -247,3 +247,9 @@ def _celery_max_retries_kept(task: Any, restore: bool) -> Iterator[None]:
 def _exhausted(task: Any, attempt_no: int) -> BaseException:
     exc: BaseException = task.MaxRetriesExceededError(f"{task.name} gave up after {attempt_no} attempt(s)")
     return exc
+
+
+def park(task: Any, request: Any, exc: BaseException, *, reason: str, options: RetryOptions) -> None:
+    """Park the attempt's message through the app's ``parking`` extension (:mod:`celery_delayq.parking`)."""
+    ladder = ladder_for(task._get_app())
+    ladder.extensions.park(task, request, exc, reason=reason, options=options)

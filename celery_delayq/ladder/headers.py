@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 __all__ = [
     "DUE", "DELAY", "ENTRY", "ATTEMPT", "FIRST_ATTEMPT", "EXCHANGE", "ROUTING_KEY", "HOPS", "LAPS", "PASS",
-    "LAST_ERROR", "LAST_ERROR_MAX", "last_error", "strip_broker_headers", "stamp_pass", "forget_pass", "attempt_of",
+    "REPLAY", "LAST_ERROR", "LAST_ERROR_MAX", "last_error", "strip_broker_headers", "stamp_pass", "forget_pass", "attempt_of",
 ]
 
 #: Epoch seconds at which the message is due at its destination.
@@ -36,6 +36,9 @@ HOPS = "x-delayq-hops"
 LAPS = "x-delayq-laps"
 #: The destination queue, when the publish named one (Celery's ``declare``); for ``delayq pending``.
 QUEUE = "x-delayq-queue"
+#: On a replayed parked message: the parked id it was replayed from (so the duplicate
+#: guard sees a replay as a new delivery; written by :mod:`celery_delayq.parking`).
+REPLAY = "x-delayq-replay"
 
 #: A retry's last exception, ``Type: message`` truncated to :data:`LAST_ERROR_MAX` characters
 #: (``delayq pending`` and the web page show it; the traceback stays in the worker's log).

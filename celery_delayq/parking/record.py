@@ -43,8 +43,8 @@ TRACEBACK = "x-delayq-traceback"
 #: Where the message was delivered from: a replay publishes it there again.
 ORIGIN_EXCHANGE = "x-delayq-origin-exchange"
 ORIGIN_ROUTING_KEY = "x-delayq-origin-routing-key"
-#: On a replayed message: the parked id it was replayed from.
-REPLAY = "x-delayq-replay"
+#: On a replayed message: the parked id it was replayed from (the ladder's header table names it).
+REPLAY = H.REPLAY
 
 #: Headers added by parking, removed again by a replay.
 FAILURE_HEADERS = (PARKED_ID, PARKED_AT, REASON, TASK, TASK_ID, ATTEMPTS, LAST_ATTEMPT,

@@ -11,6 +11,8 @@ import functools
 import time
 from datetime import datetime, timezone
 
+from ..cancels.supersede import cancel_state
+from ..glue.app_ladder import ladder_for
 from .ids import resolve_ids
 from .query import PendingTask, read_index
 from ..typing import CeleryApp
@@ -37,10 +39,6 @@ def pending(app: CeleryApp, *, task: str | None = None, queue: str | None = None
         IndexUnavailable: the ladder has no index (off, broker before 3.9, not declared).
         AmbiguousTaskId: ``task_id`` is the start of several waiting ids (they are listed).
     """
-    # On use: app_ladder imports the publisher, whose index writer imports this package.
-    from ..glue.app_ladder import ladder_for
-    from ..cancels.supersede import cancel_state
-
     ladder = ladder_for(app)
     now = time.time() if now is None else now
     if task_id is not None:

@@ -46,12 +46,15 @@ from celery import signals as celery_signals
 
 from ..ladder import headers as H
 from .. import signals
+from ..config import _lookup
+from ..glue.app_ladder import AppLadder, ladder_for, ladder_if_any
+from ..glue.extensions import Extension
 from .events import Cancelled, Delivered, Exhausted, Failed, Parked, Replayed, Retried, Scheduled, Succeeded
 from .recorder import TelemetryRecorder
 from .recorders import recorder_for
 from ..typing import CeleryApp
 
-__all__ = ["Subscription", "TelemetryConfig", "attach", "detach", "subscription_for"]
+__all__ = ["Subscription", "TelemetryConfig", "TelemetryExtension", "attach", "detach", "subscription_for"]
 
 log = logging.getLogger(__name__)
 
@@ -237,8 +240,9 @@ class Subscription:
                 signal.disconnect(dispatch_uid=(uid, signal.name))
             _tap_release(self.root, self.parking_queue)
             app = self._app_ref()
-            if app is not None and _SUBSCRIPTIONS.get(app) is self:
-                del _SUBSCRIPTIONS[app]
+            extension = _extension(app) if app is not None else None
+            if extension is not None and extension.subscription is self:
+                extension.subscription = None
 
     def __repr__(self) -> str:
         state = "attached" if self._attached else "detached"
@@ -374,7 +378,52 @@ class _Detached:
 
 
 _DETACHED = _Detached()
-_SUBSCRIPTIONS: "weakref.WeakKeyDictionary[Any, Subscription]" = weakref.WeakKeyDictionary()
+
+
+class TelemetryExtension(Extension[AppLadder]):
+    """The ``telemetry`` extension: records the app's events when ``delayq_telemetry_dir`` is set.
+
+    Its :attr:`subscription` is the app's state (the one :func:`attach` made);
+    :func:`attach` on an app without the ladder installed adds this extension
+    to the app's ladder, as dramatiq's ``add_middleware`` does.
+    """
+
+    name = "telemetry"
+
+    def __init__(self) -> None:
+        #: The app's attached subscription, if any.
+        self.subscription: Subscription | None = None
+
+    def install(self, ladder: AppLadder) -> None:
+        """Attach when ``delayq_telemetry_dir`` is set.
+
+        Only that one setting is read: install() may run while Celery loads the
+        app's configuration, and the rest are read (and checked) on first use.
+        """
+        if _lookup(ladder.app.conf, "delayq_telemetry_dir"):
+            attach(ladder.app)
+
+    def uninstall(self, ladder: AppLadder) -> None:
+        """Stop recording."""
+        detach(ladder.app)
+
+    def describe(self, ladder: AppLadder) -> str:
+        """Where the app's events go (its setting, as every process of the app reads it)."""
+        root = ladder.config.telemetry_dir
+        if not root:
+            return "off (delayq_telemetry_dir is not set)"
+        return f"recording events under {root}"
+
+
+def _extension(app: CeleryApp, *, add: bool = False) -> TelemetryExtension | None:
+    """The app's telemetry extension (added to its ladder when ``add``)."""
+    ladder = ladder_for(app) if add else ladder_if_any(app)
+    if ladder is None:
+        return None
+    extension = ladder.extensions.get("telemetry")
+    if extension is None and add:
+        extension = ladder.extensions.add(TelemetryExtension())
+    return extension if isinstance(extension, TelemetryExtension) else None
 
 
 def _parking_queue(config: TelemetryConfig) -> str:
@@ -402,24 +451,28 @@ def attach(app: CeleryApp, config: TelemetryConfig | None = None) -> Subscriptio
                          "(attach() is only for apps that record telemetry)")
     root = str(root)
     queue = _parking_queue(config)
+    extension = _extension(app, add=True)
+    assert extension is not None
     with _LOCK:
-        current = _SUBSCRIPTIONS.get(app)
+        current = extension.subscription
         if current is not None:
             if current.attached and current.root == root and current.parking_queue == queue:
                 return current
             current.detach()
-        subscription = _SUBSCRIPTIONS[app] = Subscription(app, root, queue)
+        subscription = extension.subscription = Subscription(app, root, queue)
         return subscription
 
 
 def detach(app: CeleryApp) -> None:
     """Stop recording ``app``'s events (no-op when it has no telemetry attached)."""
+    extension = _extension(app)
     with _LOCK:
-        subscription = _SUBSCRIPTIONS.get(app)
+        subscription = extension.subscription if extension is not None else None
     if subscription is not None:
         subscription.detach()
 
 
 def subscription_for(app: CeleryApp) -> Subscription | None:
     """The telemetry attached to ``app``, if any."""
-    return _SUBSCRIPTIONS.get(app)
+    extension = _extension(app)
+    return extension.subscription if extension is not None else None

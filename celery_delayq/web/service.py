@@ -87,8 +87,8 @@ class Service:
         return found
 
     def telemetry(self) -> Any:
-        """The last hour of telemetry (:class:`~celery_delayq.telemetry.lasthour.LastHour`), None when off."""
-        from ..telemetry.lasthour import last_hour
+        """The last hour of telemetry (:class:`~celery_delayq.analytics.lasthour.LastHour`), None when off."""
+        from ..analytics.lasthour import last_hour
 
         root = self.context.config.telemetry_dir
         return last_hour(root) if root else None

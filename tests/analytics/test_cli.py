@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import celery_delayq.analytics
-from celery_delayq.analytics.cli import report_command
+from celery_delayq.cli.report import report_command
 from celery_delayq.analytics.plots import CHARTS
 from celery_delayq.analytics.schema import EVENT_TYPES
 from celery_delayq.analytics.synthetic import generate

@@ -1,8 +1,8 @@
 """The last hour of telemetry in numbers, for the web page's overview: lateness and throughput.
 
 Reads the JSON Lines files the recorder writes under ``delayq_telemetry_dir``
-(only the partitions of the last hour, found by the analytics package's pure
-file lister; no Spark), so it works where the web process can read that
+(only the partitions of the last hour, found by this package's pure file
+lister; no Spark), so it works where the web process can read that
 directory (one host, or a shared volume). Nothing here writes.
 """
 
@@ -13,6 +13,9 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from .errors import EventsNotFoundError
+from .files import list_event_files
 
 __all__ = ["LastHour", "last_hour"]
 
@@ -41,8 +44,6 @@ class LastHour:
 
 def last_hour(root: str, *, now: float | None = None) -> LastHour | None:
     """The last hour under ``root``; None when there is no such directory."""
-    from ..analytics.errors import EventsNotFoundError
-    from ..analytics.files import list_event_files
 
     now = time.time() if now is None else now
     since = now - 3600.0
