@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator
 
 import amqp
 import pytest
+from vhost_hygiene import delete_stale_session_vhosts
 
 from helpers import (  # noqa: F401
     BROKER_HOST, Collector, broker_up, delete_ladder, drain, management_url, queue_depth, running_worker,
@@ -37,40 +38,6 @@ _VHOST_KEY = pytest.StashKey[str]()
 
 def _rabbitmqctl(*args: str) -> None:
     subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=60)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _delete_stale_session_vhosts() -> list[str]:
-    """Delete the vhosts of test sessions that were killed before their cleanup ran.
-
-    A session's vhost is named ``delayq-test-<pid>-<random>``; one whose pytest process is gone
-    and that has no connection left is stale (its ladders hold file handles on a 3.x broker).
-    Sessions running beside this one are alive and keep theirs. Returns the names deleted.
-    """
-    try:
-        listed = subprocess.run(["rabbitmqctl", "-q", "list_vhosts", "name"], check=True, capture_output=True,
-                                text=True, timeout=60).stdout.split()
-        in_use = set(subprocess.run(["rabbitmqctl", "-q", "list_connections", "vhost"], check=True,
-                                    capture_output=True, text=True, timeout=60).stdout.split())
-    except Exception:  # noqa: BLE001 - a tidy-up: the session goes on without it
-        return []
-    deleted = []
-    for name in listed:
-        m = re.fullmatch(r"delayq-test-(\d+)-[0-9a-f]{8}", name)
-        if m and name not in in_use and not _pid_alive(int(m.group(1))):
-            with contextlib.suppress(Exception):
-                _rabbitmqctl("delete_vhost", name)
-                deleted.append(name)
-    return deleted
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -111,7 +78,7 @@ def vhost(request: pytest.FixtureRequest) -> Iterator[str]:
             pytest.fail("rabbitmqctl is not on PATH: the broker tests need it (vhosts, policies, closing connections)")
         yield "/"  # fall back to unique names in the default vhost
         return
-    _delete_stale_session_vhosts()
+    delete_stale_session_vhosts()
     name = f"delayq-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     request.config.stash[_VHOST_KEY] = name
     _rabbitmqctl("add_vhost", name)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import uuid
 
-from conftest import _delete_stale_session_vhosts, _rabbitmqctl
+from vhost_hygiene import delete_stale_session_vhosts
 
 
 def _vhosts() -> set[str]:
@@ -21,9 +21,9 @@ def test_a_dead_sessions_vhost_is_deleted_and_a_live_ones_kept(vhost: str) -> No
     dead = f"delayq-test-{int(gone.stdout)}-{uuid.uuid4().hex[:8]}"
     alive = f"delayq-test-{os.getppid()}-{uuid.uuid4().hex[:8]}"  # pytest's parent: alive while this runs
     for name in (dead, alive):
-        _rabbitmqctl("add_vhost", name)
+        subprocess.run(["rabbitmqctl", "-q", "add_vhost", name], check=True, capture_output=True, timeout=60)
     try:
-        deleted = _delete_stale_session_vhosts()
+        deleted = delete_stale_session_vhosts()
         assert dead in deleted and dead not in _vhosts()
         assert alive not in deleted and alive in _vhosts()
         assert vhost in _vhosts()  # this session's own

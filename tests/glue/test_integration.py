@@ -136,7 +136,7 @@ def test_django_style_namespaced_setting(tmp_path: Path, project_env: dict[str, 
 
 def test_too_long_a_delay_fails_in_a_publisher_process_and_sends_nothing(
         tmp_path: Path, project_env: dict[str, str], amqp_conn: amqp.Connection) -> None:
-    # Without a cap a 40-day delay makes laps through the ladder (tests/test_laps.py);
+    # Without a cap a 40-day delay makes laps through the ladder (tests/rabbitmq/test_laps.py);
     # with delayq_max_delay it is refused before anything is sent.
     _write(tmp_path, configure=SETTINGS + "\napp.conf.delayq_max_delay = 31 * 86400\n")
     done = _run(tmp_path, project_env, '''

@@ -11,7 +11,7 @@ from helpers import management_url
 
 from celery_delayq.rabbitmq.recovery import held, ladder_held
 
-sys.path.insert(0, str(Path(__file__).parent / "cli"))  # cli_helpers
+sys.path.insert(0, str(Path(__file__).parents[1] / "cli"))  # cli_helpers
 
 
 def test_held_counts_messages_beyond_ready_and_unacked_of_the_named_queues() -> None:
