@@ -204,8 +204,10 @@ class BudgetCheck:
         """Whether this broker reserves handles per quorum queue (RabbitMQ < 4.0)."""
         return self.version < RESERVATIONS_GONE_FROM
 
-    def __call__(self, namespace: str, quorum_queues: int) -> None:
+    def __call__(self, namespace: str, quorum_queues: int, *, what: str = "ladder") -> None:
         """Raise unless ``quorum_queues`` new quorum queues of ladder ``namespace`` fit.
+
+        ``what`` names the queues in the messages (a ladder, or a fixed-delay queue).
 
         Raises:
             FileHandleBudgetExceeded: they would leave the node(s) less than
@@ -229,7 +231,7 @@ class BudgetCheck:
                 return
             why = self.api_why or self._why_no_numbers()
             raise FileHandleBudgetUnknown(
-                f"refusing to create ladder {namespace!r} implicitly on RabbitMQ {version}: its {quorum_queues} "
+                f"refusing to create {what} {namespace!r} implicitly on RabbitMQ {version}: its {quorum_queues} "
                 f"quorum queues reserve {quorum_queues * 3} or more file handles on RabbitMQ 3.x, and the broker's "
                 f"budget cannot be checked: {why}. At Debian's default open-files limit (1024) a node has ~927; "
                 "past it, it silently stops accepting connections, for every app on it. Let delayq check it: "
@@ -248,10 +250,10 @@ class BudgetCheck:
                 shown = ", ".join(f"{name} {n}" for name, n in list(ladders.items())[:5])
                 more = f" and {len(ladders) - 5} more" if len(ladders) > 5 else ""
                 raise FileHandleBudgetExceeded(
-                    f"refusing to create ladder {namespace!r} on RabbitMQ {version}: its {quorum_queues} quorum "
+                    f"refusing to create {what} {namespace!r} on RabbitMQ {version}: its {quorum_queues} quorum "
                     f"queues would reserve {adds[node]} file handles on {node}, which has {used} of its ~{budget} "
                     f"in use (open-files limit {limits[node]}; {headroom(budget)} kept for connections). Past "
                     "that budget RabbitMQ 3.x silently stops accepting connections, for every app on the broker. "
                     f"Ladders there now (level queues): {shown or 'none'}{more}. To fix: {FIX}.")
-        log.info("delayq: ladder %r fits RabbitMQ %s's file-handle budget (%s)", namespace, version,
+        log.info("delayq: %s %r fits RabbitMQ %s's file-handle budget (%s)", what, namespace, version,
                  ", ".join(f"{n} +{adds[n]} of {limits[n] - RESERVED_FOR_OTHERS}" for n in names))

@@ -193,7 +193,7 @@ class FixedDelays:
             if not exists and not self.config.declare:
                 return False
             if not exists and topology.budget is not None and topology.queue_type == "quorum":
-                topology.budget(name, 1)  # RabbitMQ 3.x: a new quorum queue must fit the file handles
+                topology.budget(name, 1, what="fixed-delay queue")  # RabbitMQ 3.x: a new quorum queue must fit the file handles
             if self.config.declare:  # also checks an existing queue's arguments (TopologyMismatch-like error)
                 ch.queue_declare(name, durable=True, auto_delete=False, arguments=args)
             return True

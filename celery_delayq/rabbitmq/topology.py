@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 import amqp
 
@@ -133,6 +133,12 @@ class LadderState:
         raise KeyError(name)
 
 
+
+class QueueBudget(Protocol):
+    """Raises unless ``quorum_queues`` new quorum queues fit the broker (:class:`~.budget.BudgetCheck`)."""
+
+    def __call__(self, namespace: str, quorum_queues: int, *, what: str = "ladder") -> None: ...
+
 @dataclass
 class Topology:
     """The ladder's exchanges, queues and bindings for one :class:`LadderSpec`.
@@ -157,7 +163,7 @@ class Topology:
     placement: Callable[..., dict[str, str]] | None = field(default=None, repr=False)
     #: Raises unless ``(namespace, quorum queues to add)`` of a *new* ladder fit the broker's
     #: file-handle budget (:class:`~celery_delayq.rabbitmq.budget.BudgetCheck`, RabbitMQ 3.x); ``None`` = no check.
-    budget: Callable[[str, int], None] | None = field(default=None, repr=False)
+    budget: QueueBudget | None = field(default=None, repr=False)
     _streams_on: Any = field(default=None, repr=False)
 
     # -- arguments ----------------------------------------------------------
