@@ -18,7 +18,6 @@ import functools
 import re
 import threading
 import time
-import weakref
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
@@ -322,7 +321,10 @@ def _reaches(bound_exchange: Any, binding_key: str, exchange: str, routing_key: 
     return bool(key_matches(bound_exchange.type or "direct", binding_key, routing_key))
 
 
-_LADDERS: "weakref.WeakKeyDictionary[CeleryApp, AppLadder]" = weakref.WeakKeyDictionary()
+#: The attribute of a Celery app that holds its :class:`AppLadder`. On the app, not in a module-level
+#: weak dictionary: the ladder holds its app, so a dictionary's value would keep its own key (every app
+#: that ever had a ladder) alive for good; app and ladder are one garbage cycle instead.
+_ATTR = "_delayq_ladder"
 _LADDERS_LOCK = threading.Lock()
 
 
@@ -333,31 +335,31 @@ def ladder_for(app: CeleryApp) -> AppLadder:
     :func:`celery_delayq.install` to make the app's publishes go through it.
     One per app and process, built on first use.
     """
-    ladder = _LADDERS.get(app)
+    ladder: AppLadder | None = getattr(app, _ATTR, None)
     if ladder is None:
         with _LADDERS_LOCK:
-            ladder = _LADDERS.get(app)
+            ladder = getattr(app, _ATTR, None)
             if ladder is None:
-                ladder = _LADDERS[app] = AppLadder(app)
+                ladder = AppLadder(app)
+                setattr(app, _ATTR, ladder)
     return ladder
 
 
 def ladder_if_any(app: CeleryApp) -> AppLadder | None:
     """The app's :class:`AppLadder` if one was built in this process (builds none)."""
-    try:
-        return _LADDERS.get(app)
-    except TypeError:  # not an app (weakly referenceable)
-        return None
+    ladder = getattr(app, _ATTR, None)
+    return ladder if isinstance(ladder, AppLadder) else None
 
 
 def forget_ladder(app: CeleryApp) -> None:
     """Drop the app's :class:`AppLadder`, so the next :func:`ladder_for` reads its settings again."""
     with _LADDERS_LOCK:
-        _LADDERS.pop(app, None)
+        if getattr(app, _ATTR, None) is not None:
+            setattr(app, _ATTR, None)
 
 
 def refresh_ladder(app: CeleryApp) -> None:
     """The app's settings may have changed: let its :class:`AppLadder`, if it has one, read them again."""
-    ladder = _LADDERS.get(app)
+    ladder = ladder_if_any(app)
     if ladder is not None:
         ladder.reread()

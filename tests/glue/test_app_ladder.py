@@ -134,3 +134,21 @@ def test_timedelta_countdown_equivalence() -> None:
     d = ladder().divert({"task": "t", "eta": (datetime.fromtimestamp(NOW, tz=timezone.utc)
                                               + timedelta(seconds=90)).isoformat()}, "", "q", ())
     assert d is not None and d.delay == pytest.approx(90)
+
+
+def test_an_app_and_its_ladder_are_collected_together() -> None:
+    """A process that builds many apps (a test suite, a multi-tenant service) does not keep them all."""
+    import gc
+    import weakref
+
+    from celery import Celery
+
+    from celery_delayq import ladder_for
+
+    app = Celery("short_lived", broker="amqp://guest:guest@127.0.0.1:5672//", set_as_current=False)
+    ladder = ladder_for(app)
+    assert ladder_for(app) is ladder and ladder.app is app
+    gone_app, gone_ladder = weakref.ref(app), weakref.ref(ladder)
+    del app, ladder
+    gc.collect()
+    assert gone_app() is None and gone_ladder() is None
