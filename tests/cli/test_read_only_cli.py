@@ -204,7 +204,9 @@ def test_status_shows_an_exit_queue_that_holds_what_its_destination_cannot_take(
     ch.queue_declare(queue, durable=True, auto_delete=False)
     ch.queue_bind(queue, exchange, "k")
     try:
-        app.send_task("proj.remind", (1,), exchange=exchange, routing_key="k", countdown=0.5)
+        # 3 s: the first publish also creates this ladder, which on a loaded node took longer than a
+        # shorter countdown, so the task reached its destination before the binding went.
+        app.send_task("proj.remind", (1,), exchange=exchange, routing_key="k", countdown=3)
         ch.queue_unbind(queue, exchange, "k")
         deadline, doc = time.time() + 30, {}
         while time.time() < deadline:  # the management API's counts lag by up to 5 s

@@ -188,7 +188,10 @@ def test_from_worker_eta_held_tasks_run_once_after_the_switch(make_app: Any, bro
     assert max(late_after_ready.values()) < 5.0, f"task:lateness {shown}; new worker ready at {t_ready - t0:.1f} s"
     old_ones = [r for r in found if r["n"] < 100]
     new_ones = [r for r in found if r["n"] >= 100]
-    assert all(r["ladder"] for r in found), "the new worker moves handed-back ETAs into the ladder"
+    # What was still waiting when the new worker was up goes through the ladder; a held task whose eta fell
+    # while no worker ran (a slow start on a loaded host) is due on arrival and simply runs.
+    waiting = [r for r in found if eta_of(r["eta"]) > t_ready + 1.0]
+    assert waiting and all(r["ladder"] for r in waiting), "the new worker moves handed-back ETAs into the ladder"
     assert len({r["pid"] for r in found}) == 1  # all ran in the new worker
     measured(f"worker-eta prefetch {prefetch}", held=held.details["held"], returned_on_sigterm=returned,
              runs=len(found), distinct=len(times), countdown_s=countdown,

@@ -190,8 +190,10 @@ def test_a_task_waiting_in_a_fixed_queue_is_pending_and_can_be_cancelled(
         collector.add(tag=tag)
 
     with running_worker(app):
-        doomed = job.apply_async(("doomed",), countdown=2)
-        kept = job.apply_async(("kept",), countdown=2)
+        # 8 s: each pending() below reads the session's whole index (thousands of other tests' tasks in a
+        # full run), seconds apiece on a loaded host; the cancel must come before the due time.
+        doomed = job.apply_async(("doomed",), countdown=8)
+        kept = job.apply_async(("kept",), countdown=8)
         assert {plan.hops for plan, _ in placed} == {1}  # both wait in the fixed queue
         assert sorted(t.task_id for t in pending(app, task=job.name)) == sorted([doomed.id, kept.id])
         [result] = cancel(app, doomed.id)

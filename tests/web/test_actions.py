@@ -28,7 +28,7 @@ def _client(app: Any) -> TestClient:
 
 
 def _csrf(client: TestClient) -> dict[str, str]:
-    client.get("/waiting")
+    client.get("/parked")  # any page sets the cookie; this one does not read the session's whole index
     return {"X-CSRF-Token": client.cookies["delayq_csrf"]}
 
 
@@ -40,7 +40,8 @@ def test_run_now_runs_once_with_the_same_id(make_app, collector: Collector, tmp_
         collector.add(tag=tag, n=n, id=self.request.id, at=time.time())
 
     with running_worker(app):
-        late = job.apply_async(("late",), {"n": 7}, countdown=6)
+        late_due = time.time() + 12
+        late = job.apply_async(("late",), {"n": 7}, countdown=12)
         client = TestClient(create_app(app))
         headers = _csrf(client)
         started = time.time()
@@ -55,7 +56,7 @@ def test_run_now_runs_once_with_the_same_id(make_app, collector: Collector, tmp_
             cancel(app, late.id)
         assert refused.value.moved == [late.id]
         assert client.post(f"/api/waiting/{late.id}/cancel", headers=headers).status_code == 404
-        time.sleep(7)  # past the old copy's due time: it arrives and is dropped
+        time.sleep(max(0.0, late_due + 1.5 - time.time()))  # past the old copy's due time: it arrives, is dropped
     assert [(i["tag"], i["n"], i["id"]) for i in collector.items] == [("late", 7, late.id)]
     from celery_delayq.telemetry import flush_all
 
@@ -73,15 +74,15 @@ def test_reschedule_moves_the_task_and_it_runs_once(make_app, collector: Collect
         collector.add(tag=tag, id=self.request.id, at=time.time())
 
     with running_worker(app):
-        old_due = time.time() + 5
-        soon = job.apply_async(("moved",), countdown=5)
+        old_due = time.time() + 8
+        soon = job.apply_async(("moved",), countdown=8)
         client = TestClient(create_app(app))
         headers = _csrf(client)
         asked = time.time()
-        r = client.post(f"/api/waiting/{soon.id}/reschedule", json={"due": "15s"}, headers=headers)
+        r = client.post(f"/api/waiting/{soon.id}/reschedule", json={"due": "18s"}, headers=headers)
         assert r.status_code == 200, r.text
         assert time.time() < old_due, "the host is too slow: the reschedule returned after the old due time"
-        moved_to = asked + 15
+        moved_to = asked + 18
         [listed] = pending(app, task=f"{app.main}.*")
         assert listed.task_id == soon.id and abs(listed.due - moved_to) < 2  # the new pass is listed
         time.sleep(max(0.0, old_due + 2 - time.time()))
@@ -100,9 +101,12 @@ def test_cancel_and_bulk_cancel_by_filter(make_app, collector: Collector) -> Non
         collector.add(tag=tag)
 
     with running_worker(app):
-        one = job.apply_async(("one",), countdown=30)
-        many = [job.apply_async((f"bulk-{i}",), countdown=30) for i in range(3)]
-        kept = job.apply_async(("kept",), countdown=20)  # still waiting when listed, on a loaded host too
+        cancelled_due = time.time() + 45
+        one = job.apply_async(("one",), countdown=45)
+        many = [job.apply_async((f"bulk-{i}",), countdown=45) for i in range(3)]
+        # Still waiting when listed, on a loaded host too: each filter reads the session's whole index
+        # (thousands of other tests' tasks), seconds apiece there.
+        kept = job.apply_async(("kept",), countdown=40)
         client = TestClient(create_app(app))
         headers = _csrf(client)
         assert client.post(f"/api/waiting/{one.id}/cancel", headers=headers).status_code == 200
@@ -118,8 +122,8 @@ def test_cancel_and_bulk_cancel_by_filter(make_app, collector: Collector) -> Non
         page = client.get("/api/waiting", params={"task": job.name}).json()  # the session ladder is shared
         assert [t["task_id"] for t in page["items"]] == [kept.id]
         assert client.post(f"/api/waiting/{one.id}/cancel", headers=headers).status_code == 404  # not waiting
-        collector.wait_for(1, timeout=40)
-        time.sleep(1)
+        collector.wait_for(1, timeout=60)
+        time.sleep(max(1.0, cancelled_due + 2 - time.time()))  # the cancelled ones came due and were dropped
     assert [i["tag"] for i in collector.items] == ["kept"]
 
 
