@@ -41,15 +41,16 @@ def pending(app: CeleryApp, *, task: str | None = None, queue: str | None = None
     """
     ladder = ladder_for(app)
     now = time.time() if now is None else now
+    # (cancelled ids, superseded passes): one read of the cancel log, shared by the lookup and the filter
+    state = functools.cache(lambda: cancel_state(app, now=now))
     if task_id is not None:
-        state = functools.cache(lambda: cancel_state(app, now=now))
         resolved = resolve_ids(ladder, [task_id], now=now, cancelled=lambda: state()[0],
                                superseded=lambda: state()[1])
         waiting = list(resolved.found.values())
     else:
         waiting = [t for t in read_index(ladder, now=now).values() if t.due > now]
     if waiting:
-        gone, replaced = cancel_state(app, now=now)  # replaced: passes a reschedule or run-now superseded
+        gone, replaced = state()  # replaced: passes a reschedule or run-now superseded
         waiting = [t for t in waiting if t.task_id not in gone and t.entry not in replaced]
     before, after = _epoch(due_before), _epoch(due_after)
     out = [t for t in waiting if _matches(t, task, queue, before, after)]
