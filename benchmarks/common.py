@@ -245,6 +245,28 @@ def lateness_stats(lateness_s: Sequence[float]) -> dict[str, Any]:
     }
 
 
+def arrival_bursts(times_s: Sequence[float], gap_s: float = 0.001) -> dict[str, Any]:
+    """How clumped arrivals are (pure): each time joins the burst of the one before it when it
+    follows within ``gap_s``. Returns the p99 (over messages) and max burst size.
+
+    A worker that runs tasks one at a time makes the last of a burst of k wait about k times its
+    cost per task, so bursts, not the mean rate, set the worker's share of p99 lateness.
+    """
+    ordered = sorted(times_s)
+    sizes: list[int] = []
+    run = 0
+    for i, t in enumerate(ordered):
+        if i and t - ordered[i - 1] > gap_s:
+            sizes.append(run)
+            run = 0
+        run += 1
+    if run:
+        sizes.append(run)
+    per_message = sorted(size for size in sizes for _ in range(size))
+    return {"burst_p99": round(percentile(per_message, 99) or 0) if per_message else None,
+            "burst_max": max(sizes) if sizes else None}
+
+
 def _r(x: float | None, nd: int = 1) -> float | None:
     return None if x is None else round(x, nd)
 

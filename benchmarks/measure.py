@@ -16,12 +16,13 @@ import threading
 import time
 from typing import Any, Sequence
 
-from .common import ForeignLoad, Vhost, lateness_stats, percentile, purge, queue_depths
+from .common import ForeignLoad, Vhost, arrival_bursts, lateness_stats, percentile, purge, queue_depths
 from .peers import make_peer
 
 #: Rough single-process rates used only to size runs before anything was measured.
 DEFAULT_RATES: dict[str, float] = {
     "baseline:raw_pipelined": 25000, "baseline:raw_confirm_each": 1500, "baseline:send_task_unconfirmed": 3500,
+    "baseline:send_task_confirmed": 1200, "classic:now": 500,
     "native:apply_async": 300, "classic:apply_async": 400, "classic:apply_async_unconfirmed": 3000,
     "naive:publish": 500, "delayq:apply_async": 600, "delayq:apply_async_batch": 1500,
     "delayq:publish_batch": 6000, "delayq:schedule_batch": 7000, "delayq:schedule_task_batch": 3000,
@@ -164,7 +165,7 @@ def _lateness_result(peer: str, mode: str, where: str, rate: float, duration: fl
                      procs: int, pubs: list[dict[str, Any]], records: list[list[Any]], published: int,
                      duplicates: int, foreign: float) -> dict[str, Any]:
     achieved = sum(p["achieved"] for p in pubs)
-    stats = lateness_stats([r[2] - r[1] for r in records])
+    stats = {**lateness_stats([r[2] - r[1] for r in records]), **arrival_bursts([r[2] for r in records])}
     received = len({r[0] for r in records})
     missing = max(0, published - received)
     hops = [r[3] for r in records if isinstance(r[3], (int, float)) and r[3] >= 0]

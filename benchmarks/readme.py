@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -61,6 +62,7 @@ GLANCE = (
     ("worker_rss", "Worker memory with 20,000 tasks waiting", "MB"),
     ("no_hol", "A 1 s task published right after a 20 s one arrives after", "s"),
     ("lateness_p99_worker", "p99 lateness at 1,000 delayed tasks/s, through a worker", "ms"),
+    ("tp_apply_async_vs_send_task_confirmed", "`apply_async` (confirm each), share of Celery's own with `confirm_publish`", ""),
     ("tp_apply_async_batch_vs_send_task", "`apply_async` in `batch()`, share of Celery's unconfirmed `send_task`", ""),
     ("tp_apply_async_batch_vs_native", "`apply_async` in `batch()`, vs Celery's native delayed delivery with confirms", "x"),
     ("index_cost_schedule_batch", "Scheduling with the pending/cancel index, share of without (in `batch()`)", ""),
@@ -114,6 +116,66 @@ def glance(doc: dict[str, object], baseline: tuple[str, dict[str, object]] | Non
     return "\n".join(rows)
 
 
+SATURATION_START, SATURATION_END = "<!-- SATURATION:START -->", "<!-- SATURATION:END -->"
+#: The saturation runs on private nodes (benchmarks/faults/shapes.py) and ddf578f's, for the README.
+SATURATION_FILES = {
+    "burst": ROOT / "benchmarks/results/shapes_quiet.json",
+    "million": ROOT / "benchmarks/results/million.json",
+    "base_burst": ROOT / "benchmarks/results/ddf578f/scale.json",
+    "base_million": ROOT / "benchmarks/results/ddf578f/full.json",
+}
+#: Columns of the saturation table: (shape in the runs, heading).
+SATURATION_COLUMNS = (("14x4", "default ladder (14x4)"), ("7x16", "ladder 7x16"), ("fixed", "`fixed` backend"))
+
+
+def saturation(docs: dict[str, dict[str, Any]]) -> str:
+    """The README's saturation table (pure): drain of a burst and lateness of 1,000,000, per shape, beside ddf578f."""
+    def row_of(doc: dict[str, Any] | None, shape: str, line: str) -> dict[str, Any] | None:
+        rows = (doc or {}).get("rows", [])
+        return next((r for r in rows if r.get("shape") == shape and str(r.get("broker", "")).startswith(line)
+                     and r.get("dl_prefetch", 32) == 32), None)
+
+    def base_burst(line: str) -> str:
+        r = next((r for r in docs.get("base_burst", {}).get("rows", [])
+                  if str(r["broker"]).startswith(line) and r["nodes"] == 1 and r["shards"] == 1), None)
+        return f"{r['drain_per_s']:,.0f}/s ({r['published']:,} tasks)" if r else "-"
+
+    burst = docs.get("burst")
+    shown = [r for key in ("burst", "million") for r in (docs.get(key) or {}).get("rows", [])]
+    clean = all(r.get("lost") == 0 and r.get("early") == 0 for r in shown)
+    lines = [f"| at saturation, one node{'; nothing lost or early in any run' if clean else ' (some runs lost or early: see the tables)'} | "
+             + " | ".join(h for _, h in SATURATION_COLUMNS) + " | ddf578f (its default) |",
+             "|---|" + "---|" * (len(SATURATION_COLUMNS) + 1)]
+    for line, label in (("4.", "RabbitMQ 4.3"), ("3.", "RabbitMQ 3.10")):
+        cells = [row_of(burst, shape, line) for shape, _ in SATURATION_COLUMNS]
+        tasks = next((c["published"] for c in cells if c), 0)
+        lines.append(f"| {tasks:,} due at once, drained per second, {label} | "
+                     + " | ".join(f"**{c['drain_per_s']:,.0f}**" if c else "-" for c in cells)
+                     + f" | {base_burst(line)} |")
+        lines.append(f"| broker CPU per delivered task (µs), {label} | "
+                     + " | ".join(f"{c['broker_cpu_us_per_task']:,}" if c else "-" for c in cells) + " | - |")
+    million = docs.get("million")
+    if million:
+        cells = [row_of(million, shape, "4.") for shape, _ in SATURATION_COLUMNS]
+        base = (docs.get("base_million", {}).get("results") or {}).get("capacity") or {}
+        late = (base.get("lateness") or {}).get("max_ms")
+        before = f"{late / 1000:,.0f} s (3.10, its default ladder)" if late is not None else "-"
+        lines.append(f"| 1,000,000 due within one minute: the last one late by, RabbitMQ 4.3 | "
+                     + " | ".join(f"**{c['late_max_s']:,.0f} s**" if c else "-" for c in cells) + f" | {before} |")
+    when = (burst or {}).get("when", "")
+    lines += ["", f"`python -m benchmarks.faults.shapes` ({when}, private nodes of both lines on this 2-core machine, "
+                  "nothing else running; full tables and what limits them: "
+                  "[docs/benchmarks.md](docs/benchmarks.md#issue-25-throughput-near-the-brokers-limit))."]
+    return "\n".join(lines)
+
+
+def saturation_docs() -> dict[str, dict[str, Any]]:
+    """The files :func:`saturation` reads, those that exist."""
+    import json
+
+    return {k: json.loads(p.read_text()) for k, p in SATURATION_FILES.items() if p.exists()}
+
+
 @click.command()
 @click.option("--readme", type=click.Path(path_type=Path), default=ROOT / "README.md", show_default=True,
               help="Where the headline table goes (GLANCE markers).")
@@ -142,6 +204,10 @@ def main(readme: Path, tables_path: Path, quick_path: Path, full_path: Path) -> 
         _, tail = rest.split(GLANCE_END, 1)
         doc = json.loads(json_path.read_text())
         text = f"{head}{GLANCE_START}\n{glance(doc, baseline_for(doc))}\n{GLANCE_END}{tail}"
+    if SATURATION_START in text:
+        head, rest = text.split(SATURATION_START, 1)
+        _, tail = rest.split(SATURATION_END, 1)
+        text = f"{head}{SATURATION_START}\n{saturation(saturation_docs())}\n{SATURATION_END}{tail}"
     readme.write_text(text)
     click.echo(f"updated {tables_path} and {readme} from {quick_path}" + (f" and {full_path}" if full_md else ""))
 

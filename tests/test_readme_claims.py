@@ -428,6 +428,19 @@ def test_the_glance_table_is_the_benchmark_results() -> None:
     assert targets["no_hol"]["measured"] < 2.0
 
 
+def test_the_saturation_table_is_the_private_node_runs() -> None:
+    """The README's saturation table is what benchmarks/readme.py writes from the shapes runs, and they lost nothing."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.readme import SATURATION_END, SATURATION_START, saturation, saturation_docs
+
+    docs = saturation_docs()
+    shown = _readme().split(SATURATION_START, 1)[1].split(SATURATION_END, 1)[0].strip()
+    assert shown == saturation(docs).strip(), "README's SATURATION table is stale: run python benchmarks/readme.py"
+    rows = docs["burst"]["rows"] + docs.get("million", {}).get("rows", [])
+    assert rows and all(r["lost"] == 0 and r["early"] == 0 for r in rows)
+    assert "nothing lost or early in any run" in shown
+
+
 def test_the_readmes_settings_table_has_the_codes_defaults() -> None:
     from celery_delayq.config import SETTINGS
 

@@ -44,10 +44,10 @@ RESULTS = Path(__file__).resolve().parents[1] / "results"
 _PUBLISH = """
 import sys, time
 import celery_delayq, faultapp
-n, due_at = int(sys.argv[1]), float(sys.argv[2])
+n, due_at, spread_ms = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
 with celery_delayq.batch(faultapp.app):
     for i in range(n):
-        due = due_at + (i % 1000) / 1000.0
+        due = due_at + (i % spread_ms) / 1000.0
         faultapp.noop.apply_async((due,), countdown=due - time.time())
 print(time.time())
 """
@@ -115,26 +115,28 @@ class _CpuMeter(threading.Thread):
 
 
 def run_saturation(cluster: Cluster, *, shards: int, tasks: int, procs: int, due_s: float,
-                   workdir: Path, shape: tuple[int, int] | None = None) -> ScaleResult:
+                   workdir: Path, settings: str = "", spread_s: float = 1.0) -> ScaleResult:
     """Publish ``tasks`` due together ``due_s`` s from now into a ladder of ``shards`` shards; time arrivals.
 
-    ``shape`` = ``(levels, radix)`` overrides the default ladder shape.
+    ``settings``: more app settings, as keyword source (``", delayq_radix=16"``); ``spread_s``:
+    the due times are spread evenly over this many seconds (1: "due at one moment").
     """
     prefix = f"scale{uuid.uuid4().hex[:6]}"
     entry = cluster.nodes[0]
     _app_file(workdir, entry.url, entry.mgmt_url, prefix, shards=shards,
-              shape=f", delayq_levels={shape[0]}, delayq_radix={shape[1]}" if shape else "")
+              shape=settings)
     reader = _Reader(cluster.nodes[-1].amqp_port, f"{prefix}-dest")
     reader.start()
     reader.ready.wait(30)
     env = dict(os.environ, PYTHONPATH=f"{workdir}:{REPO}")
     due_at = time.time() + due_s
     per = tasks // procs
-    children = [subprocess.Popen([sys.executable, "-c", _PUBLISH, str(per), str(due_at)], env=env, cwd=workdir,
+    children = [subprocess.Popen([sys.executable, "-c", _PUBLISH, str(per), str(due_at),
+                                  str(max(1, round(spread_s * 1000)))], env=env, cwd=workdir,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(procs)]
     ends = []
     for child in children:
-        out, err = child.communicate(timeout=600)
+        out, err = child.communicate(timeout=max(600, due_s * 2))
         if child.returncode != 0:
             raise RuntimeError(f"a publisher failed: {err[-3000:]}")
         ends.append(float(out.split()[-1]))
@@ -144,7 +146,7 @@ def run_saturation(cluster: Cluster, *, shards: int, tasks: int, procs: int, due
         time.sleep(0.05)
     meter.on.set()
     published = per * procs
-    deadline = time.time() + 600
+    deadline = time.time() + max(600, tasks / 500)
     while len(reader.seen) < published and time.time() < deadline:
         time.sleep(0.2)
     meter.stop.set()

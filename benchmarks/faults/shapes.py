@@ -43,6 +43,19 @@ PER_QUORUM_QUEUE = 3
 _BASE_PORT = {"host": 5760, "rmq4": 5770}
 
 
+#: The ``--shapes`` name of the ``fixed`` backend (one TTL queue per distinct delay, 1 hop), compared in the same run.
+FIXED = "fixed"
+#: Fixed-delay queues each publisher may create in a burst (the default 16 would send the rest through the ladder).
+FIXED_QUEUES = 64
+
+
+def fixed_costs() -> dict[str, Any]:
+    """Broker-free facts of the ``fixed`` backend (pure): 1 hop whatever the delay; queues are per distinct delay."""
+    return {"shape": FIXED, "max_delay_days": round(600 / 86400, 3), "hops_1_5s": 1.0, "hops_1_60s": 1.0,
+            "hops_1_300s": 1.0, "level_queues": "per delay", "handles_3x": "3 per delay",
+            "ladders_per_1024fd_node": "n/a"}
+
+
 def shape_costs(levels: int, radix: int, unit_ms: int = 10) -> dict[str, Any]:
     """Broker-free facts of one shape (pure): hops for typical delays, queues, 3.x handles, max delay."""
     spec = LadderSpec(prefix="x", levels=levels, radix=radix, unit_ms=unit_ms)
@@ -74,7 +87,8 @@ def cpu_per_task(row: dict[str, Any]) -> float:
     return round(cpu / 100 * 1e6 / rate) if rate and rate == rate and cpu == cpu else float("nan")
 
 
-def markdown(rows: list[dict[str, Any]], *, tasks: int, when: str, argv: str) -> str:
+def markdown(rows: list[dict[str, Any]], *, tasks: int, when: str, argv: str, due_s: float = 50.0,
+             spread_s: float = 1.0) -> str:
     """The committed table (pure); ratio = drain/s over the same broker's 14x4, prefetch-32 row of this run."""
     base = {r["broker"]: r["drain_per_s"] for r in rows if r["shape"] == "14x4" and r["dl_prefetch"] == 32}
     lines = [
@@ -102,35 +116,50 @@ def markdown(rows: list[dict[str, Any]], *, tasks: int, when: str, argv: str) ->
 
 @click.command()
 @click.option("--tasks", default=50_000, show_default=True, help="Tasks due together per run.")
-@click.option("--shapes", default="14x4,10x8,7x16", show_default=True, help="LEVELSxRADIX, comma-separated.")
+@click.option("--shapes", default="14x4,10x8,7x16", show_default=True,
+              help="LEVELSxRADIX, comma-separated; 'fixed' adds the fixed-delay backend.")
 @click.option("--prefetch", default="32,512", show_default=True,
               help="dead_letter_worker_consumer_prefetch values, comma-separated (one node each).")
 @click.option("--only", type=click.Choice(["host", "rmq4"]), default=None, help="One broker line only.")
+@click.option("--due", "due_s", default=50.0, show_default=True, help="Seconds from publishing start to the first due time.")
+@click.option("--spread", "spread_s", default=1.0, show_default=True, help="Seconds the due times are spread over.")
 @click.option("--out", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
-def main(tasks: int, shapes: str, prefetch: str, only: str | None, out: Path) -> None:
+@click.option("--name", default="shapes", show_default=True, help="Result files: NAME.md and NAME.json.")
+@click.option("--fixed-queues", default=FIXED_QUEUES, show_default=True,
+              help="delayq_fixed_queues of the 'fixed' rows (distinct delays a publisher may give their own queue).")
+def main(tasks: int, shapes: str, prefetch: str, only: str | None, due_s: float, spread_s: float, out: Path,
+         name: str, fixed_queues: int) -> None:
     """Run shapes x prefetch on each broker line and write shapes.md / shapes.json under --out."""
-    shape_list = [tuple(int(x) for x in s.split("x")) for s in shapes.split(",")]
+    shape_list = [s for s in shapes.split(",")]
     rows: list[dict[str, Any]] = []
     for flavour in usable_flavours(only, say=lambda text: click.echo(text, err=True)):
         for i, dl_prefetch in enumerate(int(p) for p in prefetch.split(",")):
             advanced = "" if dl_prefetch == 32 else f"{{dead_letter_worker_consumer_prefetch, {dl_prefetch}}}"
             with Cluster.start(flavour, size=1, base_port=_BASE_PORT[flavour] + 2 * i, prefix=f"dqsh{flavour[0]}{i}",
                                rabbit_advanced=advanced) as cluster:
-                for levels, radix in shape_list:
-                    click.echo(f"[{time.strftime('%H:%M:%S')}] {flavour} prefetch={dl_prefetch} "
-                               f"{levels}x{radix} ...", err=True)
-                    result = run_saturation(cluster, shards=1, tasks=tasks, procs=2, due_s=50.0,
-                                            workdir=Path(tempfile.mkdtemp()), shape=(levels, radix))
-                    row = {**shape_costs(levels, radix), **asdict(result), "dl_prefetch": dl_prefetch}
+                for shape in shape_list:
+                    click.echo(f"[{time.strftime('%H:%M:%S')}] {flavour} prefetch={dl_prefetch} {shape} ...", err=True)
+                    if shape == FIXED:
+                        costs = fixed_costs()
+                        settings = f", delayq_backend='fixed', delayq_fixed_queues={fixed_queues}"
+                    else:
+                        levels, radix = (int(x) for x in shape.split("x"))
+                        costs = shape_costs(levels, radix)
+                        settings = f", delayq_levels={levels}, delayq_radix={radix}"
+                    result = run_saturation(cluster, shards=1, tasks=tasks, procs=2, due_s=due_s,
+                                            workdir=Path(tempfile.mkdtemp()), settings=settings, spread_s=spread_s)
+                    row = {**costs, **asdict(result), "dl_prefetch": dl_prefetch}
                     row["broker_cpu_us_per_task"] = cpu_per_task(row)
                     click.echo(f"    {row}", err=True)
                     rows.append(row)
     out.mkdir(parents=True, exist_ok=True)
     when = time.strftime("%Y-%m-%d")
-    argv = f"python -m benchmarks.faults.shapes --tasks {tasks} --shapes {shapes} --prefetch {prefetch}"
-    text = markdown(rows, tasks=tasks, when=when, argv=argv)
-    (out / "shapes.json").write_text(json.dumps({"when": when, "tasks": tasks, "rows": rows}, indent=2) + "\n")
-    (out / "shapes.md").write_text(text)
+    argv = (f"python -m benchmarks.faults.shapes --tasks {tasks} --shapes {shapes} --prefetch {prefetch} "
+            f"--due {due_s:g} --spread {spread_s:g}" + (f" --fixed-queues {fixed_queues}" if FIXED in shapes else ""))
+    text = markdown(rows, tasks=tasks, when=when, argv=argv, due_s=due_s, spread_s=spread_s)
+    (out / f"{name}.json").write_text(json.dumps({"when": when, "tasks": tasks, "due_s": due_s, "spread_s": spread_s,
+                                                  "rows": rows}, indent=2) + "\n")
+    (out / f"{name}.md").write_text(text)
     click.echo(text)
 
 

@@ -31,6 +31,7 @@ QUEUES = {
     "native": "dqbench.native",
     "classic": "dqbench.classic",
     "plain": "dqbench.plain",
+    "plain_quorum": "dqbench.plain.quorum",
 }
 
 
@@ -95,6 +96,8 @@ def _build_app(system: str, url: str, *, confirm: bool, prefetch: int,
     }
     if confirm:
         conf["broker_transport_options"] = {"confirm_publish": True}
+    if system == "plain_quorum":  # Celery's own publish into a quorum queue: a ladder publish's confirm peer
+        conf.update(task_queues=[Queue(QUEUES[system], queue_arguments={"x-queue-type": "quorum"})])
     if system == "native":
         q = native_queue()
         conf.update(task_queues=[q], task_default_exchange=q.exchange.name, task_default_exchange_type="topic",

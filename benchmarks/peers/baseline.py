@@ -6,6 +6,9 @@
   any "wait for my own confirm" API.
 * ``send_task_unconfirmed``  - Celery's own ``send_task`` with no delay and no confirms
   (Celery's default): the reference for the apply_async target.
+* ``send_task_confirmed``    - Celery's own ``send_task`` with ``confirm_publish`` into a quorum
+  queue: Celery's cost plus one confirm round trip, measured rather than composed (the
+  reference for ``apply_async`` confirm-each).
 
 These messages are never consumed for lateness; their "due" is irrelevant.
 """
@@ -28,12 +31,12 @@ class BaselinePeer(Peer):
 
     name = "baseline"
     title = "Machine limits"
-    modes = ("raw_pipelined", "raw_confirm_each", "send_task_unconfirmed")
+    modes = ("raw_pipelined", "raw_confirm_each", "send_task_unconfirmed", "send_task_confirmed")
 
     def __init__(self, url: str, **opts: Any) -> None:
         super().__init__(url, **opts)
         self.window = int(opts.get("window", 500))
-        self._app: Any = None
+        self._apps: dict[bool, Any] = {}
 
     @property
     def dest_queue(self) -> str:
@@ -54,6 +57,7 @@ class BaselinePeer(Peer):
         ch = conn.channel()
         ch.queue_declare(RAW_QUEUE, durable=True, auto_delete=False, arguments={"x-queue-type": "quorum"})
         ch.queue_declare(QUEUES["plain"], durable=True, auto_delete=False)
+        ch.queue_declare(QUEUES["plain_quorum"], durable=True, auto_delete=False, arguments={"x-queue-type": "quorum"})
         conn.close()
 
     def publisher(self, mode: str) -> Publisher:
@@ -61,14 +65,15 @@ class BaselinePeer(Peer):
             return _RawPublisher(self._raw_conn(), self.window)
         if mode == "raw_confirm_each":
             return _RawPublisher(self._raw_conn(), 1)
-        if mode == "send_task_unconfirmed":
-            if self._app is None:
-                self._app, _ = make_app("plain", self.url, confirm=False)
-            return _SendTask(self._app)
+        if mode in ("send_task_unconfirmed", "send_task_confirmed"):
+            confirm = mode == "send_task_confirmed"
+            if confirm not in self._apps:
+                self._apps[confirm], _ = make_app("plain_quorum" if confirm else "plain", self.url, confirm=confirm)
+            return _SendTask(self._apps[confirm])
         raise ValueError(f"unknown baseline mode {mode!r}")
 
     def queues(self) -> list[str]:
-        return [RAW_QUEUE, QUEUES["plain"]]
+        return [RAW_QUEUE, QUEUES["plain"], QUEUES["plain_quorum"]]
 
 
 

@@ -7,6 +7,7 @@ and memory are therefore only meaningful through a real worker.
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timezone
 from typing import Any
 
@@ -21,7 +22,9 @@ class ClassicEtaPeer(Peer):
 
     name = "classic"
     title = "Celery classic ETA (worker-held)"
-    modes = ("apply_async", "apply_async_unconfirmed")
+    #: ``now``: the same worker with no delay at all (published when due, confirmed): the floor any
+    #: delay mechanism meets through a worker at that rate (its own queueing and Celery's cost per task).
+    modes = ("apply_async", "apply_async_unconfirmed", "now")
     worker_system = "classic"
 
     def __init__(self, url: str, **opts: Any) -> None:
@@ -45,8 +48,8 @@ class ClassicEtaPeer(Peer):
     def publisher(self, mode: str) -> Publisher:
         if mode not in self.modes:
             raise ValueError(f"unknown classic mode {mode!r}")
-        _app, task = self.app(confirm=mode == "apply_async")
-        return _EtaApplyAsync(task)
+        _app, task = self.app(confirm=mode in ("apply_async", "now"))
+        return _ApplyNow(task) if mode == "now" else _EtaApplyAsync(task)
 
 
 
@@ -56,3 +59,13 @@ class _EtaApplyAsync(Publisher):
 
     def send(self, due: float, seq: int) -> None:
         self.task.apply_async((due, seq), eta=datetime.fromtimestamp(due, tz=timezone.utc))
+
+
+class _ApplyNow(Publisher):
+    """No delay: the task is published when it is due and records its publish time as its due time."""
+
+    def __init__(self, task: Any) -> None:
+        self.task = task
+
+    def send(self, due: float, seq: int) -> None:
+        self.task.apply_async((time.time(), seq))

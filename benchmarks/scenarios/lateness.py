@@ -24,6 +24,7 @@ and the less disturbed of the two is kept (both are in the JSON).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ..common import vhost
@@ -39,14 +40,25 @@ ALWAYS_UP_TO = 1000
 
 
 def series(ctx: Ctx) -> list[tuple[str, str, str, tuple[int, ...]]]:
-    """``(peer, publish mode, where, rates)`` measured in this mode."""
+    """``(peer, publish mode, where, rates)`` measured in this mode.
+
+    ``DQB_LATENESS_ONLY=delayq@worker,classic:now@worker`` keeps only those series (to repeat one).
+    """
     c = ctx.cfg
+    only = {x for x in os.environ.get("DQB_LATENESS_ONLY", "").split(",") if x}
+    return [(peer, mode, where, rates) for peer, mode, where, rates in _series(c)
+            if not only or f"{peer}{':now' if mode == 'now' else ''}@{where}" in only]
+
+
+def _series(c: Any) -> list[tuple[str, str, str, tuple[int, ...]]]:
     return [
         ("delayq", "publish_batch", "queue", c.lat_rates),
         ("delayq", "schedule_task_batch", "worker", c.lat_worker_rates),
         ("native", "apply_async", "queue", c.lat_other_rates),
         ("native", "apply_async", "worker", c.lat_other_rates),
         ("classic", "apply_async", "worker", c.lat_other_rates),
+        # No delay at all, through the same kind of worker: the worker's own share of any row above.
+        ("classic", "now", "worker", c.lat_worker_rates),
         ("naive", "publish", "queue", c.lat_other_rates),
     ]
 
@@ -104,7 +116,7 @@ def run(ctx: Ctx) -> dict[str, Any]:
                 rows += _run_series(ctx, vh, peer, mode, where, rates, worker=worker)
     best: dict[str, Any] = {}
     for row in rows:
-        key = f"{row['peer']}@{row['at']}"
+        key = f"{row['peer']}{':now' if row['mode'] == 'now' else ''}@{row['at']}"
         best.setdefault(key, 0)
         if row.get("sustained"):
             best[key] = max(best[key], row["offered"])

@@ -27,6 +27,7 @@ CASES: tuple[tuple[str, str, bool, bool], ...] = (
     ("baseline", "raw_pipelined", True, True),
     ("baseline", "send_task_unconfirmed", True, True),
     ("baseline", "raw_confirm_each", False, False),
+    ("baseline", "send_task_confirmed", False, True),
     ("native", "apply_async", True, True),
     ("classic", "apply_async", True, False),
     ("naive", "publish", True, False),

@@ -1,0 +1,203 @@
+"""A delayed ``apply_async`` beside Celery's own undelayed one, and where the difference goes.
+
+    python benchmarks/publish_share.py                # 3 alternations, 2,000 calls x best of 5 rounds
+    python benchmarks/publish_share.py --url amqp://guest:guest@127.0.0.1:5673//
+
+Each mode runs in a fresh process of its own (as the apps of users do), in a
+vhost of its own that is deleted afterwards:
+
+* ``celery_confirmed``: Celery's ``apply_async``, no delay, ``confirm_publish``
+  into a quorum queue: Celery's cost plus one confirm round trip;
+* ``delayq``: ``apply_async(countdown=600)`` with the ladder, confirm each;
+* ``celery_unconfirmed``: Celery's ``apply_async``, no delay, no confirms (Celery's default);
+* ``celery_countdown_unconfirmed``: the same with ``countdown=600`` (classic ETA, no ladder):
+  what Celery's own countdown handling costs;
+* ``delayq_batch``: ``apply_async(countdown=600)`` with the ladder in ``celery_delayq.batch()``.
+
+Per mode: the best of ``--rounds`` rounds by wall time per call, with its CPU time
+per call; then one profiled round per mode whose time is summed by package
+(``celery``, ``kombu``, ``amqp``, ``celery_delayq``, the standard library, the
+socket): what the ladder's path spends that Celery's own does not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pstats
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import click
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+MODES = ("celery_confirmed", "delayq", "celery_unconfirmed", "celery_countdown_unconfirmed", "delayq_batch")
+
+_CHILD = r'''
+import contextlib, cProfile, json, sys, time
+from celery import Celery
+from kombu import Queue
+mode, n, rounds, url, profile_to = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+app = Celery("share", broker=url, set_as_current=False)
+q = "share-" + mode
+if mode.startswith("delayq"):
+    import celery_delayq
+    app.conf.update(delayq_enabled=True, delayq_prefix="share", task_default_queue=q)
+elif mode == "celery_confirmed":
+    app.conf.update(task_default_queue=q, task_queues=[Queue(q, queue_arguments={"x-queue-type": "quorum"})],
+                    broker_transport_options={"confirm_publish": True})
+else:
+    app.conf.update(task_default_queue=q)
+
+@app.task(name="share.noop")
+def noop(x):
+    return x
+
+kw = {"countdown": 600} if mode.startswith("delayq") or "countdown" in mode else {}
+
+def block():
+    if mode == "delayq_batch":
+        import celery_delayq
+        return celery_delayq.batch(app)
+    return contextlib.nullcontext()
+
+with block():
+    for _ in range(200):
+        noop.apply_async((1,), **kw)
+best = None
+for _ in range(rounds):
+    c0, w0 = time.process_time(), time.perf_counter()
+    with block():
+        for _ in range(n):
+            noop.apply_async((1,), **kw)
+    wall, cpu = (time.perf_counter() - w0) / n * 1e6, (time.process_time() - c0) / n * 1e6
+    if best is None or wall < best[0]:
+        best = (wall, cpu)
+prof = cProfile.Profile()
+prof.enable()
+with block():
+    for _ in range(n):
+        noop.apply_async((1,), **kw)
+prof.disable()
+prof.dump_stats(profile_to)
+print(json.dumps({"mode": mode, "wall_us": round(best[0], 1), "cpu_us": round(best[1], 1),
+                  "rate": round(1e6 / best[0], 1)}))
+'''
+
+
+def package_of(filename: str) -> str:
+    """The package a profiled function belongs to (pure): celery_delayq, celery, kombu, amqp, stdlib, socket."""
+    if filename == "~":
+        return "builtins (socket, encoding)"
+    for name in ("celery_delayq", "kombu", "amqp", "celery", "vine", "dateutil"):
+        if f"/{name}/" in filename:
+            return name
+    return "standard library"
+
+
+def by_package(profile: str, calls: int) -> dict[str, float]:
+    """µs per call spent in each package's own code (tottime), from a profile dump."""
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    out: dict[str, float] = {}
+    for (filename, _line, _fn), (_cc, _nc, tottime, _ct, _callers) in stats.items():
+        key = package_of(filename)
+        out[key] = out.get(key, 0.0) + tottime / calls * 1e6
+    return out
+
+
+def _vhost(url: str, action: str, name: str) -> None:
+    ctl = os.environ.get("RABBITMQCTL", "rabbitmqctl")
+    subprocess.run([ctl, f"{action}_vhost", name], check=True, capture_output=True, timeout=120)
+    if action == "add":
+        subprocess.run([ctl, "set_permissions", "-p", name, "guest", ".*", ".*", ".*"], check=True,
+                       capture_output=True, timeout=60)
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The committed table (pure)."""
+    best = {m: min((r for r in doc["runs"] if r["mode"] == m), key=lambda r: r["wall_us"]) for m in MODES}
+    rates = {m: [r["rate"] for r in doc["runs"] if r["mode"] == m] for m in MODES}
+    pairs = [r for r in zip(*(iter([r for r in doc["runs"]]),) * len(MODES))]
+
+    def shares(a: str, b: str) -> str:
+        vals = [next(r for r in rnd if r["mode"] == a)["rate"] / next(r for r in rnd if r["mode"] == b)["rate"]
+                for rnd in pairs]
+        return ", ".join(f"{v:.2f}" for v in vals)
+
+    lines = [f"# A delayed `apply_async` beside Celery's own ({doc['broker']}, {doc['when']})", "",
+             f"`{doc['argv']}`: each mode in a process of its own, {doc['calls']:,} calls, best of {doc['rounds']} "
+             f"rounds, {doc['alternations']} alternations of all modes.", "",
+             "| mode | calls/s (each alternation) | best wall µs/call | its CPU µs/call |", "|---|---|---|---|"]
+    lines += [f"| {m} | {', '.join(f'{x:,.0f}' for x in rates[m])} | {best[m]['wall_us']} | {best[m]['cpu_us']} |"
+              for m in MODES]
+    lines += ["", "Shares, per alternation (same run):", "",
+              f"- `apply_async` confirm each / Celery with `confirm_publish`: {shares('delayq', 'celery_confirmed')}",
+              f"- `apply_async` in `batch()` / Celery unconfirmed, no delay: {shares('delayq_batch', 'celery_unconfirmed')}",
+              f"- `apply_async` in `batch()` / Celery unconfirmed, same countdown: "
+              f"{shares('delayq_batch', 'celery_countdown_unconfirmed')}",
+              f"- Celery's own countdown / no countdown, unconfirmed: "
+              f"{shares('celery_countdown_unconfirmed', 'celery_unconfirmed')}", "",
+              "Where the time goes (one profiled round per mode; µs per call of each package's own code, "
+              "inflated by the profiler alike in every column):", ""]
+    packages = sorted({p for prof in doc["packages"].values() for p in prof})
+    lines += ["| package | " + " | ".join(MODES) + " |", "|---|" + "---|" * len(MODES)]
+    for p in packages:
+        lines.append(f"| {p} | " + " | ".join(f"{doc['packages'][m].get(p, 0.0):.1f}" for m in MODES) + " |")
+    lines.append("| **total** | " + " | ".join(f"**{sum(doc['packages'][m].values()):.1f}**" for m in MODES) + " |")
+    return "\n".join(lines) + "\n"
+
+
+@click.command()
+@click.option("--calls", default=2000, show_default=True)
+@click.option("--rounds", default=5, show_default=True)
+@click.option("--alternations", default=3, show_default=True)
+@click.option("--url", default="amqp://guest:guest@127.0.0.1:5672//", show_default=True,
+              help="The broker (its vhost is replaced by one of this run's; RABBITMQCTL names its rabbitmqctl).")
+@click.option("--out", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
+def main(calls: int, rounds: int, alternations: int, url: str, out: Path) -> None:
+    """Run every mode alternately; write publish_share.md and .json under --out."""
+    name = f"dqshare-{uuid.uuid4().hex[:6]}"
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    vurl = f"{parts.scheme}://{parts.netloc}/{name}"
+    _vhost(url, "add", name)
+    runs, packages = [], {}
+    try:
+        for _ in range(alternations):
+            for mode in MODES:
+                prof = f"/tmp/{name}-{mode}.pstats"
+                done = subprocess.run([sys.executable, "-c", _CHILD, mode, str(calls), str(rounds), vurl, prof],
+                                      capture_output=True, text=True, timeout=900, cwd=ROOT)
+                if done.returncode:
+                    raise click.ClickException(f"{mode} failed: {done.stderr[-2000:]}")
+                runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+                packages[mode] = by_package(prof, calls)
+                click.echo(f"  {runs[-1]}", err=True)
+    finally:
+        _vhost(url, "delete", name)
+    import amqp
+
+    conn = amqp.Connection(f"{parts.hostname}:{parts.port or 5672}", userid=parts.username or "guest",
+                           password=parts.password or "guest")
+    conn.connect()
+    broker = conn.server_properties.get("version", "?")
+    conn.close()
+    doc = {"when": time.strftime("%Y-%m-%d"), "broker": broker, "calls": calls, "rounds": rounds,
+           "alternations": alternations, "argv": "python benchmarks/publish_share.py" + (
+               f" --url {url}" if url != "amqp://guest:guest@127.0.0.1:5672//" else ""),
+           "runs": runs, "packages": packages}
+    stem = "publish_share" + ("" if broker.startswith("3.") else "_rmq4")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (out / f"{stem}.md").write_text(markdown(doc))
+    click.echo(markdown(doc))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""The benchmarks' pure statistics: how clumped arrivals are (benchmarks/common.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for benchmarks
+from benchmarks.common import arrival_bursts  # noqa: E402
+
+
+def test_evenly_spaced_arrivals_are_bursts_of_one() -> None:
+    assert arrival_bursts([i * 0.002 for i in range(500)]) == {"burst_p99": 1, "burst_max": 1}
+
+
+def test_a_clump_of_32_is_what_most_messages_arrive_in() -> None:
+    smooth = [i * 0.01 for i in range(100)]
+    clump = [5.0 + i * 0.0001 for i in range(32)]
+    got = arrival_bursts(smooth + clump)
+    assert got["burst_max"] == 32
+    assert got["burst_p99"] == 32  # 32 of 132 messages came in the clump: above the 1% tail
+
+
+def test_no_arrivals() -> None:
+    assert arrival_bursts([]) == {"burst_p99": None, "burst_max": None}
+
+
+def test_drain_profile_names_the_busiest_processes_by_work_between_two_readings() -> None:
+    from benchmarks.faults.drain_profile import busiest, parse
+
+    before = parse("[{[60,48,46,49,46,48,62],100,'%2F_q.exit'},{[60,48,46,50,46,48,62],50,{rabbit_channel,init,1}},"
+                   "{[60,48,46,51,46,48,62],7,ra_log_wal}]")
+    after = parse("[{[60,48,46,49,46,48,62],400,'%2F_q.exit'},{[60,48,46,50,46,48,62],150,{rabbit_channel,init,1}},"
+                  "{[60,48,46,52,46,48,62],999,newcomer}]")
+    assert before["<0.1.0>"] == (100, "%2F_q.exit")
+    rows = busiest(before, after)
+    assert [(name, d) for name, d, _ in rows] == [("%2F_q.exit", 300), ("{rabbit_channel,init,1}", 100)]
+    assert abs(rows[0][2] - 0.75) < 1e-9  # a process that appeared in between is not counted
+
+
+def test_publish_share_sums_profiled_time_by_package_and_gives_each_alternations_share() -> None:
+    from benchmarks.publish_share import MODES, markdown, package_of
+
+    assert package_of("/x/site-packages/celery_delayq/rabbitmq/publisher.py") == "celery_delayq"
+    assert package_of("/x/site-packages/celery/app/task.py") == "celery"
+    assert package_of("~") == "builtins (socket, encoding)"
+    rates = {"celery_confirmed": 1000.0, "delayq": 900.0, "celery_unconfirmed": 5000.0,
+             "celery_countdown_unconfirmed": 4000.0, "delayq_batch": 3000.0}
+    runs = [{"mode": m, "rate": rates[m] * k, "wall_us": 1e6 / (rates[m] * k), "cpu_us": 1.0}
+            for k in (1.0, 0.5) for m in MODES]
+    doc = {"when": "2026-11-26", "broker": "4.3.6", "calls": 10, "rounds": 1, "alternations": 2, "argv": "x",
+           "runs": runs, "packages": {m: {"celery": 2.0, "celery_delayq": 1.0 if "delayq" in m else 0.0} for m in MODES}}
+    text = markdown(doc)
+    assert "Celery with `confirm_publish`: 0.90, 0.90" in text
+    assert "Celery unconfirmed, no delay: 0.60, 0.60" in text
+    assert "| celery_delayq | 0.0 | 1.0 | 0.0 | 0.0 | 1.0 |" in text
