@@ -2,6 +2,9 @@
 
     python -m benchmarks.faults.shapes                          # 14x4, 10x8, 7x16; prefetch 32 and 512
     python -m benchmarks.faults.shapes --shapes 14x4,7x16 --prefetch 32 --only rmq4
+    python -m benchmarks.faults.shapes --shapes 14x4,7x16,fixed --prefetch 32 --name shapes_quiet
+    python -m benchmarks.faults.shapes --tasks 1000000 --shapes fixed,7x16,14x4 --prefetch 32 --only rmq4 \
+        --due 480 --spread 60 --fixed-queues 600 --name million     # 1,000,000 due within one minute
 
 For each broker line one private single node per dead-letter prefetch
 (``dead_letter_worker_consumer_prefetch`` in advanced.config; 32 is
