@@ -1,10 +1,11 @@
 """A delayed ``apply_async`` beside Celery's own undelayed one, and where the difference goes.
 
     python benchmarks/publish_share.py                # 3 alternations, 2,000 calls x best of 5 rounds
-    python benchmarks/publish_share.py --url amqp://guest:guest@127.0.0.1:5673//
+    DELAYQ_BENCH_BROKER_HOST=127.0.0.1:5673 PATH=.venv/rmq4-bin:$PATH python benchmarks/publish_share.py
 
-Each mode runs in a fresh process of its own (as the apps of users do), in a
-vhost of its own that is deleted afterwards:
+The broker is the benchmarks' (``DELAYQ_BENCH_BROKER_HOST``, ``rabbitmqctl`` on the
+``PATH``: :mod:`benchmarks.common`). Each mode runs in a fresh process of its own (as
+the apps of users do), in a ``dqbench-share-*`` vhost that is deleted afterwards:
 
 * ``celery_confirmed``: Celery's ``apply_async``, no delay, ``confirm_publish``
   into a quorum queue: Celery's cost plus one confirm round trip;
@@ -23,19 +24,18 @@ socket): what the ladder's path spends that Celery's own does not.
 from __future__ import annotations
 
 import json
-import os
 import pstats
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import click
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+# This checkout's benchmarks package (run as a script from the repository root).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import BROKER_HOST, REPO_ROOT as ROOT, RESULTS_DIR as RESULTS, TMP_DIR, broker_version, vhost  # noqa: E402
 MODES = ("celery_confirmed", "delayq", "celery_unconfirmed", "celery_countdown_unconfirmed", "delayq_batch")
 
 _CHILD = r'''
@@ -110,24 +110,13 @@ def by_package(profile: str, calls: int) -> dict[str, float]:
     return out
 
 
-def _vhost(url: str, action: str, name: str) -> None:
-    ctl = os.environ.get("RABBITMQCTL", "rabbitmqctl")
-    subprocess.run([ctl, f"{action}_vhost", name], check=True, capture_output=True, timeout=120)
-    if action == "add":
-        subprocess.run([ctl, "set_permissions", "-p", name, "guest", ".*", ".*", ".*"], check=True,
-                       capture_output=True, timeout=60)
-
-
 def markdown(doc: dict[str, Any]) -> str:
     """The committed table (pure)."""
     best = {m: min((r for r in doc["runs"] if r["mode"] == m), key=lambda r: r["wall_us"]) for m in MODES}
     rates = {m: [r["rate"] for r in doc["runs"] if r["mode"] == m] for m in MODES}
-    pairs = [r for r in zip(*(iter([r for r in doc["runs"]]),) * len(MODES))]
 
-    def shares(a: str, b: str) -> str:
-        vals = [next(r for r in rnd if r["mode"] == a)["rate"] / next(r for r in rnd if r["mode"] == b)["rate"]
-                for rnd in pairs]
-        return ", ".join(f"{v:.2f}" for v in vals)
+    def shares(a: str, b: str) -> str:  # alternation k of mode a over alternation k of mode b
+        return ", ".join(f"{x / y:.2f}" for x, y in zip(rates[a], rates[b]))
 
     lines = [f"# A delayed `apply_async` beside Celery's own ({doc['broker']}, {doc['when']})", "",
              f"`{doc['argv']}`: each mode in a process of its own, {doc['calls']:,} calls, best of {doc['rounds']} "
@@ -156,41 +145,26 @@ def markdown(doc: dict[str, Any]) -> str:
 @click.option("--calls", default=2000, show_default=True)
 @click.option("--rounds", default=5, show_default=True)
 @click.option("--alternations", default=3, show_default=True)
-@click.option("--url", default="amqp://guest:guest@127.0.0.1:5672//", show_default=True,
-              help="The broker (its vhost is replaced by one of this run's; RABBITMQCTL names its rabbitmqctl).")
 @click.option("--out", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
-def main(calls: int, rounds: int, alternations: int, url: str, out: Path) -> None:
+def main(calls: int, rounds: int, alternations: int, out: Path) -> None:
     """Run every mode alternately; write publish_share.md and .json under --out."""
-    name = f"dqshare-{uuid.uuid4().hex[:6]}"
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    vurl = f"{parts.scheme}://{parts.netloc}/{name}"
-    _vhost(url, "add", name)
     runs, packages = [], {}
-    try:
+    TMP_DIR.mkdir(parents=True, exist_ok=True)
+    with vhost("share") as vh:
         for _ in range(alternations):
             for mode in MODES:
-                prof = f"/tmp/{name}-{mode}.pstats"
-                done = subprocess.run([sys.executable, "-c", _CHILD, mode, str(calls), str(rounds), vurl, prof],
+                prof = str(TMP_DIR / f"{vh.name}-{mode}.pstats")
+                done = subprocess.run([sys.executable, "-c", _CHILD, mode, str(calls), str(rounds), vh.url, prof],
                                       capture_output=True, text=True, timeout=900, cwd=ROOT)
                 if done.returncode:
                     raise click.ClickException(f"{mode} failed: {done.stderr[-2000:]}")
                 runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
                 packages[mode] = by_package(prof, calls)
                 click.echo(f"  {runs[-1]}", err=True)
-    finally:
-        _vhost(url, "delete", name)
-    import amqp
-
-    conn = amqp.Connection(f"{parts.hostname}:{parts.port or 5672}", userid=parts.username or "guest",
-                           password=parts.password or "guest")
-    conn.connect()
-    broker = conn.server_properties.get("version", "?")
-    conn.close()
+    broker = broker_version()
     doc = {"when": time.strftime("%Y-%m-%d"), "broker": broker, "calls": calls, "rounds": rounds,
            "alternations": alternations, "argv": "python benchmarks/publish_share.py" + (
-               f" --url {url}" if url != "amqp://guest:guest@127.0.0.1:5672//" else ""),
+               "" if BROKER_HOST == "127.0.0.1:5672" else f" (DELAYQ_BENCH_BROKER_HOST={BROKER_HOST})"),
            "runs": runs, "packages": packages}
     stem = "publish_share" + ("" if broker.startswith("3.") else "_rmq4")
     out.mkdir(parents=True, exist_ok=True)

@@ -139,7 +139,7 @@ def run_burst(node: Any, *, settings: str, tasks: int, procs: int, countdown: fl
     :class:`_Reader` that records more per arrival (the caller keeps it as ``run_burst.reader``).
     """
     prefix = f"burst{uuid.uuid4().hex[:6]}"
-    _app_file(workdir, node.url, node.mgmt_url, prefix, shards=shards, shape=extra)
+    _app_file(workdir, node.url, node.mgmt_url, prefix, shards=shards, extra=extra)
     reader = (reader_class or _Reader)(node.amqp_port, f"{prefix}-dest")
     run_burst.reader = reader  # type: ignore[attr-defined]
     reader.start()

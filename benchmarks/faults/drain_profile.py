@@ -83,7 +83,7 @@ def main(shape: str, tasks: int, window: float, only: str, out: Path) -> None:
             def saturate() -> None:
                 done["result"] = run_saturation(
                     cluster, shards=1, tasks=tasks, procs=2, due_s=due_s, workdir=Path(tempfile.mkdtemp()),
-                    settings=f", delayq_levels={levels}, delayq_radix={radix}")
+                    extra=f", delayq_levels={levels}, delayq_radix={radix}")
 
             worker = threading.Thread(target=saturate)
             worker.start()

@@ -115,16 +115,15 @@ class _CpuMeter(threading.Thread):
 
 
 def run_saturation(cluster: Cluster, *, shards: int, tasks: int, procs: int, due_s: float,
-                   workdir: Path, settings: str = "", spread_s: float = 1.0) -> ScaleResult:
+                   workdir: Path, extra: str = "", spread_s: float = 1.0) -> ScaleResult:
     """Publish ``tasks`` due together ``due_s`` s from now into a ladder of ``shards`` shards; time arrivals.
 
-    ``settings``: more app settings, as keyword source (``", delayq_radix=16"``); ``spread_s``:
+    ``extra``: more app settings, as keyword source (``", delayq_radix=16"``), as in ``run_burst``; ``spread_s``:
     the due times are spread evenly over this many seconds (1: "due at one moment").
     """
     prefix = f"scale{uuid.uuid4().hex[:6]}"
     entry = cluster.nodes[0]
-    _app_file(workdir, entry.url, entry.mgmt_url, prefix, shards=shards,
-              shape=settings)
+    _app_file(workdir, entry.url, entry.mgmt_url, prefix, shards=shards, extra=extra)
     reader = _Reader(cluster.nodes[-1].amqp_port, f"{prefix}-dest")
     reader.start()
     reader.ready.wait(30)

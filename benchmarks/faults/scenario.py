@@ -104,13 +104,13 @@ class Arrivals(threading.Thread):
             self.seen[task_id] = (float(json.loads(msg.body)[0][0]), now)
 
 
-def _app_file(workdir: Path, url: str, mgmt_url: str, prefix: str, shards: int = 1, shape: str = "") -> None:
+def _app_file(workdir: Path, url: str, mgmt_url: str, prefix: str, shards: int = 1, extra: str = "") -> None:
     (workdir / "faultapp.py").write_text(textwrap.dedent(f"""
         from celery import Celery
         import celery_delayq  # noqa: F401 - the ladder turns on where the package is imported
         app = Celery("faultapp", broker={url!r})
         app.conf.update(delayq_enabled=True, delayq_prefix={prefix!r}, delayq_management_url={mgmt_url!r},
-                        task_default_queue={prefix + "-dest"!r}, delayq_shards={shards!r}{shape})
+                        task_default_queue={prefix + "-dest"!r}, delayq_shards={shards!r}{extra})
 
         @app.task(name="faultapp.noop")
         def noop(due):

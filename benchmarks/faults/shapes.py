@@ -33,6 +33,7 @@ from typing import Any
 
 import click
 
+from celery_delayq.config import DelayqConfig
 from celery_delayq.rabbitmq.budget import headroom
 from celery_delayq.ladder.spec import LadderSpec
 
@@ -54,7 +55,7 @@ FIXED_QUEUES = 64
 
 def fixed_costs() -> dict[str, Any]:
     """Broker-free facts of the ``fixed`` backend (pure): 1 hop whatever the delay; queues are per distinct delay."""
-    return {"shape": FIXED, "max_delay_days": round(600 / 86400, 3), "hops_1_5s": 1.0, "hops_1_60s": 1.0,
+    return {"shape": FIXED, "max_delay_days": round(DelayqConfig().fixed_max_delay / 86400, 3), "hops_1_5s": 1.0, "hops_1_60s": 1.0,
             "hops_1_300s": 1.0, "level_queues": "per delay", "handles_3x": "3 per delay",
             "ladders_per_1024fd_node": "n/a"}
 
@@ -133,7 +134,7 @@ def markdown(rows: list[dict[str, Any]], *, tasks: int, when: str, argv: str, du
 def main(tasks: int, shapes: str, prefetch: str, only: str | None, due_s: float, spread_s: float, out: Path,
          name: str, fixed_queues: int) -> None:
     """Run shapes x prefetch on each broker line and write shapes.md / shapes.json under --out."""
-    shape_list = [s for s in shapes.split(",")]
+    shape_list = shapes.split(",")
     rows: list[dict[str, Any]] = []
     for flavour in usable_flavours(only, say=lambda text: click.echo(text, err=True)):
         for i, dl_prefetch in enumerate(int(p) for p in prefetch.split(",")):
@@ -150,7 +151,7 @@ def main(tasks: int, shapes: str, prefetch: str, only: str | None, due_s: float,
                         costs = shape_costs(levels, radix)
                         settings = f", delayq_levels={levels}, delayq_radix={radix}"
                     result = run_saturation(cluster, shards=1, tasks=tasks, procs=2, due_s=due_s,
-                                            workdir=Path(tempfile.mkdtemp()), settings=settings, spread_s=spread_s)
+                                            workdir=Path(tempfile.mkdtemp()), extra=settings, spread_s=spread_s)
                     row = {**costs, **asdict(result), "dl_prefetch": dl_prefetch}
                     row["broker_cpu_us_per_task"] = cpu_per_task(row)
                     click.echo(f"    {row}", err=True)
@@ -158,7 +159,7 @@ def main(tasks: int, shapes: str, prefetch: str, only: str | None, due_s: float,
     out.mkdir(parents=True, exist_ok=True)
     when = time.strftime("%Y-%m-%d")
     argv = (f"python -m benchmarks.faults.shapes --tasks {tasks} --shapes {shapes} --prefetch {prefetch} "
-            f"--due {due_s:g} --spread {spread_s:g}" + (f" --fixed-queues {fixed_queues}" if FIXED in shapes else ""))
+            f"--due {due_s:g} --spread {spread_s:g}" + (f" --fixed-queues {fixed_queues}" if FIXED in shape_list else ""))
     text = markdown(rows, tasks=tasks, when=when, argv=argv, due_s=due_s, spread_s=spread_s)
     (out / f"{name}.json").write_text(json.dumps({"when": when, "tasks": tasks, "due_s": due_s, "spread_s": spread_s,
                                                   "rows": rows}, indent=2) + "\n")

@@ -47,7 +47,12 @@ def series(ctx: Ctx) -> list[tuple[str, str, str, tuple[int, ...]]]:
     c = ctx.cfg
     only = {x for x in os.environ.get("DQB_LATENESS_ONLY", "").split(",") if x}
     return [(peer, mode, where, rates) for peer, mode, where, rates in _series(c)
-            if not only or f"{peer}{':now' if mode == 'now' else ''}@{where}" in only]
+            if not only or series_key(peer, mode, where) in only]
+
+
+def series_key(peer: str, mode: str, where: str) -> str:
+    """``peer@where``, or ``peer:now@where`` for the no-delay floor (``DQB_LATENESS_ONLY``, ``highest_sustained``)."""
+    return f"{peer}{':now' if mode == 'now' else ''}@{where}"
 
 
 def _series(c: Any) -> list[tuple[str, str, str, tuple[int, ...]]]:
@@ -116,7 +121,7 @@ def run(ctx: Ctx) -> dict[str, Any]:
                 rows += _run_series(ctx, vh, peer, mode, where, rates, worker=worker)
     best: dict[str, Any] = {}
     for row in rows:
-        key = f"{row['peer']}{':now' if row['mode'] == 'now' else ''}@{row['at']}"
+        key = series_key(row["peer"], row["mode"], row["at"])
         best.setdefault(key, 0)
         if row.get("sustained"):
             best[key] = max(best[key], row["offered"])
