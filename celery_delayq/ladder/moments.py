@@ -22,7 +22,7 @@ import time
 from datetime import datetime, timezone
 from typing import Literal
 
-__all__ = ["parse_moment", "FORMS", "Direction"]
+__all__ = ["parse_moment", "FORMS", "Direction", "EARLIEST", "LATEST"]
 
 _DURATION = re.compile(r"^([+-]?)\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)$", re.IGNORECASE)
 _SECONDS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -31,12 +31,15 @@ _EPOCH = re.compile(r"^\d{9,}(?:\.\d+)?$")
 FORMS = "ISO 8601 (no offset = UTC), epoch seconds, or a duration such as 90s, 10m, 2h, 3d"
 
 Direction = Literal["ahead", "ago"]
+#: The calendar's range (years 1970 to 9999): a time outside it cannot be shown or compared as a date.
+EARLIEST, LATEST = 0.0, 253402300799.0
 
 def parse_moment(text: str, *, direction: Direction, now: float | None = None) -> float:
     """Epoch seconds of ``text`` (see the module docstring for the forms).
 
     Raises:
-        ValueError: naming the accepted forms.
+        ValueError: naming the accepted forms; or a time outside the years 1970-9999
+            (``99999999999999999999`` is refused here, not as an ``OverflowError`` later).
     """
     value = text.strip()
     match = _DURATION.match(value)
@@ -44,13 +47,22 @@ def parse_moment(text: str, *, direction: Direction, now: float | None = None) -
         sign, amount, unit = match.groups()
         ahead = sign == "+" or (not sign and direction == "ahead")
         seconds = float(amount) * _SECONDS[unit.lower()]
-        return (time.time() if now is None else now) + (seconds if ahead else -seconds)
-    if _EPOCH.match(value):
-        return float(value)
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"{text!r} is not a time: give {FORMS}") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.timestamp()
+        found = (time.time() if now is None else now) + (seconds if ahead else -seconds)
+    elif _EPOCH.match(value):
+        found = float(value)
+    else:
+        try:
+            moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"{_quoted(text)} is not a time: give {FORMS}") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+        found = moment.timestamp()
+    if not (EARLIEST <= found <= LATEST):  # NaN fails too
+        raise ValueError(f"{_quoted(text)} is outside the years 1970-9999: give {FORMS}")
+    return found
+
+
+def _quoted(text: str) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= 60 else shown[:57] + "...'"
