@@ -19,8 +19,9 @@ from .config import DelayqConfig
 from .errors import (
     BrokerTooOld, BrokerUnavailable, DelayqError, DelayTooLong, InvalidDelay, InvalidName, PublishError,
     PublishNacked, PublishReturned, PublishTimeout, TopologyError, TopologyMismatch,
-    TopologyMissing, UnroutableDestination, UnsupportedTransport,
+    TopologyMissing, SettingsError, UnroutableDestination, UnsupportedTransport,
 )
+from .inputs import BadInput
 from .glue.integration import install, is_installed, ladder_for, uninstall
 from .glue.app_ladder import AppLadder
 from .ladder.spec import LadderSpec
@@ -51,7 +52,7 @@ __all__ = [
     # signals
     "signals",
     # errors
-    "DelayqError", "InvalidDelay", "DelayTooLong", "InvalidName", "TopologyError", "TopologyMissing",
+    "DelayqError", "SettingsError", "BadInput", "InvalidDelay", "DelayTooLong", "InvalidName", "TopologyError", "TopologyMissing",
     "TopologyMismatch", "BrokerTooOld", "BrokerUnavailable", "UnsupportedTransport", "UnroutableDestination",
     "PublishError", "PublishNacked", "PublishReturned", "PublishTimeout",
     "ParkingError", "ParkingFailed", "ParkedMessageNotFound", "UnsafeToBrowse", "IndexUnavailable",

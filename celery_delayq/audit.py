@@ -52,7 +52,7 @@ def audit(action: str, *, who: str, via: str, ids: Iterable[str] = (), refused: 
     """Log (and return) the audit line of one action; ``refused``: why nothing was done."""
     shown = list(ids)
     listed = ", ".join(shown[:IDS_SHOWN]) + (f", +{len(shown) - IDS_SHOWN} more" if len(shown) > IDS_SHOWN else "")
-    parts = [f"who={_value(who)}", f"via={via}", f"action={action}", f"ids={len(shown)}" + (f" [{listed}]" if shown else "")]
+    parts = [f"who={_value(who)}", f"via={via}", f"action={_value(action)}", f"ids={len(shown)}" + (f" [{listed}]" if shown else "")]
     parts += [f"{key}={_value(val)}" for key, val in details.items() if val is not None and val != ""]
     if refused:
         parts.append(f"refused={_value(refused)}")

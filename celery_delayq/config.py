@@ -3,6 +3,25 @@
 Every setting is an ordinary Celery setting named ``delayq_*``, so it can be
 set on the app, in a config module, or in Django settings as ``CELERY_DELAYQ_*``
 (with ``app.config_from_object('django.conf:settings', namespace='CELERY')``).
+
+Each value is typed and checked in one place, :data:`CONVERTERS`, run by
+:class:`DelayqConfig` (and so by Django's ``manage.py check``, which builds it)
+and by :func:`setting` for code that reads one setting (the activation hook
+reads ``delayq_enabled``). The rule, :data:`VALUE_RULES`:
+
+* booleans take exactly what Celery takes for its own boolean settings
+  (``celery.utils.serialization.strtobool``: ``true``/``false``, ``yes``/``no``,
+  ``on``/``off``, ``1``/``0``, any case), a bool, or the integers 1 and 0;
+  so ``delayq_enabled = "false"`` is off;
+* numbers take a number or a string of one (``"10"``), read with ``int()`` or
+  ``float()`` as Celery reads its numeric settings from text, since settings
+  fed from the environment are strings; a bool, NaN, an infinity, a fraction
+  for an integer setting, or a value out of range is refused;
+* names (queue types, backends, extensions) take the listed values only.
+
+Anything else is a :class:`~celery_delayq.errors.SettingsError`, one line
+naming the setting, the value (passwords in URLs masked, :func:`mask_url`)
+and what it takes.
 """
 
 from __future__ import annotations
@@ -10,16 +29,21 @@ from __future__ import annotations
 import difflib
 import logging
 import math
+import os
+import urllib.parse
 import weakref
 from dataclasses import dataclass, fields
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
-from .errors import DelayTooLong, InvalidDelay
-from .ladder.spec import LadderSpec
+from celery.utils.serialization import STRTOBOOL_DEFAULT_TABLE
+
+from .errors import DelayTooLong, InvalidDelay, SettingsError
+from .ladder.spec import MAX_SHARDS, LadderSpec
 from .typing import CeleryApp
 
-__all__ = ["DelayqConfig", "SETTINGS", "unknown_settings", "warn_unknown_settings", "normalize_queue_delays",
-           "normalize_queue_backends", "BACKEND_ALIASES"]
+__all__ = ["DelayqConfig", "SETTINGS", "FEATURE_SETTINGS", "raw_setting", "SettingsError", "setting", "mask_url", "unknown_settings",
+           "warn_unknown_settings", "report_unknown_settings_elsewhere", "normalize_queue_delays",
+           "normalize_queue_backends", "BACKEND_ALIASES", "BOOLEAN_FORMS", "CONVERTERS", "VALUE_RULES"]
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +91,11 @@ class DelayqConfig:
             held messages, leaders, and on RabbitMQ 3.x whether a new ladder fits the
             broker's file handles; without it a new ladder there is created only by
             ``delayq topology declare``). ``None`` = ``http://<broker host>:15672``;
-            ``""`` = never ask it.
+            ``""`` = never ask it. The API is asked with the broker connection's user and
+            password, or with those in the URL when it has them
+            (``http://monitor:secret@host:15672``, percent-encoded): the ``monitoring`` tag
+            reads all it needs, and recovery after a broker restart sets a policy
+            (``policymaker``). The password is never printed or logged.
         telemetry_dir: Root directory of the JSON Lines telemetry (``None`` = off);
             ``python -m celery_delayq.analytics`` turns it into a report.
         queue_delays: Default delay in seconds per destination queue name, e.g.
@@ -164,23 +192,25 @@ class DelayqConfig:
     fixed_queues: int = 16
 
     def __post_init__(self) -> None:
-        if self.leader_placement not in ("spread", "broker"):
-            raise ValueError(f"delayq_leader_placement must be 'spread' or 'broker', got {self.leader_placement!r}")
-        if self.backend not in BACKEND_ALIASES and ":" not in self.backend:
-            raise ValueError(f"delayq_backend must be one of {sorted(BACKEND_ALIASES)} or a 'module:Class' "
-                             f"path, got {self.backend!r}")
-        object.__setattr__(self, "queue_backends", normalize_queue_backends(self.queue_backends))
-        if not (self.fixed_resolution > 0 and math.isfinite(self.fixed_resolution)):
-            raise ValueError(f"delayq_fixed_resolution must be a positive number of seconds, "
-                             f"got {self.fixed_resolution!r}")
+        """Type and validate every field: the one place settings are checked (see :data:`CONVERTERS`).
+
+        Runs for :meth:`from_app` and for a config built directly alike, so
+        ``DelayqConfig(enabled="false").enabled is False``. Raises
+        :class:`~celery_delayq.errors.SettingsError` naming the setting, the value
+        and what it takes.
+        """
+        for f in fields(self):
+            value = getattr(self, f.name)
+            converted = CONVERTERS[f.name](value)
+            if converted is not value:
+                object.__setattr__(self, f.name, converted)
+        try:
+            spec = self.spec
+        except ValueError as exc:  # each number fits alone, but not the ladder they make together
+            raise SettingsError(f"delayq_prefix/unit_ms/levels/radix/shards do not make a usable ladder: {exc}") from exc
         # Settings arrive as dicts and lists; the config is a dict key of the
         # process-wide publisher registry, so keep every field hashable.
-        object.__setattr__(self, "queue_delays", normalize_queue_delays(self.queue_delays, self.spec))
-        disabled = self.disabled_extensions
-        object.__setattr__(self, "disabled_extensions",
-                           (disabled,) if isinstance(disabled, str) else tuple(disabled or ()))
-        park_on = self.park_on
-        object.__setattr__(self, "park_on", tuple(park_on) if isinstance(park_on, (list, tuple, set)) else (park_on,) if park_on else ())
+        object.__setattr__(self, "queue_delays", normalize_queue_delays(self.queue_delays, spec))
 
     def check_delay(self, seconds: float) -> None:
         """Refuse a delay longer than ``max_delay`` when one is set (``DelayTooLong``).
@@ -212,13 +242,14 @@ class DelayqConfig:
         warn_unknown_settings(app)
         values: dict[str, Any] = {}
         for f in fields(cls):
-            value = _lookup(conf, f"delayq_{f.name}")
+            value = _raw_lookup(conf, f"delayq_{f.name}")
             if value is not None:
                 values[f.name] = value
         return cls(**values)
 
 
-def _lookup(conf: Any, key: str) -> Any:
+def _raw_lookup(conf: Any, key: str) -> Any:
+    """The value of ``key`` as given, in any of the three spellings; ``None`` when unset."""
     # Celery maps namespaced settings (CELERY_FOO) onto known keys only, so
     # for our own keys look at the upper-case namespaced spelling as well.
     for candidate in (key, key.upper(), f"{(conf.get('namespace') or 'CELERY')}_{key.upper()}"):
@@ -231,8 +262,257 @@ def _lookup(conf: Any, key: str) -> Any:
     return None
 
 
+def raw_setting(conf: Any, key: str) -> Any:
+    """``key`` (``delayq_web_token``) of ``conf`` as given, in any of the three spellings
+    (``delayq_x``, ``DELAYQ_X``, Django's ``CELERY_DELAYQ_X``); ``None`` when unset.
+    For the features that type their own settings (:data:`FEATURE_SETTINGS`)."""
+    return _raw_lookup(conf, key)
+
+
+def _lookup(conf: Any, key: str) -> Any:
+    """The ``delayq_*`` setting ``key`` of ``conf``, typed and validated as :class:`DelayqConfig` does.
+
+    ``None`` when it is not set. Callers that read one setting without building
+    the whole config (the activation hook reads ``delayq_enabled``) get the
+    same answer as the config: ``"false"`` is ``False``, ``"yes please"`` is a
+    :class:`~celery_delayq.errors.SettingsError`. A key that is no setting is returned as given.
+    """
+    value = _raw_lookup(conf, key)
+    name = key[len("delayq_"):] if key.startswith("delayq_") else key
+    if value is None or name not in CONVERTERS:
+        return value
+    return CONVERTERS[name](value)
+
+
+def setting(app: CeleryApp, name: str) -> Any:
+    """One setting of ``app`` (``"enabled"`` or ``"delayq_enabled"``), typed and validated; its default when unset.
+
+    The same conversion as :meth:`DelayqConfig.from_app` (:data:`CONVERTERS`),
+    for code that needs one setting before the whole config can be built.
+    """
+    field_name = name[len("delayq_"):] if name.startswith("delayq_") else name
+    if field_name not in CONVERTERS:
+        raise KeyError(f"{name!r} is not a celery_delayq setting; see celery_delayq.config.SETTINGS")
+    value = _lookup(app.conf, f"delayq_{field_name}")
+    return SETTINGS[f"delayq_{field_name}"] if value is None else value
+
+
+# -- typing and validating each setting (the one place; Django's checks run it through from_app) ----------
+#: How values are read, for the documentation (``docs/gen_settings.py`` prints it above the settings table).
+VALUE_RULES = (
+    "Values are checked when the settings are read, by the same code at run time and in Django's "
+    "`manage.py check`. Booleans take exactly Celery's own forms for its boolean settings: `true`/`false`, "
+    "`yes`/`no`, `on`/`off`, `1`/`0` (any case), a bool, or the integers 1 and 0 (so `\"false\"` is off). "
+    "Numbers take a number or a string of one (`\"10\"`, as Celery reads its own numeric settings from text), "
+    "finite and in range. Names take the listed values. Anything else stops with a `SettingsError` naming the "
+    "setting, the value and what it takes. A password in a URL setting is never printed or logged.")
+
+#: The spellings ``delayq_*`` booleans accept: exactly Celery's own for its boolean settings
+#: (``celery.utils.serialization.strtobool``'s table, any case), plus ``True``/``False`` and ``1``/``0``.
+BOOLEAN_FORMS = "true/false, yes/no, on/off, 1/0 (any case) or a Python bool"
+
+
+def mask_url(url: Any) -> str:
+    """``url`` with any password replaced by ``**`` (``amqp://user:**@host//``), for printing and logging.
+
+    A ``;``-separated list of broker URLs is masked URL by URL. Anything that is
+    no URL is returned as a string, unchanged. Unlike kombu's
+    ``maybe_sanitize_url`` (same ``**`` mask) it leaves the rest of the URL as
+    written (kombu normalises ``/%2F`` to ``//`` and masks only the first of a list).
+    """
+    if not isinstance(url, str):
+        return repr(url) if url is not None else "None"
+    return ";".join(_mask_one(part) for part in url.split(";"))
+
+
+def _mask_one(url: str) -> str:
+    # String surgery rather than urlsplit: it must also mask what is no valid URL
+    # (a port that is not a number, a missing scheme: "user:pw@host:15672").
+    head, sep, rest = url.partition("://")
+    if not sep:
+        head, rest = "", url
+    authority, slash, tail = rest.partition("/")
+    user_info, at, host = authority.rpartition("@")
+    if not at or ":" not in user_info:
+        return url
+    return f"{head}{sep}{user_info.split(':', 1)[0]}:**@{host}{slash}{tail}"
+
+
+def _refuse(name: str, value: Any, wants: str, *, url: bool = False) -> SettingsError:
+    shown = repr(mask_url(value)) if url and isinstance(value, str) else repr(value)
+    return SettingsError(f"delayq_{name} must be {wants}, got {shown}", setting=f"delayq_{name}")
+
+
+def _boolean(name: str) -> Callable[[Any], bool]:
+    def convert(value: Any) -> bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str) and value.lower() in STRTOBOOL_DEFAULT_TABLE:
+            return bool(STRTOBOOL_DEFAULT_TABLE[value.lower()])
+        raise _refuse(name, value, f"a boolean ({BOOLEAN_FORMS})")
+    return convert
+
+
+def _number(name: str, *, integer: bool, low: float, high: float | None = None, low_open: bool = False,
+            optional: bool = False, unit: str = "") -> Callable[[Any], Any]:
+    """A converter for a numeric setting in ``[low, high]`` (``(low, high]`` with ``low_open``).
+
+    A string is read with ``int()``/``float()``, as Celery reads its own numeric
+    settings from text (``celery worker -- ...``, environment-fed Django settings);
+    a bool, NaN, an infinity, a fraction for an integer setting, or anything out of range is refused.
+    """
+    kind = "an integer" if integer else "a finite number"
+    if high is not None:
+        span = f"from {low:g} to {high:g}" if not low_open else f"above {low:g} and at most {high:g}"
+    else:
+        span = f"above {low:g}" if low_open else f"{low:g} or more"
+    wants = f"{kind} {span}{f' ({unit})' if unit else ''}" + (" or None" if optional else "")
+
+    def convert(value: Any) -> Any:
+        if value is None and optional:
+            return None
+        number: Any = value
+        if isinstance(value, str):
+            try:
+                number = int(value) if integer else float(value)
+            except ValueError:
+                raise _refuse(name, value, wants) from None
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            raise _refuse(name, value, wants)
+        if integer and not isinstance(number, int):
+            raise _refuse(name, value, wants)
+        if not integer:
+            number = float(number)
+            if not math.isfinite(number):
+                raise _refuse(name, value, wants)
+        if number < low or (low_open and number == low) or (high is not None and number > high):
+            raise _refuse(name, value, wants)
+        return number
+    return convert
+
+
+def _choice(name: str, choices: tuple[str, ...]) -> Callable[[Any], str]:
+    def convert(value: Any) -> str:
+        if isinstance(value, str) and value in choices:
+            return value
+        raise _refuse(name, value, "one of " + ", ".join(repr(c) for c in choices))
+    return convert
+
+
+def _text(name: str, *, optional: bool = False, empty: bool = False, url: bool = False,
+          path: bool = False) -> Callable[[Any], Any]:
+    wants = ("a path" if path else "a URL" if url else "a string") + (" (not empty)" if not empty else "") + \
+        (" or None" if optional else "")
+
+    def convert(value: Any) -> Any:
+        if value is None and optional:
+            return None
+        if path and isinstance(value, os.PathLike):
+            value = os.fspath(value)
+        if not isinstance(value, str) or (not empty and not value):
+            raise _refuse(name, value, wants, url=url)
+        return value
+    return convert
+
+
+def _management_url(value: Any) -> str | None:
+    """``None`` (guess ``http://<broker host>:15672``), ``""`` (off), or an http(s) URL with a host.
+
+    Credentials in it (``http://user:password@host:15672``) are the ones the API is asked with
+    (:class:`~celery_delayq.rabbitmq.management.ManagementAPI`); they are never printed.
+    """
+    wants = "an http:// or https:// URL of RabbitMQ's management API (e.g. 'http://HOST:15672'), '' (off) or None"
+    if value is None or value == "":
+        return value  # type: ignore[no-any-return]
+    if not isinstance(value, str):
+        raise _refuse("management_url", value, wants)
+    try:
+        parts = urllib.parse.urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        raise _refuse("management_url", value, wants, url=True) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise _refuse("management_url", value, wants, url=True)
+    return value
+
+
+def _backend(value: Any) -> str:
+    if isinstance(value, str) and (value in BACKEND_ALIASES or ":" in value):
+        return value
+    raise _refuse("backend", value, f"one of {sorted(BACKEND_ALIASES)} or a 'module:Class' path")
+
+
+def _extensions(value: Any) -> tuple[str, ...]:
+    from .glue.extensions import EXTENSIONS  # the glue imports this module
+
+    names = (value,) if isinstance(value, str) else value
+    if names is None or names == ():
+        return ()
+    if not isinstance(names, (list, tuple, set, frozenset)) or \
+            not all(isinstance(n, str) and n in EXTENSIONS for n in names):
+        raise _refuse("disabled_extensions", value, f"a name or a list of names from {list(EXTENSIONS)}")
+    return tuple(names)
+
+
+def _park_on(value: Any) -> tuple[Any, ...]:
+    items = value if isinstance(value, (list, tuple, set, frozenset)) else (value,) if value else ()
+    for item in items:
+        # Strings are imported when a task first needs them (an import here could be circular).
+        if not ((isinstance(item, str) and item) or (isinstance(item, type) and issubclass(item, BaseException))):
+            raise _refuse("park_on", value, "exception classes or 'module.Name' strings (one or a list)")
+    return tuple(items)
+
+
+_QUEUE_TYPES = ("auto", "quorum", "classic")
+
+#: Field name -> the function that types and validates its value (``None`` where the field allows it).
+#: :meth:`DelayqConfig.__post_init__` runs each; :func:`_lookup` and :func:`setting` run one.
+CONVERTERS: dict[str, Callable[[Any], Any]] = {
+    "enabled": _boolean("enabled"),
+    "prefix": _text("prefix"),
+    "unit_ms": _number("unit_ms", integer=True, low=1, unit="milliseconds"),
+    "levels": _number("levels", integer=True, low=1),
+    "radix": _number("radix", integer=True, low=2, high=36),
+    "shards": _number("shards", integer=True, low=1, high=MAX_SHARDS),
+    "queue_type": _choice("queue_type", _QUEUE_TYPES),
+    "declare": _boolean("declare"),
+    "confirm_timeout": _number("confirm_timeout", integer=False, low=0, low_open=True, unit="seconds"),
+    "batch_window": _number("batch_window", integer=True, low=1, unit="messages"),
+    "broker_url": _text("broker_url", optional=True, url=True),
+    "telemetry_dir": _text("telemetry_dir", optional=True, path=True),
+    "management_url": _management_url,
+    "queue_delays": lambda v: v,  # checked against the ladder in __post_init__ (normalize_queue_delays)
+    "park": _boolean("park"),
+    "parking_queue": _text("parking_queue", optional=True),
+    "parking_queue_type": _choice("parking_queue_type", _QUEUE_TYPES),
+    "park_on": _park_on,
+    "retry_policy": lambda v: v,  # any policy object: RetryPolicy.coerce checks it where it is used
+    "max_delay": _number("max_delay", integer=False, low=0, low_open=True, optional=True, unit="seconds"),
+    "dedup": _boolean("dedup"),
+    "dedup_url": _text("dedup_url", url=True),
+    "dedup_ttl": _number("dedup_ttl", integer=False, low=0, low_open=True, unit="seconds"),
+    "index": _boolean("index"),
+    "metrics_port": _number("metrics_port", integer=True, low=1, high=65535, optional=True),
+    "metrics_address": _text("metrics_address"),
+    "disabled_extensions": _extensions,
+    "leader_placement": _choice("leader_placement", ("spread", "broker")),
+    "backend": _backend,
+    "queue_backends": lambda v: normalize_queue_backends(v),
+    "fixed_resolution": _number("fixed_resolution", integer=False, low=0, low_open=True, unit="seconds"),
+    "fixed_max_delay": _number("fixed_max_delay", integer=False, low=0, low_open=True, unit="seconds"),
+    "fixed_queues": _number("fixed_queues", integer=True, low=0),
+}
+
+
 #: Setting name -> default; ``docs/api.md``'s settings table is generated from it (``docs/gen_settings.py``).
 SETTINGS: dict[str, Any] = {f"delayq_{f.name}": f.default for f in fields(DelayqConfig)}
+#: Settings a feature reads itself rather than through :class:`DelayqConfig` (the web page's
+#: ``delayq_web_*``, :class:`celery_delayq.web.settings.WebSettings`): known, so never warned
+#: about as a typo. ``tests/web`` checks the page reads exactly these.
+FEATURE_SETTINGS: tuple[str, ...] = ("delayq_web_token", "delayq_web_username", "delayq_web_password",
+                                     "delayq_web_body_max", "delayq_web_page_max", "delayq_web_body_limit")
 
 
 def _namespace(app: CeleryApp) -> str:
@@ -247,7 +527,7 @@ def unknown_settings(keys: Iterable[str], namespace: str = "CELERY") -> list[tup
     ``delayq_x``, ``DELAYQ_X`` and ``<NAMESPACE>_DELAYQ_X``. The suggestion
     is given in the spelling of the key itself. Pure, so it is easy to test.
     """
-    valid = [name[len("delayq_"):] for name in SETTINGS]
+    valid = [name[len("delayq_"):] for name in (*SETTINGS, *FEATURE_SETTINGS)]
     ns = f"{namespace.upper()}_DELAYQ_"
     found: list[tuple[str, str | None]] = []
     for key in keys:
@@ -274,6 +554,17 @@ def unknown_settings(keys: Iterable[str], namespace: str = "CELERY") -> list[tup
 _WARNED: "weakref.WeakSet[CeleryApp]" = weakref.WeakSet()
 
 
+def report_unknown_settings_elsewhere(app: CeleryApp) -> None:
+    """Do not log ``app``'s unknown settings: another reporter lists them (Django's checks, W002/W003).
+
+    Without this a Django project saw each typo twice: once logged, once as a check finding.
+    """
+    try:
+        _WARNED.add(app)
+    except TypeError:  # pragma: no cover - an app that cannot be weakly referenced
+        pass
+
+
 def warn_unknown_settings(app: CeleryApp) -> list[tuple[str, str | None]]:
     """Log one warning per unknown ``delayq_*`` setting of ``app``, once per app.
 
@@ -298,17 +589,28 @@ def warn_unknown_settings(app: CeleryApp) -> list[tuple[str, str | None]]:
     return found
 
 
+def _pairs(name: str, value: Any, wants: str) -> list[tuple[Any, Any]]:
+    """``(key, value)`` pairs of a mapping setting given as a mapping or as pairs; refused otherwise."""
+    if isinstance(value, Mapping):
+        return list(value.items())
+    if not value:
+        return []
+    if isinstance(value, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
+        return [(k, v) for k, v in value]
+    raise _refuse(name, value, wants)
+
+
 def normalize_queue_backends(value: Any) -> tuple[tuple[str, str], ...]:
     """Sorted ``(queue, backend name)`` pairs from a mapping or pairs; each name as ``delayq_backend`` takes.
 
     Raises:
-        ValueError: a backend that is neither a :data:`BACKEND_ALIASES` name nor a ``"module:Class"`` path.
+        SettingsError: not a mapping, or a backend that is neither a :data:`BACKEND_ALIASES` name
+            nor a ``"module:Class"`` path.
     """
-    items: Iterable[Any] = value.items() if isinstance(value, Mapping) else (value or ())
     out: dict[str, str] = {}
-    for name, backend in items:
+    for name, backend in _pairs("queue_backends", value, "a mapping of queue name to backend name"):
         if not isinstance(backend, str) or (backend not in BACKEND_ALIASES and ":" not in backend):
-            raise ValueError(f"delayq_queue_backends[{name!r}] must be one of {sorted(BACKEND_ALIASES)} or a "
+            raise SettingsError(f"delayq_queue_backends[{name!r}] must be one of {sorted(BACKEND_ALIASES)} or a "
                              f"'module:Class' path, got {backend!r}")
         out[str(name)] = backend
     return tuple(sorted(out.items()))
@@ -321,9 +623,8 @@ def normalize_queue_delays(value: Any, spec: LadderSpec) -> tuple[tuple[str, flo
         InvalidDelay: a delay that is not a finite, non-negative number of seconds.
         DelayTooLong: a delay the configured ladder cannot hold.
     """
-    items: Iterable[Any] = value.items() if isinstance(value, Mapping) else (value or ())
     out: dict[str, float] = {}
-    for name, seconds in items:
+    for name, seconds in _pairs("queue_delays", value, "a mapping of queue name to seconds, e.g. {'slow': 30}"):
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
             raise InvalidDelay(
                 f"delayq_queue_delays[{name!r}] must be a finite number of seconds >= 0, got {seconds!r}")

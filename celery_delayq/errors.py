@@ -7,6 +7,7 @@ All of them derive from :class:`DelayqError`, so callers can catch the family.
 
 from __future__ import annotations
 
+from celery.exceptions import ImproperlyConfigured
 from kombu.exceptions import OperationalError
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "PublishReturned",
     "PublishTimeout",
     "BrokerUnavailable",
+    "SettingsError",
 ]
 
 
@@ -129,3 +131,19 @@ class BrokerUnavailable(PublishError, OperationalError):
     :class:`kombu.exceptions.OperationalError`, the error plain Celery raises
     there, so existing ``except OperationalError`` handlers keep working.
     """
+
+
+class SettingsError(DelayqError, ImproperlyConfigured, ValueError):  # type: ignore[misc]  # Celery is untyped
+    """A ``delayq_*`` setting has a value celery_delayq cannot use; nothing was started with it.
+
+    Raised by :class:`~celery_delayq.config.DelayqConfig` (at run time and in
+    Django's ``manage.py check``, which call the same code). The message names the
+    setting, the value given (credentials masked) and the forms it accepts. It is
+    also Celery's ``ImproperlyConfigured`` and a ``ValueError``, so existing handlers
+    of either keep working.
+    """
+
+    def __init__(self, message: str, *, setting: str | None = None) -> None:
+        super().__init__(message)
+        #: The setting at fault (``"delayq_enabled"``), for reporters that spell it their way (Django's checks).
+        self.setting = setting

@@ -79,11 +79,19 @@ def parse_due(value: str | float | int | None, *, what: str = "due", now: float 
     if due > LATEST:
         raise BadInput(f"{what}: {_show(value)} is after the year 9999; give {DUE_FORMS}")
     if due <= now:
+        if isinstance(value, (int, float)):  # epoch seconds: say which moment that is
+            value = f"{_iso(due)} ({value:.0f})"
         raise BadInput(f"{what}: {_show(value)} is in the past (or now); a due time must be in the future. "
                        "To run the task now, use run-now")
     if check_delay is not None:
         check_delay(due - now)
     return due
+
+
+def _iso(epoch: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(max(epoch, 0.0), tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_delay(value: str | float | int | None, *, what: str = "delay",
@@ -154,10 +162,10 @@ def require_selection(*, described: str, everything: bool, dry_run: bool, expect
             a negative ``expect``.
     """
     if not described and not everything:
-        raise BadInput(f"no filter: give at least one filter, or all to select every {noun} "
-                       "(an empty filter never means everything)")
+        raise BadInput(f"no filter: give at least one filter, or select every {noun} explicitly "
+                       "(all: true in the API, --all on the command line); an empty filter never means everything")
     if described and everything:
-        raise BadInput(f"all selects every {noun}; it cannot be combined with a filter ({described})")
+        raise BadInput(f"all (--all) selects every {noun}; it cannot be combined with a filter ({described})")
     if expect is not None and (isinstance(expect, bool) or expect < 0):
         raise BadInput(f"expect: {expect!r} is not a count")
     if not dry_run and expect is None:

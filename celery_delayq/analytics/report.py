@@ -69,6 +69,21 @@ _QUEUE_COLUMNS = tuple(c for c in _SUMMARY_COLUMNS if c[0] != "success_after_ret
 #: Columns drawn in red when not zero: what an on-call engineer looks at first.
 _ALARMING = frozenset({"celery_failures", "failed", "parked", "exhausted"})
 
+#: Under "Lateness by requested delay": which bucket a delivery is in (tables.requested_bucket).
+_LATENESS_NOTE = (
+    '<p class="note">Each delivery is filed by the delay that was asked for. The recorded delay is '
+    "measured at the publish, a moment after the countdown was set (<code>countdown=2</code> is "
+    "recorded as 1.9998 s), so a delay up to 50 ms (and 5%) short of a bucket's lower bound is "
+    "filed in that bucket.</p>"
+)
+#: Under "Top exceptions": what count is (tables.RUN_FAILURES).
+_EXCEPTIONS_NOTE = (
+    '<p class="note">count = runs that raised the exception, each once: retried, parked or failed. '
+    "exhausted = of these, the runs whose retries ran out (each then parked or failed, and counted "
+    "there).</p>"
+)
+
+
 def _fmt(value: Any, kind: str = "") -> str:
     if value is None:
         return "—"
@@ -367,6 +382,8 @@ def render_html(
             left=1,
         )
     )
+    if lateness:
+        parts.append(_LATENESS_NOTE)
 
     exceptions = sorted(tables.get("top_exceptions", ()), key=lambda r: (r["task_name"], r["rank"]))
     parts += [
@@ -384,6 +401,8 @@ def render_html(
             alarm=(6, 7),
         ),
     ]
+    if exceptions:
+        parts.append(_EXCEPTIONS_NOTE)
 
     parts.append("<h2>Attempts to success</h2>")
     if "attempts_to_success.png" in images:

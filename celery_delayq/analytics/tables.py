@@ -29,12 +29,16 @@ from celery_delayq.telemetry.recorder import FAILURE_EVENTS
 
 __all__ = [
     "MIN_DELAY_BUCKET_EXP",
+    "PUBLISH_LAG_S",
+    "PUBLISH_LAG_SHARE",
+    "RUN_FAILURES",
     "SUMMARY_FIELDS",
     "TABLE_NAMES",
     "TIMELINE_EVENTS",
     "TOP_EXCEPTIONS",
     "build_tables",
     "delay_bucket",
+    "requested_bucket",
 ]
 
 #: Smallest power-of-two delay bucket (2**-10 s, about 1 ms); smaller positive
@@ -42,6 +46,17 @@ __all__ = [
 MIN_DELAY_BUCKET_EXP = -10
 #: How many exceptions to keep per task in ``top_exceptions``.
 TOP_EXCEPTIONS = 10
+#: A recorded ``delay_s`` is measured when the message is published, a moment after
+#: the delay was asked for (Celery turns ``countdown=2`` into an eta, and the publish
+#: reads its clock later): ``countdown=2`` is recorded as 1.9998.  A delay at most
+#: this much (seconds) below a bucket's lower bound is filed in that bucket ...
+PUBLISH_LAG_S = 0.05
+#: ... and at most this share of itself, so the millisecond buckets keep their own delays.
+PUBLISH_LAG_SHARE = 0.05
+#: The events that end a run that raised, exactly one per such run: it is retried,
+#: parked, or fails for good.  ``exhausted`` marks the run a retry policy gave up on,
+#: which is then parked or failed as well: shown beside the count, not counted again.
+RUN_FAILURES: tuple[str, ...] = ("retried", "parked", "failed")
 
 #: The per-scope statistics, in ``summary.json`` order.
 SUMMARY_FIELDS: tuple[str, ...] = (
@@ -113,6 +128,23 @@ def delay_bucket(delay_s: Column) -> Column:
     return F.when(delay_s <= 0, F.lit(0.0)).otherwise(F.pow(F.lit(2.0), exp))
 
 
+def requested_bucket(delay_s: Column) -> Column:
+    """The :func:`delay_bucket` of the delay that was asked for, from the recorded ``delay_s``.
+
+    The recorded delay falls short of the requested one by the time between
+    the request and the publish (``countdown=1`` is recorded as 0.9998), so
+    a person's round delay would land one bucket down, under "500 ms".  The
+    shortfall is given back before bucketing: ``min(PUBLISH_LAG_S,
+    PUBLISH_LAG_SHARE * delay_s)``.  So a delay up to 50 ms (and 5%) below a
+    power of two is filed at that power of two; zero and negative delays stay
+    in bucket 0.0.
+    """
+    allowance = F.greatest(
+        F.least(F.lit(PUBLISH_LAG_S), F.lit(PUBLISH_LAG_SHARE) * delay_s), F.lit(0.0)
+    )
+    return delay_bucket(delay_s + allowance)
+
+
 def _reduce(events: DataFrame, *, sketches: bool = HAS_SKETCHES) -> tuple[DataFrame, Lateness]:
     """Every count the report shows, and the deliveries' lateness, each from one scan of the events.
 
@@ -144,7 +176,7 @@ def _reduce(events: DataFrame, *, sketches: bool = HAS_SKETCHES) -> tuple[DataFr
         "task_name",
         "queue",
         _minute().alias("minute_s"),
-        delay_bucket(F.col("delay_s")).alias("delay_bucket_s"),
+        requested_bucket(F.col("delay_s")).alias("delay_bucket_s"),
         early,
         lateness_ms().alias(LATENESS),
     )
@@ -333,13 +365,25 @@ def _retries_per_minute(counts: DataFrame) -> DataFrame:
 
 
 def _top_exceptions(counts: DataFrame, top_n: int) -> DataFrame:
+    """Per task, its exceptions ranked by the runs they failed (see :data:`RUN_FAILURES`).
+
+    ``count`` is ``retried + parked + failed``: one per run that raised.  A
+    run whose retries ran out records ``exhausted`` *and* ``parked`` (or
+    ``failed``) for the same failure, so summing every failure event counted
+    it twice (a task failing 4 times with ``max_retries=3`` showed 5).
+    Exceptions that failed no run in the window are left out: an
+    ``exhausted`` whose parking is named otherwise (``self.retry()`` with no
+    ``exc`` records ``""`` there and ``MaxRetriesExceededError`` in ``parked``)
+    or falls after the window.
+    """
     per_exception = (
         counts.where(_event().isin(*sorted(FAILURE_EVENTS)))
         .groupBy("task_name", "exception")
         .agg(
-            F.sum("n").alias("count"),
+            _sum_where(_event().isin(*RUN_FAILURES)).alias("count"),
             *(_sum_where(_event() == name).alias(name) for name in sorted(FAILURE_EVENTS)),
         )
+        .where(F.col("count") > 0)
     )
     # Ties broken by name so the ranking is deterministic.
     ranking = Window.partitionBy("task_name").orderBy(F.desc("count"), F.asc("exception"))
@@ -376,7 +420,8 @@ def build_tables(
       (null on the overall row), then :data:`SUMMARY_FIELDS`.
     * ``queue_summary``: ``queue``, the event counts, ``lateness_p50_ms``,
       ``lateness_p99_ms``, ``early``.
-    * ``lateness_by_delay``: ``delay_bucket_s`` (see :func:`delay_bucket`),
+    * ``lateness_by_delay``: ``delay_bucket_s`` (the requested delay's, see
+      :func:`requested_bucket`),
       ``delivered``, ``lateness_p50_ms``, ``lateness_p99_ms``, ``early``.
     * ``timeline``: ``minute_s`` (epoch seconds, UTC minute start), the
       counts of :data:`TIMELINE_EVENTS` in that minute, and the
@@ -386,7 +431,8 @@ def build_tables(
       minute (see :func:`_backlog`).
     * ``retries_per_minute``: ``task_name``, ``minute_s``, ``retries``.
     * ``top_exceptions``: ``task_name``, ``rank`` (1 = most frequent),
-      ``exception``, ``count``, then ``retried``, ``exhausted``, ``parked``,
+      ``exception``, ``count`` (runs that failed with it, each once: see
+      :func:`_top_exceptions`), then ``retried``, ``exhausted``, ``parked``,
       ``failed``; top ``top_exceptions`` per task.
     * ``attempts_to_success``: ``task_name``, ``attempt`` (of the
       ``succeeded`` event, 0 = first run), ``count``.

@@ -9,6 +9,7 @@ from typing import Any, Iterable, Sequence
 
 from .. import signals
 from ..glue.app_ladder import ladder_for
+from ..inputs import check_id
 from ..pending.ids import Resolved, TaskIdNotFound, resolve_ids
 from ..ladder.index_layout import MARGIN_S
 from ..pending.query import IndexUnavailable, PendingTask, iso, open_layout, read_index
@@ -63,12 +64,13 @@ def cancel(app: CeleryApp, *task_ids: str, lookup: bool = True, force: bool = Fa
             not published yet), holding for the ladder's maximum delay plus a day.
 
     Raises:
+        BadInput: an id is not one (empty, unprintable, not UTF-8, too long; nothing was recorded).
         TaskIdNotFound: an id names no waiting task (nothing was recorded); ``force`` records it.
         AmbiguousTaskId: a prefix starts several waiting ids (nothing was recorded).
         IndexUnavailable: there is no index to check the ids in; ``force`` records them unchecked.
         PublishError: naming the ids whose cancel may not be recorded.
     """
-    ids = list(dict.fromkeys(str(t) for t in task_ids))
+    ids = list(dict.fromkeys(check_id(str(t), what="task id") for t in task_ids))
     if not ids:
         return []
     if not lookup:

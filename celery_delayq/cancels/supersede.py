@@ -35,7 +35,9 @@ from typing import Any, Sequence
 
 import amqp
 
+from ..config import DelayqConfig
 from ..errors import DelayqError
+from ..inputs import parse_due
 from ..glue.app_ladder import ladder_for
 from ..ladder.headers import ENTRY
 from ..ladder.index_layout import MARGIN_S
@@ -140,11 +142,12 @@ def reschedule(app: CeleryApp, task_id: str, *, due: float | datetime | None, no
         TaskNotWaiting: ``task_id`` is not waiting in the ladder (unknown, due, or cancelled).
         CannotReschedule: its arguments cannot be rebuilt from the index.
         IndexUnavailable: the ladder has no index.
+        BadInput: ``due`` is not in the future (a past due time never means "now": pass ``None``).
+        DelayTooLong: ``due`` is later than the app accepts.
     """
     now = time.time() if now is None else now
-    when = due.timestamp() if isinstance(due, datetime) else due
-    if when is not None and when <= now:
-        when = None  # a due time in the past is "now"
+    when = None if due is None else parse_due(due.timestamp() if isinstance(due, datetime) else due, now=now,
+                                              check_delay=DelayqConfig.from_app(app).check_delay)
     found = read_index_one(app, task_id, now=now)
     args = _literal(found.argsrepr, tuple, found)
     kwargs = _literal(found.kwargsrepr, dict, found)

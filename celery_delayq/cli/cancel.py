@@ -10,6 +10,8 @@ Each id must name a task waiting in the ladder: its full id, or the start of
 exactly one waiting id (``delayq pending`` lists them). An id that names no
 waiting task (a typo) is an error, exit status 1, and nothing is recorded,
 unless ``--force`` says to record it as given (a task not published yet).
+An id that is not one (empty, unprintable, not UTF-8) is a usage error
+(exit status 2). Each cancel is an audit line (:mod:`celery_delayq.audit`).
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ import click
 from ..cancels import cancel as cancel_tasks
 from ..ladder.humanize import human_duration
 from ..pending.query import iso
-from .base import app_context, console
+from .base import Action, app_context, audit_action, console
+from .when import Id
 
 __all__ = ["cancel"]
 
 
-@click.command(name="cancel")
-@click.argument("task_ids", nargs=-1, required=True, metavar="TASK_ID...")
+@click.command(name="cancel", cls=Action, action="cancel")
+@click.argument("task_ids", nargs=-1, required=True, metavar="TASK_ID...", type=Id("task id"))
 @click.option("--force", is_flag=True,
               help="Also record ids that name no waiting task, as given (a task not published yet); each holds "
                    "for the ladder's maximum delay plus a day.")
@@ -41,6 +44,8 @@ def cancel(ctx: click.Context, task_ids: tuple[str, ...], force: bool, no_lookup
     """Cancel delayed tasks by id (or a unique start of it): they will not run, even after worker restarts."""
     app = app_context(ctx)
     results = cancel_tasks(app.app, *task_ids, lookup=not no_lookup, force=force)
+    audit_action(ctx, ids=[r.task_id for r in results], waiting=sum(1 for r in results if r.found is not None),
+                 force=force or None, no_lookup=no_lookup or None)
     if as_json:
         click.echo(json.dumps([r.as_dict() for r in results]))
         return

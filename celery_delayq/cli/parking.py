@@ -2,9 +2,16 @@
 
 Works on the app's parking queue (``delayq_parking_queue``, else
 ``<delayq_prefix>.parking``) unless ``--queue`` names another one. Reading
-commands leave the queue as it was; ``replay`` and ``purge`` ask first
-(``--yes`` skips the question; a non-interactive shell must give it), and
-``replay --dry-run`` shows what a replay would do without doing it.
+commands leave the queue as it was.
+
+``replay`` and ``purge`` act on a selection: filters, ``--id`` (each must name
+exactly one parked message: an unknown id is an error, exit status 1), or
+``--all`` (an empty filter never means everything). ``--dry-run`` counts and
+shows it; ``--yes`` acts only with ``--expect N`` equal to the count now
+(``--id`` alone needs no ``--expect``: the ids are the count), and at a
+terminal the prompt, which shows the count, confirms instead. They act on
+exactly the messages counted (a message parked meanwhile is left alone), and
+each action is an audit line (:mod:`celery_delayq.audit`).
 """
 
 from __future__ import annotations
@@ -25,8 +32,8 @@ from rich.table import Table
 from ..parking import ParkedFilter, ParkedMessage, ParkingQueue
 from ..parking import record as R
 from ..rabbitmq.context import AppContext
-from .base import app_context, confirm, console, yes_option
-from .when import Moment
+from .base import Action, app_context, audit_action, bulk_options, check_bulk, confirm_bulk, console, yes_option
+from .when import Delay, Id, Moment
 
 __all__ = ["parking"]
 
@@ -46,7 +53,8 @@ def _filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--exception", default=None, help="Only exceptions whose type matches this glob."),
         click.option("--since", metavar="WHEN", type=_PARKED, default=None, help=_PARKED.help("Parked at or after")),
         click.option("--until", metavar="WHEN", type=_PARKED, default=None, help=_PARKED.help("Parked before")),
-        click.option("--id", "ids", multiple=True, help="Parked id, or enough of its start to be unique (repeatable)."),
+        click.option("--id", "ids", multiple=True, type=Id("--id"),
+                     help="Parked id, or enough of its start to be unique (repeatable)."),
     ]):
         command = option(command)
     return command
@@ -133,12 +141,41 @@ def _candidates(pq: ParkingQueue, prefix: str, found: list[ParkedMessage], *, mo
     return click.ClickException("\n".join(lines))
 
 
-def _check_ids_unique(pq: ParkingQueue, ids: tuple[str, ...], found: list[ParkedMessage]) -> None:
-    """Each ``--id`` must name one message: a short prefix that catches several is refused."""
+def _check_ids(pq: ParkingQueue, ids: tuple[str, ...], found: list[ParkedMessage], described: str) -> None:
+    """Each ``--id`` must name exactly one of the messages found: a short prefix that catches several is
+    refused (listing them), and one that names none is an error, as for ``cancel`` and ``inspect``."""
     for prefix in ids:
         hits = [p for p in found if p.parked_id.startswith(prefix)]
         if len(hits) > 1:
             raise _candidates(pq, prefix, hits, more=False)
+        if not hits:
+            among = f" matching {described}" if described != f"--id {prefix}" else ""
+            raise click.ClickException(f"no parked message{among} in {pq.name!r} has an id starting with {prefix!r}; "
+                                       "nothing was changed. `celery -A APP delayq parking list` shows the ids")
+
+
+def _select(pq: ParkingQueue, match: ParkedFilter, ids: tuple[str, ...], described: str,
+            limit: int | None = None) -> list[ParkedMessage]:
+    """The messages a bulk command acts on, counted now (each ``--id`` checked), at most ``limit``."""
+    found = pq.list(match, limit=None if ids else limit)
+    _check_ids(pq, ids, found, described)
+    return found[:limit] if limit else found
+
+
+def _guard(task: str | None, exception: str | None, since: float | None, until: float | None,
+           ids: tuple[str, ...], everything: bool, expect: int | None, dry_run: bool,
+           yes: bool) -> tuple[str, int | None]:
+    """Refuse an empty or unconfirmed selection before the queue is read.
+
+    Returns the filter in words and the count the operator confirmed:
+    ``--expect``, or, for ``--id`` alone (an exact selection), the number of
+    ids, so that there ``--yes`` needs no ``--expect``.
+    """
+    described = _described(task, exception, since, until, ids)
+    by_id = bool(ids) and not (task or exception or since is not None or until is not None)
+    check_bulk(described=described, everything=everything, dry_run=dry_run, yes=yes and not by_id,
+               expect=expect, noun="parked message")
+    return described, (len(set(ids)) if by_id and expect is None else expect)
 
 
 @click.group(name="parking")
@@ -190,7 +227,7 @@ def list_(ctx: click.Context, queue: str | None, task: str | None, exception: st
 
 
 @parking.command(name="inspect")
-@click.argument("parked_id", metavar="ID")
+@click.argument("parked_id", metavar="ID", type=Id("ID"))
 @click.option("-q", "--queue", default=None, help="Parking queue (default: the app's delayq_parking_queue).")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON, with headers, properties and body.")
 @click.pass_context
@@ -259,72 +296,90 @@ def _dry_run(ctx: click.Context, pq: ParkingQueue, found: list[ParkedMessage], d
     stuck = sum(1 for p in found if not routable[(p.exchange, p.routing_key)])
     when = f"after {delay:g} s in the ladder" if delay else "at once"
     out.print(f"would replay {len(found) - stuck} {when}; {stuck} would stay parked (destination missing). "
-              "Nothing was changed.")
+              f"Nothing was changed.{_act_hint(len(found), 'replay')}")
 
 
-@parking.command(name="replay")
+def _act_hint(count: int, verb: str) -> str:
+    return f" To {verb} them: the same command with --yes --expect {count}." if count else ""
+
+
+@parking.command(name="replay", cls=Action, action="parking-replay")
 @_filter_options
-@click.option("--delay", type=click.FloatRange(min=0), default=None,
-              help="Seconds to wait (in the ladder) before the replayed tasks run.")
+@bulk_options("parked message")
+@click.option("--delay", type=Delay(), default=None,
+              help=Delay.help("Wait this long (in the ladder) before the replayed tasks run."))
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Replay at most this many.")
 @click.option("--reset-attempts", is_flag=True, help="Start the tasks' retries over instead of one more attempt.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=100, show_default=True,
               help="Messages per transaction.")
-@click.option("--dry-run", is_flag=True, help="Show what would be replayed, and where to; change nothing.")
+@click.option("--dry-run", is_flag=True, help="Show what would be replayed, and where to (the N of --expect N); "
+                                              "change nothing.")
 @yes_option
 @click.pass_context
 def replay_(ctx: click.Context, queue: str | None, task: str | None, exception: str | None,
-            since: float | None, until: float | None, ids: tuple[str, ...], delay: float | None,
-            limit: int | None, reset_attempts: bool, batch_size: int, dry_run: bool, yes: bool) -> None:
-    """Replay parked messages to their original queue, all or filtered.
+            since: float | None, until: float | None, ids: tuple[str, ...], everything: bool, expect: int | None,
+            delay: float | None, limit: int | None, reset_attempts: bool, batch_size: int, dry_run: bool,
+            yes: bool) -> None:
+    """Replay parked messages to their original queue: filtered, by --id, or --all.
 
-    Interrupting a replay is safe: every message is either still parked or replayed once.
+    Count first with --dry-run; then --yes --expect N replays when the
+    selection still counts N. Interrupting a replay is safe: every message is
+    either still parked or replayed once.
     """
     out = console(ctx)
-    match = _match(task, exception, since, until, ids)
+    described, expect = _guard(task, exception, since, until, ids, everything, expect, dry_run, yes)
     with _open(app_context(ctx), queue) as pq:
-        found: list[ParkedMessage] | None = None
-        if dry_run or ids or not (yes or match.everything):
-            found = pq.list(match, limit=None if ids else limit)
-            _check_ids_unique(pq, ids, found)
-            found = found[:limit] if limit else found
+        found = _select(pq, _match(task, exception, since, until, ids), ids, described, limit)
         if dry_run:
-            assert found is not None
             _dry_run(ctx, pq, found, delay)
             return
-        if found is not None and not found:
-            out.print(f"no parked message in {pq.name} matches; nothing replayed")
+        if not found and not expect:
+            out.print(f"no parked message in {pq.name} matches {described or '--all'}; nothing replayed")
             return
-        what = f"{len(found)} matching message(s)" if found is not None else "ALL messages"
-        confirm(f"Replay {what} of {pq.name!r} ({pq.count()} parked)?", yes)
+        confirm_bulk(f"Replay {len(found)} parked message(s) of {pq.name!r} ({pq.count()} parked)?",
+                     matched=len(found), expect=expect, yes=yes, noun="parked message")
+        chosen = [p.parked_id for p in found]
         with _Bar("replaying", out) as bar:
-            report = pq.replay(match, delay=delay, limit=limit, reset_attempts=reset_attempts,
+            report = pq.replay(ParkedFilter(exactly=frozenset(chosen)), delay=delay, reset_attempts=reset_attempts,
                                batch_size=batch_size, progress=bar)
+    audit_action(ctx, ids=chosen, queue=pq.name, filter=described or "--all", replayed=report.replayed,
+                 unroutable=report.unroutable or None, delay=delay or None)
     out.print(f"replayed {report.replayed}; still parked: {report.skipped} not selected, "
               f"{report.unroutable} without a destination, {report.reparked} returned and parked again")
 
 
-@parking.command(name="purge")
+@parking.command(name="purge", cls=Action, action="parking-purge")
 @_filter_options
+@bulk_options("parked message")
+@click.option("--dry-run", is_flag=True, help="Only count what would be deleted (the N of --expect N).")
 @yes_option
 @click.option("-f", "--force", is_flag=True, hidden=True, help="Old spelling of --yes.")
 @click.pass_context
 def purge_(ctx: click.Context, queue: str | None, task: str | None, exception: str | None,
-           since: float | None, until: float | None, ids: tuple[str, ...], yes: bool, force: bool) -> None:
-    """Delete parked messages, all or filtered. There is no undo."""
-    match = _match(task, exception, since, until, ids)
+           since: float | None, until: float | None, ids: tuple[str, ...], everything: bool, expect: int | None,
+           dry_run: bool, yes: bool, force: bool) -> None:
+    """Delete parked messages: filtered, by --id, or --all. There is no undo.
+
+    Count first with --dry-run; then --yes --expect N deletes when the
+    selection still counts N.
+    """
     out = console(ctx)
+    yes = yes or force
+    described, expect = _guard(task, exception, since, until, ids, everything, expect, dry_run, yes)
     with _open(app_context(ctx), queue) as pq:
-        if ids or not (yes or force or match.everything):
-            found = pq.list(match)
-            _check_ids_unique(pq, ids, found)
-            if not found:
-                out.print(f"no parked message in {pq.name} matches; nothing purged")
-                return
-            what = f"{len(found)} matching message(s)"
-        else:
-            what = "ALL messages"
-        confirm(f"Delete {what} of {pq.name!r} ({pq.count()} parked)? There is no undo", yes or force)
+        found = _select(pq, _match(task, exception, since, until, ids), ids, described)
+        if dry_run:
+            out.print(f"dry run: {len(found)} of {pq.count()} parked message(s) in {pq.name} match "
+                      f"{described or '--all'} and would be deleted. Nothing was changed."
+                      f"{_act_hint(len(found), 'delete')}")
+            return
+        if not found and not expect:
+            out.print(f"no parked message in {pq.name} matches {described or '--all'}; nothing purged")
+            return
+        confirm_bulk(f"Delete {len(found)} parked message(s) of {pq.name!r} ({pq.count()} parked)? There is no undo",
+                     matched=len(found), expect=expect, yes=yes, noun="parked message")
+        chosen = [p.parked_id for p in found]
         with _Bar("purging", out) as bar:
-            deleted = pq.purge(match, progress=bar)
+            deleted = pq.purge(ParkedFilter(exactly=frozenset(chosen)), progress=bar)
+    audit_action(ctx, ids=chosen, queue=pq.name, filter=described or "--all", deleted=deleted)
     out.print(f"purged {deleted} message(s) from {pq.name}")

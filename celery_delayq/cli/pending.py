@@ -24,7 +24,7 @@ from ..ladder.humanize import human_duration
 from ..pending import pending as find_pending
 from ..pending.query import iso
 from .base import app_context, console
-from .when import Moment
+from .when import Id, Moment
 
 __all__ = ["pending"]
 
@@ -37,7 +37,7 @@ _DUE = Moment("ahead")
 @click.command(name="pending")
 @click.option("--task", "task_glob", metavar="GLOB", help="Only task names matching this glob (proj.tasks.*).")
 @click.option("--queue", metavar="NAME", help="Only tasks for this queue (or routing key, when the queue is not known).")
-@click.option("--id", "task_id", metavar="TASK_ID",
+@click.option("--id", "task_id", metavar="TASK_ID", type=Id("--id"),
               help="Only this task: its id (the fast lookup: one index shard) or a unique start of one.")
 @click.option("--due-before", metavar="WHEN", type=_DUE, help=_DUE.help("Only tasks due before"))
 @click.option("--due-after", metavar="WHEN", type=_DUE, help=_DUE.help("Only tasks due at or after"))

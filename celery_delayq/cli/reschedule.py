@@ -2,10 +2,18 @@
 
 ``run-now`` and ``reschedule`` publish the task again (same id, name,
 destination, attempt and arguments) and cancel the copy still in the ladder
-by its pass, so it runs once (:mod:`celery_delayq.cancels.supersede`).
-``cancel-matching`` counts the waiting tasks a filter matches, asks, and
-cancels exactly that many (``--dry-run`` only counts). The web page and its
-API (``delayq web``) do the same through the same functions.
+by its pass, so it runs once (:mod:`celery_delayq.cancels.supersede`). A new
+due time must be in the future (:func:`celery_delayq.inputs.parse_due`): a
+past one, ``-5m`` or ``""`` is refused and names ``run-now``, never runs the
+task now.
+
+``cancel-matching`` selects the waiting tasks a filter matches (or ``--all``:
+an empty filter never means everything), counts them, and cancels exactly
+those: ``--dry-run`` only counts; ``--yes`` acts only with ``--expect N``
+equal to the count now, and at a terminal the prompt, which shows the count,
+confirms instead. The web page and its API (``delayq web``) follow the same
+rule (:func:`celery_delayq.inputs.require_selection`) through the same functions.
+Every action is an audit line (:mod:`celery_delayq.audit`).
 """
 
 from __future__ import annotations
@@ -19,8 +27,10 @@ from ..cancels import cancel as cancel_tasks
 from ..cancels.supersede import reschedule as move
 from ..pending.browse import WaitingFilter, page_of
 from ..pending.query import iso
-from .base import app_context, confirm, console, yes_option
-from .when import Moment
+from ..inputs import DUE_FORMS
+from .base import (Action, app_context, audit_action, bulk_options, check_bulk, confirm, confirm_bulk, console,
+                   yes_option)
+from .when import DueTime, Id, Moment
 from ..typing import CeleryApp
 
 __all__ = ["run_now", "reschedule", "cancel_matching"]
@@ -38,8 +48,8 @@ def _installed(app: CeleryApp) -> Any:
 _DUE = Moment("ahead")
 
 
-@click.command(name="run-now")
-@click.argument("task_id")
+@click.command(name="run-now", cls=Action, action="run-now")
+@click.argument("task_id", type=Id("task id"))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @yes_option
 @click.pass_context
@@ -48,14 +58,15 @@ def run_now(ctx: click.Context, task_id: str, as_json: bool, yes: bool) -> None:
     _move(ctx, task_id, None, f"Run task {task_id} now?", as_json, yes)
 
 
-@click.command(name="reschedule")
-@click.argument("task_id")
-@click.argument("when", type=_DUE)
+@click.command(name="reschedule", cls=Action, action="reschedule",
+               help=f"Move a waiting task to WHEN: {DUE_FORMS}.",
+               context_settings={"ignore_unknown_options": True})  # so that `-5m` is read (and refused) as a time
+@click.argument("task_id", type=Id("task id"))
+@click.argument("when", type=DueTime())
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @yes_option
 @click.pass_context
 def reschedule(ctx: click.Context, task_id: str, when: float, as_json: bool, yes: bool) -> None:
-    """Move a waiting task to WHEN: ISO 8601 (UTC unless it has an offset), epoch seconds, or a duration from now (90s, 10m, 2h, 3d)."""
     _move(ctx, task_id, when, f"Move task {task_id} to {iso(when)}?", as_json, yes)
 
 
@@ -64,6 +75,8 @@ def _move(ctx: click.Context, task_id: str, due: float | None, question: str, as
     app = app_context(ctx)
     confirm(question, yes)
     done = move(_installed(app.app), task_id, due=due)
+    audit_action(ctx, ids=[done.old.task_id], task=done.old.task_name, was_due=done.old.due_iso,
+                 due=iso(due) if due is not None else "now")
     if as_json:
         click.echo(json.dumps(done.as_dict()))
         return
@@ -72,35 +85,55 @@ def _move(ctx: click.Context, task_id: str, due: float | None, question: str, as
     console(ctx).print(f"task {task_id} ({done.old.task_name}) {what}; was due {done.old.due_iso}")
 
 
-@click.command(name="cancel-matching")
+def _described(match: WaitingFilter) -> str:
+    """The filter as the options gave it, times in UTC (``""``: no filter)."""
+    parts = [f"{name} {value}" for name, value in (
+        ("--task", match.task), ("--queue", match.queue), ("--id-prefix", match.id_prefix), ("--args", match.text))
+        if value]
+    parts += [f"{name} {iso(value)}" for name, value in (("--due-after", match.due_after),
+                                                          ("--due-before", match.due_before)) if value is not None]
+    return " ".join(parts + (["--retries"] if match.retries_only else []))
+
+
+@click.command(name="cancel-matching", cls=Action, action="cancel-matching")
 @click.option("--task", "task_glob", metavar="GLOB", help="Task names matching this glob.")
 @click.option("--queue", metavar="NAME", help="Tasks for this queue (or routing key).")
-@click.option("--id-prefix", metavar="PREFIX", help="Task ids starting with this.")
+@click.option("--id-prefix", metavar="PREFIX", type=Id("--id-prefix"), help="Task ids starting with this.")
 @click.option("--args", "text", metavar="TEXT", help="Arguments containing this text (case-insensitive).")
 @click.option("--due-after", metavar="WHEN", type=_DUE, help=_DUE.help("Due at or after"))
 @click.option("--due-before", metavar="WHEN", type=_DUE, help=_DUE.help("Due before"))
 @click.option("--retries", is_flag=True, help="Only retries.")
-@click.option("--dry-run", is_flag=True, help="Only count the matching tasks.")
+@bulk_options("waiting task")
+@click.option("--dry-run", is_flag=True, help="Only count the matching tasks (the N of --expect N).")
 @yes_option
 @click.pass_context
 def cancel_matching(ctx: click.Context, task_glob: str | None, queue: str | None, id_prefix: str | None,
                     text: str | None, due_after: float | None, due_before: float | None, retries: bool,
-                    dry_run: bool, yes: bool) -> None:
-    """Cancel every waiting task matching the filters (at least one filter is needed)."""
+                    everything: bool, expect: int | None, dry_run: bool, yes: bool) -> None:
+    """Cancel every waiting task matching the filters (or --all), exactly those counted.
+
+    Count first with --dry-run; then --yes --expect N acts when the filters
+    still match N tasks (at a terminal, answering the prompt does instead).
+    """
     match = WaitingFilter(task=task_glob, queue=queue, id_prefix=id_prefix, text=text, due_after=due_after,
                           due_before=due_before, retries_only=retries)
-    if not match.describe():
-        raise click.UsageError("give at least one filter (--task, --queue, --id-prefix, --args, --due-after, "
-                               "--due-before, --retries); to cancel by id use `delayq cancel`")
+    described = _described(match)
+    check_bulk(described=described, everything=everything, dry_run=dry_run, yes=yes, expect=expect,
+               noun="waiting task")
+    what = described or "--all"
     app = app_context(ctx)
     out = console(ctx)
     page = page_of(app.app, match, limit=10**9)
-    if not page.items:
-        out.print(f"no waiting task matches {match.describe()}; nothing cancelled")
-        return
     if dry_run:
-        out.print(f"{page.total:,} waiting task(s) match {match.describe()} (dry run: nothing cancelled)")
+        out.print(f"{page.total:,} waiting task(s) match {what} (dry run: nothing cancelled)"
+                  + (f"; to cancel them: --yes --expect {page.total}" if page.total else ""))
         return
-    confirm(f"Cancel {page.total:,} waiting task(s) matching {match.describe()}?", yes)
-    cancel_tasks(app.app, *[t.task_id for t in page.items], lookup=False)
-    out.print(f"cancelled {page.total:,} task(s) matching {match.describe()}; they will not run")
+    if not page.items and not expect:  # --expect 3 when nothing matches now is a refusal, below
+        out.print(f"no waiting task matches {what}; nothing cancelled")
+        return
+    confirm_bulk(f"Cancel {page.total:,} waiting task(s) matching {what}?", matched=page.total, expect=expect,
+                 yes=yes, noun="waiting task")
+    ids = [t.task_id for t in page.items]
+    cancel_tasks(app.app, *ids, lookup=False)
+    audit_action(ctx, ids=ids, filter=what)
+    out.print(f"cancelled {len(ids):,} task(s) matching {what}; they will not run")

@@ -1,36 +1,75 @@
-"""``delayq topology declare|verify|delete``: the ladder's exchanges and queues on the broker.
+"""``delayq topology declare|verify|recover|delete``: the ladder's exchanges and queues on the broker.
 
 ``verify`` only looks (passive declares); ``delete`` deletes only what is
-there, and asks first.
+there, asks first, and finds what to delete in the broker's own listing of
+the virtual host (RabbitMQ's management API): every queue and exchange the
+prefix's naming scheme made, whatever destination, shard or backend made it.
+Bad input (a destination that names nothing, a negative ``--held-for``) is
+refused before anything is changed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import math
+import time
+from collections import Counter
+from typing import Any, Iterator, Sequence
 
 import amqp
 import click
 
+from ..errors import InvalidName
+from ..inputs import BadInput, check_id, ID_MAX
 from ..ladder.humanize import describe_ladder
-from ..rabbitmq.topology import Destination, Topology
-from ..rabbitmq.fixed import fixed_queue_prefix
+from ..rabbitmq.topology import Destination, Owned, OwnedSelection, ROLES, Topology, select_owned
 from ..rabbitmq.management import ManagementAPI
 from ..rabbitmq.context import AppContext
-from .base import app_context, confirm, yes_option
-from ..typing import CeleryApp
+from .base import Action, app_context, audit_action, confirm, yes_option
 
-__all__ = ["topology", "no_ladder", "parse_destinations"]
+__all__ = ["topology", "no_ladder", "parse_destinations", "destination_parts"]
 
 _DESTINATION_HELP = "EXCHANGE:ROUTING_KEY|QUEUE"
+_DESTINATION_FORMS = "EXCHANGE:ROUTING_KEY (an exchange and a routing key) or QUEUE (a queue name)"
+#: The longest ``recover --held-for`` (s): a look that long is a typo, and the command sleeps through it.
+HELD_FOR_MAX_S = 600.0
+
+
+def destination_parts(value: str) -> tuple[str, str]:
+    """``(exchange, routing key)`` of one ``--destination``: ``EXCHANGE:ROUTING_KEY`` or a bare queue name.
+
+    Raises:
+        BadInput: empty, or no queue on the default exchange (``""``, ``":"``), or not printable
+            UTF-8 text (a control character, a command line's ``$'\\xff'``); nothing is changed.
+    """
+    exchange, sep, routing_key = value.partition(":")
+    if not sep:
+        exchange, routing_key = "", value
+    if not exchange and not routing_key.strip():
+        raise BadInput(f"--destination: {value!r} names no queue; give {_DESTINATION_FORMS}")
+    for part in (exchange, routing_key):
+        if part:  # printable UTF-8 (its length in bytes is check_name's, in Topology.destination)
+            try:
+                check_id(part[:ID_MAX], what="--destination")
+            except BadInput as exc:
+                raise BadInput(f"{exc}; give {_DESTINATION_FORMS}") from None
+    return exchange, routing_key
 
 
 def parse_destinations(topo: Topology, values: tuple[str, ...] | list[str]) -> list[Destination]:
-    """``EXCHANGE:ROUTING_KEY`` or a bare queue name (the default exchange) per value."""
+    """The :class:`Destination` of each ``--destination`` value (:func:`destination_parts`).
+
+    Raises:
+        BadInput: a value that names no destination, or a name RabbitMQ would refuse (over 255 bytes).
+    """
     dests = []
     for value in values:
-        exchange, sep, routing_key = value.partition(":")
-        if not sep:
-            exchange, routing_key = "", value
-        dests.append(topo.destination(exchange, routing_key))
+        exchange, routing_key = destination_parts(value)
+        try:
+            dests.append(topo.destination(exchange, routing_key))
+        except InvalidName as exc:
+            raise BadInput(f"--destination: {exc}") from None
     return dests
 
 
@@ -53,40 +92,26 @@ def no_ladder(app: AppContext, raw: amqp.Connection) -> str:
     return f"{text} Check delayq_prefix, or create it with `celery -A APP delayq topology declare`."
 
 
-def _app_destinations(app: CeleryApp) -> list[str]:
-    """Where the app's own publishes go: each configured queue's exchange and routing key, and the queue."""
-    values: list[str] = []
-    for queue in app.amqp.queues.values():
-        exchange = queue.exchange.name if queue.exchange is not None else ""
-        values.append(f"{exchange}:{queue.routing_key or queue.name}")
-        values.append(queue.name)
-    return values
-
-
-def _fixed_queues(api: ManagementAPI | None, prefix: str) -> list[str]:
-    """The ``fixed`` backend's queues of ``prefix`` (their names hold a delay: only the API can list them)."""
-    found = api.queues() if api is not None else None
-    start = fixed_queue_prefix(prefix)
-    return sorted(str(q["name"]) for q in found or () if str(q.get("name", "")).startswith(start))
-
-
 @click.group()
 def topology() -> None:
     """Declare, verify or delete the ladder on the broker."""
 
 
-@topology.command()
+@topology.command(cls=Action, action="topology-declare")
 @click.option("--destination", "-d", multiple=True, metavar=_DESTINATION_HELP,
-              help="Also create the exit queue of a destination (repeatable).")
+              help="Also create the exit queue of a destination (repeatable): EXCHANGE:ROUTING_KEY, or a queue "
+                   "name for the default exchange.")
 @click.pass_context
 def declare(ctx: click.Context, destination: tuple[str, ...]) -> None:
     """Create the ladder (idempotent)."""
     app = app_context(ctx)
     with app.connected() as raw:
         topo = app.topology(raw)
+        dests = parse_destinations(topo, destination)  # bad input is refused before anything is created
         topo.declare(raw)
-        for dest in parse_destinations(topo, destination):
+        for dest in dests:
             topo.ensure_exit(raw, dest, declare=True)
+    audit_action(ctx, prefix=topo.spec.prefix, destinations=len(dests))
     click.echo(f"declared {describe_ladder(topo.spec, topo.queue_type)} on {app.uri}")
     unchecked = getattr(topo.budget, "unchecked", None)
     if unchecked:
@@ -130,9 +155,17 @@ def _leaders_warning(app: AppContext, raw: amqp.Connection) -> str | None:
     return f"{found.summary} {found.next_step}" if found.status == WARN else None
 
 
-@topology.command()
-@click.option("--held-for", default=2.0, show_default=True, metavar="SECONDS",
-              help="How long a queue must keep holding messages to count as stuck.")
+def _held_for(_ctx: click.Context, _param: click.Parameter, value: float) -> float:
+    """``--held-for``: a finite number of seconds above 0 and at most :data:`HELD_FOR_MAX_S`."""
+    if not (math.isfinite(value) and 0 < value <= HELD_FOR_MAX_S):
+        raise click.BadParameter(f"{value!r} is not a number of seconds above 0 and at most {HELD_FOR_MAX_S:g}")
+    return value
+
+
+@topology.command(cls=Action, action="topology-recover")
+@click.option("--held-for", type=float, default=2.0, show_default=True, metavar="SECONDS", callback=_held_for,
+              help=f"How long a queue must keep holding messages to count as stuck (above 0, at most "
+                   f"{HELD_FOR_MAX_S:g}).")
 @click.pass_context
 def recover(ctx: click.Context, held_for: float) -> None:
     """Set moving ladder queues that hold messages after a broker restart (RabbitMQ < 4.3).
@@ -164,6 +197,7 @@ def recover(ctx: click.Context, held_for: float) -> None:
                                    "the broker refused the policy that moves them: the management user needs "
                                    "the 'policymaker' (or 'administrator') tag")
     still = recovery.still_held(stuck)
+    audit_action(ctx, prefix=app.spec.prefix, held=sum(stuck.values()), queues=len(stuck), still=len(still))
     moved = {name: n for name, n in stuck.items() if name not in still}
     if moved:
         shown = ", ".join(f"{name} ({n})" for name, n in sorted(moved.items()))
@@ -179,57 +213,161 @@ def recover(ctx: click.Context, held_for: float) -> None:
                    "setting.")
 
 
-@topology.command()
+def broker_listing(api: ManagementAPI | None, where: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The vhost's queues and exchanges as the broker lists them (its management API).
+
+    AMQP cannot list, so without the API there is no way to know what the
+    prefix made, and a delete from the configuration would leave the exit
+    queues of destinations it does not name (issue #31).
+
+    Raises:
+        click.ClickException: the API is off, unreachable, of another broker, or refused the user.
+    """
+    with _quiet(logging.getLogger(ManagementAPI.__module__)):
+        queues = api.queues() if api is not None else None
+        exchanges = api.exchanges() if api is not None and queues is not None else None
+    if queues is None or exchanges is None:
+        why = ("is switched off (delayq_management_url = '')" if api is None else
+               f"at {api.base_url} did not list them for this broker")
+        raise click.ClickException(
+            f"cannot list the queues and exchanges of {where}: RabbitMQ's management API {why}, and AMQP cannot "
+            "list them; nothing was deleted. Enable the rabbitmq_management plugin (`rabbitmq-plugins enable "
+            "rabbitmq_management`) and set delayq_management_url to its URL (a user with the management or "
+            "monitoring tag), then delete again.")
+    return queues, exchanges
+
+
+@contextlib.contextmanager
+def _quiet(logger: logging.Logger) -> Iterator[None]:
+    """Drop ``logger``'s lines for a moment: an API that cannot list is said once, by the refusal, on one line."""
+    def drop(_record: logging.LogRecord) -> bool:
+        return False
+
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
+#: How long the management API's message counts may lag (RabbitMQ's collect_statistics_interval, 5 s).
+_API_STATS_LAG_S = 5.5
+
+
+def _per_role(owned: Sequence[Owned], kind: str) -> str:
+    counts = Counter(o.role for o in owned if o.kind == kind)
+    return ", ".join(f"{role} {counts[role]}" for role in ROLES if counts[role])
+
+
+def _describe_kept(selection: OwnedSelection, kept: Sequence[Owned], keep_shared: bool) -> list[str]:
+    """What stays on the broker (``kept``: the selection's, counted now), and why, one line each."""
+    lines: list[str] = []
+    parking = [o for o in kept if o.role == "parking"]
+    shared = [o for o in kept if o.role != "parking"]
+    if shared:
+        why = ("--keep-shared" if keep_shared else
+               f"a ladder of another shape ({', '.join(sorted({o.shape for o in selection.other_shapes}))}) uses it")
+        names = ", ".join(o.name for o in shared[:5]) + (" ..." if len(shared) > 5 else "")
+        lines.append(f"kept ({why}): {len(shared)} shared queue(s)/exchange(s): {names}")
+    for o in parking:
+        held = f" with {o.messages} parked message(s)" if o.messages else ""
+        lines.append(f"kept: parking queue {o.name}{held} (add --parking to delete it)")
+    if selection.other_shapes:
+        shapes = Counter(o.shape for o in selection.other_shapes)
+        shown = ", ".join(f"{shape} ({n})" for shape, n in sorted(shapes.items()))
+        lines.append(f"left alone: the ladder(s) of another shape of this prefix: {shown} queue(s)/exchange(s); "
+                     "delete them with that shape's delayq_levels and delayq_radix")
+    return lines
+
+
+@topology.command(cls=Action, action="topology-delete")
 @click.option("--discard-messages", is_flag=True,
-              help="Delete even queues that still hold delayed messages (they are lost).")
-@click.option("--destination", "-d", multiple=True, metavar=_DESTINATION_HELP,
-              help="Also delete the exit queue of this destination (repeatable). The exit queues of the "
-                   "app's configured task queues are always included.")
+              help="Delete even queues that still hold delayed (or, with --parking, parked) messages: they are lost.")
+@click.option("--parking", "with_parking", is_flag=True,
+              help="Also delete the parking queue (<prefix>.parking, or delayq_parking_queue) and what is parked "
+                   "in it. Kept otherwise.")
 @click.option("--keep-shared", is_flag=True,
-              help="Keep what every shape (levels, radix) of the prefix shares: <prefix>.unroutable and the exit "
-                   "queues. Use it to delete an old shape while a reshaped ladder of the same prefix stays in use.")
+              help="Keep what every shape (levels, radix) of the prefix shares: <prefix>.unroutable, <prefix>.laps, "
+                   "the exit and fixed queues. Use it to delete an old shape while a reshaped ladder of the same "
+                   "prefix stays in use.")
+@click.option("--destination", "-d", multiple=True, metavar=_DESTINATION_HELP, hidden=True,
+              help="Not needed any more (every exit queue of the prefix is found in the broker's listing); "
+                   "still checked, for scripts that pass it.")
 @yes_option
 @click.pass_context
-def delete(ctx: click.Context, discard_messages: bool, destination: tuple[str, ...], keep_shared: bool,
-           yes: bool) -> None:
-    """Delete the ladder and its exit queues. Refuses while messages wait in them.
+def delete(ctx: click.Context, discard_messages: bool, with_parking: bool, keep_shared: bool,
+           destination: tuple[str, ...], yes: bool) -> None:
+    """Delete every queue and exchange of the ladder. Refuses while messages wait in them.
 
-    AMQP cannot list queues, so the exit queues deleted are those of the app's
-    configured queues plus every ``--destination`` given; the ``fixed`` backend's
-    queues (``<prefix>.fixed.*``) are found through the management API, when it
-    answers, and deleted with them. The parking queue is kept.
+    What to delete comes from the broker's own listing of the virtual host
+    (RabbitMQ's management API), not from the app's settings: every name the
+    prefix's naming scheme makes, and no other (another app's
+    <prefix>x.… or <prefix>.tasks stays): the levels of every shard,
+    the delivery exchange, the index streams, the exit queue of every
+    destination ever published to, the fixed backend's queues, the laps
+    and unroutable queues and exchange. The parking queue only with
+    --parking. Without the management API it refuses (AMQP cannot list
+    queues), and deletes nothing.
     """
     app = app_context(ctx)
+    if with_parking and keep_shared:
+        raise BadInput("--parking deletes the parking queue, which --keep-shared keeps (every shape of the prefix "
+                       "shares it); give one of them")
     with app.connected() as raw:
         topo = app.topology(raw)
-        exits = [] if keep_shared else [
-            d.exit_queue for d in parse_destinations(topo, (*_app_destinations(app.app), *destination))]
-        exits += [] if keep_shared else _fixed_queues(app.api(raw), topo.spec.prefix)
-        state = topo.inspect(raw, extra_queues=exits)
-        if not state.exists:
-            kept = ""
-            if state.queue(topo.spec.unroutable_queue).exists:
-                kept = (f"; {topo.spec.unroutable_queue} is kept: a ladder of another shape (delayq_levels, "
-                        "delayq_radix) shares it")
-            click.echo(f"no ladder named {topo.spec.prefix!r} ({topo.spec.namespace}) on {app.uri}: "
-                       f"nothing to delete{kept}")
+        parse_destinations(topo, destination)  # checked only: the listing has every exit queue
+        spec = topo.spec
+
+        def survey() -> tuple[OwnedSelection, list[Owned], list[str]]:
+            queues, exchanges = broker_listing(app.api(raw), app.uri)
+            selection = select_owned(spec, queues, exchanges, parking_queue=app.parking_queue,
+                                     with_parking=with_parking, keep_shared=keep_shared)
+            return (selection, topo.look(raw, selection.delete),
+                    _describe_kept(selection, topo.look(raw, selection.kept), keep_shared))
+
+        selection, present, kept = survey()
+        if not discard_messages and any(o.messages and not o.stream for o in present if o.kind == "queue"):
+            # The API's counts lag its statistics by up to 5 s: a ladder that drained a moment ago
+            # (the last task just ran) is still listed with messages. Look once more before refusing.
+            time.sleep(_API_STATS_LAG_S)
+            selection, present, kept = survey()
+        if not present:
+            other = ""
+            if selection.other_shapes and any(o.role == "unroutable" for o in selection.kept):
+                other = (f"; {spec.unroutable_queue} is kept: a ladder of another shape (delayq_levels, "
+                         "delayq_radix) shares it")
+            click.echo(f"no ladder named {spec.prefix!r} ({spec.namespace}) on {app.uri}: nothing to delete{other}")
+            for line in kept:
+                click.echo(line, err=True)
             return
-        shared = {topo.spec.unroutable_queue, topo.spec.unroutable_exchange}
-        present = [e for e in state.entities if e.exists and not (keep_shared and e.name in shared)]
-        queues = {e.name: e for e in present if e.kind == "queue"}
-        busy = [e for e in queues.values() if e.messages]
-        held = sum(e.messages or 0 for e in busy)
+        in_queues = [o for o in present if o.kind == "queue"]
+        busy = [o for o in in_queues if o.messages and not o.stream]
+        held = sum(o.messages or 0 for o in busy)
         if busy and not discard_messages:
-            names = ", ".join(f"{e.name} ({e.messages})" for e in busy[:5]) + (" ..." if len(busy) > 5 else "")
+            names = ", ".join(f"{o.name} ({o.messages})" for o in busy[:5]) + (" ..." if len(busy) > 5 else "")
             raise click.ClickException(
-                f"{held} message(s) still wait in {len(busy)} queue(s) of ladder {topo.spec.prefix!r}: "
+                f"{held} message(s) still wait in {len(busy)} queue(s) of ladder {spec.prefix!r}: "
                 f"{names}. Nothing was deleted. Wait until they are delivered, or add --discard-messages "
                 "to drop them.")
         lost = f", dropping the {held} message(s) they hold" if held else ""
-        confirm(f"Delete ladder {topo.spec.prefix!r} on {app.uri}: {len(present) - len(queues)} exchanges "
-                f"and {len(queues)} queues{lost}?", yes)
-        deleted = topo.delete(raw, if_empty=not discard_messages, exit_queues=exits, keep_shared=keep_shared)
-    n_exchanges = sum(1 for d in deleted if d.startswith("exchange "))
-    n_exits = len({f"queue {name}" for name in exits} & set(deleted))
-    click.echo(f"deleted ladder {topo.spec.prefix!r} on {app.uri}: {n_exchanges} exchanges, "
-               f"{len(deleted) - n_exchanges} queues ({n_exits} of them exit queues)")
+        confirm(f"Delete ladder {spec.prefix!r} on {app.uri}: {len(present) - len(in_queues)} exchanges "
+                f"and {len(in_queues)} queues{lost}?", yes)
+        deleted = set(topo.delete_listed(raw, present, if_empty=not discard_messages))
+        again = topo.look(raw, present)  # a worker or publisher still running declares the ladder again
+    gone = [o for o in present if f"{o.kind} {o.name}" in deleted]
+    audit_action(ctx, prefix=spec.prefix, queues=sum(1 for o in gone if o.kind == "queue"),
+                 exchanges=sum(1 for o in gone if o.kind == "exchange"), dropped=held)
+    n_exchanges = sum(1 for o in gone if o.kind == "exchange")
+    exits = [o.name for o in gone if o.role in ("exit", "fixed")]
+    click.echo(f"deleted ladder {spec.prefix!r} on {app.uri}: {n_exchanges} exchanges, "
+               f"{len(gone) - n_exchanges} queues ({sum(1 for o in gone if o.role == 'exit')} of them exit queues)")
+    click.echo(f"  queues: {_per_role(gone, 'queue') or 'none'}; exchanges: {_per_role(gone, 'exchange') or 'none'}")
+    if exits:
+        click.echo(f"  exit and fixed queues: {', '.join(exits)}")
+    for line in kept:
+        click.echo(line, err=True)
+    if again:
+        names = ", ".join(f"{o.kind} {o.name}" for o in again[:5]) + (" ..." if len(again) > 5 else "")
+        raise click.ClickException(
+            f"{len(again)} of them are back on the broker ({names}): a worker or publisher of this app still runs "
+            "and declares the ladder again. Stop them, then delete again.")

@@ -3,7 +3,10 @@
 Binds to 127.0.0.1 by default. Another address needs authentication
 (``DELAYQ_WEB_TOKEN``, or ``DELAYQ_WEB_USERNAME`` and ``DELAYQ_WEB_PASSWORD``,
 or the ``delayq_web_*`` settings): there is no option for a secret, since a
-command line is visible to every user of the host.
+command line is visible to every user of the host. A token or password
+shorter than 16 characters is refused at start (``WeakSecret``, one line and
+exit status 1 through :class:`~celery_delayq.cli.base.DelayqGroup`), before
+anything is served.
 """
 
 from __future__ import annotations

@@ -1,43 +1,66 @@
-"""The one way every ``delayq`` command reads a time: :class:`Moment`.
+"""The click types of every value a ``delayq`` command reads: times, due times, delays and ids.
 
-``pending --due-before``, ``parking --since`` and ``report --since`` used to
-read the same text three ways (UTC, local time, UTC again, and durations in
-one direction or the other). The rule now, for every time option:
+One rule per kind of value, the same as the web page's API (:mod:`celery_delayq.inputs`):
 
-* ISO 8601, with or without a time: ``2026-11-23``, ``2026-11-23T08:00``,
-  ``2026-11-23 08:00:00+01:00``. **No offset means UTC**, as every time the
-  CLI prints is UTC (``due (UTC)``, ``parked at ... UTC``); a local reading
-  would make the same text mean different moments on different machines.
-* Epoch seconds: ``1764000000``.
-* A duration (``90s``, ``10m``, ``2h``, ``3d``, ``1w``) counted from now:
-  forwards (``+``) or backwards (``-``); without a sign, the direction the
-  option names (a due time looks ahead, a ``--since`` looks back), and that
-  direction is written in the option's ``--help``.
+* :class:`Moment` — a point in time that *selects* (``pending --due-before``,
+  ``parking --since``, ``report --since``): ISO 8601, with or without a time
+  (``2026-11-23``, ``2026-11-23T08:00``, ``2026-11-23 08:00:00+01:00``; **no
+  offset means UTC**, as every time the CLI prints is UTC), epoch seconds, or a
+  duration (``90s``, ``10m``, ``2h``, ``3d``, ``1w``) counted from now: forwards
+  (``+``) or backwards (``-``); without a sign, the direction the option names
+  (a due time looks ahead, a ``--since`` looks back), written in its ``--help``.
+  Read by :func:`celery_delayq.ladder.moments.parse_moment`.
+* :class:`DueTime` — a task's *new* due time (``reschedule ID WHEN``): the same
+  forms, but strictly in the future and within the app's longest delay
+  (:func:`celery_delayq.inputs.parse_due`; a past time names ``run-now``).
+* :class:`Delay` — a duration from now (``parking replay --delay``), never
+  negative (:func:`celery_delayq.inputs.parse_delay`).
+* :class:`Id` — a task or parked-message id (:func:`celery_delayq.inputs.check_id`:
+  non-empty, printable, valid UTF-8 — a command line's ``$'\\xff'`` is refused).
 
-The value is epoch seconds (a float), read by
-:func:`celery_delayq.ladder.moments.parse_moment` (the web page's API reads
-times the same way). The help text of each option comes from
-:meth:`Moment.help`, so the rule is stated the same way everywhere.
+A value that is none of these is a usage error (exit status 2) with one line
+that names the option, the value and the accepted forms; nothing is read or
+changed. Each type's :meth:`help` writes the forms into the option's ``--help``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
-from ..ladder.moments import Direction, parse_moment
+from ..errors import DelayqError
+from ..inputs import DELAY_FORMS, DUE_FORMS, check_id, parse_delay, parse_due
+from ..ladder.moments import EARLIEST, FORMS, LATEST, Direction, parse_moment
 
-__all__ = ["Moment"]
+__all__ = ["Moment", "DueTime", "Delay", "Id"]
 
 if TYPE_CHECKING:  # click 8.2 made ParamType generic; 8.1 (still supported) cannot be subscripted
-    _ParamType = click.ParamType[float]
+    _FloatType = click.ParamType[float]
+    _TextType = click.ParamType[str]
 else:
-    _ParamType = click.ParamType
+    _FloatType = _TextType = click.ParamType
 
 
-class Moment(_ParamType):
-    """A click type for every time option of every ``delayq`` command (value: epoch seconds).
+def _app_limit(ctx: click.Context | None) -> Callable[[float], None] | None:
+    """The app's own delay limit (``DelayqConfig.check_delay``), when the CLI has an app (``-A``)."""
+    app = getattr(ctx.find_root().obj, "app", None) if ctx is not None else None
+    if app is None:
+        return None
+    from ..config import DelayqConfig
+
+    return DelayqConfig.from_app(app).check_delay
+
+
+def _message(exc: BaseException, what: str) -> str:
+    """The error without its leading ``what:`` (click's message already names the option)."""
+    text = str(exc)
+    return text[len(what) + 2:] if text.startswith(f"{what}: ") else text
+
+
+class Moment(_FloatType):
+    """A click type for every time option that selects (value: epoch seconds).
 
     ``direction`` is where a duration without a sign points: ``"ahead"``
     (``pending --due-before 10m``: ten minutes from now) or ``"ago"``
@@ -50,15 +73,75 @@ class Moment(_ParamType):
         self.direction: Direction = direction
 
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):  # a default given as a number
+            if not (math.isfinite(value) and EARLIEST <= value <= LATEST):
+                self.fail(f"{value!r} is outside the years 1970-9999: give {FORMS}", param, ctx)
             return float(value)
         try:
             return parse_moment(str(value), direction=self.direction)
-        except ValueError as exc:
+        except (ValueError, OverflowError) as exc:  # parse_moment names the forms (and the range)
             self.fail(str(exc), param, ctx)
 
     def help(self, what: str) -> str:
-        """``what``, then the rule: e.g. ``help("Only tasks due before WHEN.")``."""
+        """``what``, then the rule: e.g. ``help("Only tasks due before")``."""
         way = "from now" if self.direction == "ahead" else "ago"
         return (f"{what} WHEN: ISO 8601 (UTC unless it has an offset), epoch seconds, "
                 f"or a duration {way} (10m, 2h, 3d).")
+
+
+class DueTime(_FloatType):
+    """A task's new due time (value: epoch seconds): in the future, within the app's longest delay.
+
+    Read by :func:`~celery_delayq.inputs.parse_due` with the app's
+    ``check_delay``, so ``-5m``, a past ISO time and ``""`` are refused (naming
+    ``run-now``), never run the task now, and ``99999999999999999999`` is a
+    usage error, not an ``OverflowError``.
+    """
+
+    name = "due"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float):  # already converted (click converts a default once more)
+            return value
+        try:
+            return parse_due(str(value), what="due", check_delay=_app_limit(ctx))
+        except (ValueError, DelayqError) as exc:  # BadInput, DelayTooLong: one line naming the value
+            self.fail(_message(exc, "due"), param, ctx)
+
+    @staticmethod
+    def help(what: str) -> str:
+        """``what``, then the accepted forms."""
+        return f"{what} WHEN: {DUE_FORMS}."
+
+
+class Delay(_FloatType):
+    """A delay from now in seconds (``90s``, ``10m``, or seconds), 0 or more, within the app's longest delay."""
+
+    name = "delay"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            return parse_delay(value if isinstance(value, (int, float)) else str(value), what="delay",
+                               check_delay=_app_limit(ctx))
+        except (ValueError, DelayqError) as exc:
+            self.fail(_message(exc, "delay"), param, ctx)
+
+    @staticmethod
+    def help(what: str) -> str:
+        """``what``, then the accepted forms."""
+        return f"{what} DELAY: {DELAY_FORMS}."
+
+
+class Id(_TextType):
+    """A task or parked-message id, or the start of one: non-empty, printable, valid UTF-8, at most 255 characters."""
+
+    name = "id"
+
+    def __init__(self, what: str = "id") -> None:
+        self.what = what  # how a message names the value when it is not shown by click (in the library's errors)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            return check_id(value, what=self.what)
+        except ValueError as exc:
+            self.fail(_message(exc, self.what), param, ctx)

@@ -29,19 +29,24 @@ class DelayqAppConfig(AppConfig):
     def ready(self) -> None:
         from celery import current_app
 
-        from ..config import DelayqConfig
+        from ..config import report_unknown_settings_elsewhere, setting
+        from ..errors import SettingsError
         from ..glue.integration import install
         from .checks import check_broker_reachable, check_settings
 
+        # Django keeps registered checks in a set: a second ready() (tests) adds nothing twice.
         checks.register(check_settings, "celery_delayq")
         checks.register(check_broker_reachable, "celery_delayq", deploy=True)
 
         app = current_app._get_current_object()
+        # In a Django project the system checks report settings (W002/W003/E003; runserver and
+        # migrate run them too): logging them here as well printed every finding twice.
+        report_unknown_settings_elsewhere(app)
         try:
-            enabled = DelayqConfig.from_app(app).enabled
-        except (ValueError, TypeError) as exc:
-            # Invalid settings must not crash `manage.py check`: it reports them (celery_delayq.E003).
-            log.warning("celery_delayq is not installed: %s", exc)
+            enabled = setting(app, "enabled")
+        except SettingsError as exc:
+            # Must not crash `manage.py check`, which reports it (E003); any use of the ladder raises it.
+            log.debug("celery_delayq is not installed: %s", exc)
             return
         if enabled:
             install(app)

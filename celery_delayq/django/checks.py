@@ -29,7 +29,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 from kombu.transport import TRANSPORT_ALIASES
 
-from ..config import DelayqConfig, unknown_settings
+from ..config import DelayqConfig, mask_url, report_unknown_settings_elsewhere, unknown_settings
 from ..typing import CeleryApp
 
 __all__ = ["check_settings", "check_broker_reachable", "broker_url_of", "transport_problem"]
@@ -67,8 +67,12 @@ def transport_problem(url: str) -> str | None:
             "and needs AMQP 0-9-1 through py-amqp")
 
 
+def _namespace(app: CeleryApp) -> str:
+    return (getattr(app, "namespace", None) or "CELERY").upper()
+
+
 def _unknown_keys(app: CeleryApp) -> list[CheckMessage]:
-    namespace = (getattr(app, "namespace", None) or "CELERY").upper()
+    namespace = _namespace(app)
     names = [name for name in dir(settings) if name.isupper()]
     unknown = dict(unknown_settings(names, namespace))
     out: list[CheckMessage] = []
@@ -92,13 +96,17 @@ def _unknown_keys(app: CeleryApp) -> list[CheckMessage]:
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Unknown ``CELERY_DELAYQ_*`` keys, unusable values, and a missing or non-AMQP broker."""
     app = _celery_app()
+    report_unknown_settings_elsewhere(app)  # W002/W003 below say it; the run-time log would repeat it
     out = _unknown_keys(app)
     config: DelayqConfig | None = None
     try:
-        config = DelayqConfig.from_app(app)
+        config = DelayqConfig.from_app(app)  # the very code the worker and publishers run
     except (ValueError, TypeError) as exc:
+        name = getattr(exc, "setting", None)
+        django_name = f"{_namespace(app)}_{name.upper()}" if name else None
         out.append(Error(f"celery_delayq cannot use these settings: {exc}",
-                         hint="Fix the CELERY_DELAYQ_* setting the message names.", id="celery_delayq.E003"))
+                         hint=f"Fix {django_name}." if django_name else "Fix the CELERY_DELAYQ_* setting the "
+                         "message names.", obj=django_name, id="celery_delayq.E003"))
     url = broker_url_of(app, config)
     if not url:
         out.append(Warning(
@@ -133,7 +141,7 @@ def check_broker_reachable(app_configs: Any = None, **kwargs: Any) -> list[Check
     try:
         conn.ensure_connection(max_retries=1, timeout=3)
     except Exception as exc:  # any failure to connect is the finding
-        return [Error(f"celery_delayq cannot connect to the broker {conn.as_uri()}: {exc}",
+        return [Error(f"celery_delayq cannot connect to the broker {mask_url(conn.as_uri())}: {exc}",
                       hint="Start RabbitMQ or fix CELERY_BROKER_URL (host, port, vhost, credentials).",
                       id="celery_delayq.E002")]
     finally:

@@ -58,14 +58,15 @@ from kombu.utils.imports import symbol_by_name
 from ..ladder import headers as H
 from .. import signals
 from .app_ladder import AppLadder, forget_ladder, ladder_for, ladder_if_any, refresh_ladder
-from ..config import _lookup, warn_unknown_settings
+from ..config import setting, warn_unknown_settings
+from ..errors import SettingsError
 from .extensions import Extension, enabled_extensions
 from .message_check import CheckedTaskMessage
 from .producer import LadderProducerPool, producer_factory
 from ..typing import CeleryApp, WorkerService
 
 __all__ = ["install", "uninstall", "ladder_for", "is_installed", "watch_app",
-           "DelayqWorkerStep"]
+           "DelayqWorkerStep", "SettingsRefusal"]
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ def _install_extensions(app: CeleryApp, ladder: AppLadder) -> None:
     loads the app's configuration, and the rest of the settings are read (and
     checked) when the ladder is first used.
     """
-    for name, path in enabled_extensions(_lookup(app.conf, "delayq_disabled_extensions")).items():
+    for name, path in enabled_extensions(setting(app, "disabled_extensions")).items():
         extension = ladder.extensions.add(_build(name, path))  # one added earlier (telemetry.attach) stays
         for step in extension.consumer_steps:
             app.steps["consumer"].add(symbol_by_name(step))
@@ -180,7 +181,7 @@ def _rehook_after_fork(sender: Any = None, **_: Any) -> None:
 # -- activation from the setting ---------------------------------------------------------
 def enabled_in(app: CeleryApp) -> bool:
     """Is ``delayq_enabled`` (or Django's ``CELERY_DELAYQ_ENABLED``) set on the app?"""
-    return bool(_lookup(app.conf, "delayq_enabled"))
+    return bool(setting(app, "enabled"))
 
 
 def activate(app: CeleryApp) -> bool:
@@ -265,9 +266,48 @@ def _on_after_configure(sender: Any = None, source: Any = None, **_: Any) -> Non
 
 
 def _settings_changed(app: CeleryApp) -> None:
-    """``delayq_*`` settings may have changed: re-read a ladder that read them, install if enabled."""
-    refresh_ladder(app)
-    activate(app)
+    """``delayq_*`` settings may have changed: re-read a ladder that read them, install if enabled.
+
+    A setting that cannot be used (``delayq_enabled = "yes please"``) is logged
+    in one line here, where Celery's signal would otherwise print a traceback
+    and carry on, and the app's workers refuse to start (:class:`SettingsRefusal`).
+    """
+    try:
+        refresh_ladder(app)
+        activate(app)
+    except SettingsError as exc:
+        log.error("celery_delayq: %s", exc)
+        _SETTINGS_ERRORS[app] = exc
+        app.steps["worker"].add(SettingsRefusal)
+        return
+    if _SETTINGS_ERRORS.pop(app, None) is not None:
+        app.steps["worker"].discard(SettingsRefusal)
+
+
+#: Apps whose ``delayq_*`` settings cannot be used, with the error their workers stop on.
+_SETTINGS_ERRORS: "weakref.WeakKeyDictionary[CeleryApp, SettingsError]" = weakref.WeakKeyDictionary()
+
+
+class SettingsRefusal(bootsteps.Step):
+    """Worker step added only while a ``delayq_*`` setting cannot be used: the worker does not start.
+
+    A worker that started anyway would hold every delayed task in memory as a
+    classic ETA task, the very thing the operator set ``delayq_enabled`` to
+    avoid, so it stops before consuming, with one line naming the setting, the
+    value and the accepted forms, and exit status 78 (``EX_CONFIG``).
+    """
+
+    name = "celery_delayq.settings"
+
+    def __init__(self, w: Any, **kwargs: Any) -> None:
+        super().__init__(w, **kwargs)
+        found = _SETTINGS_ERRORS.get(w.app)
+        if found is not None:
+            import sys
+
+            sys.stderr.write(f"celery_delayq: the worker will not start: {found}\n")
+            sys.stderr.flush()
+            raise SystemExit(78)
 
 
 def _wrap_add_defaults(app: CeleryApp, ref: "weakref.ReferenceType[CeleryApp]") -> None:

@@ -162,9 +162,11 @@ class DelayedRetryTask(Task):
             raise outcome
         if decision.action == "give_up":
             current_attempt(request).settled = True
-            signals.retry_exhausted.send(sender=self, request=request, exc=decision.exc, attempt=attempt_no)
+            # One exception for both events: the report's "Top exceptions" files the give-up and the
+            # parked run under the same name (a retry() without exc gives up with MaxRetriesExceededError).
+            reason = decision.exc if isinstance(decision.exc, BaseException) else _exhausted(self, attempt_no)
+            signals.retry_exhausted.send(sender=self, request=request, exc=reason, attempt=attempt_no)
             if opts.park:
-                reason = decision.exc if isinstance(decision.exc, BaseException) else _exhausted(self, attempt_no)
                 park(self, request, reason, reason="exhausted", options=opts)
         with _celery_max_retries_kept(self, opts.policy is not None):
             try:

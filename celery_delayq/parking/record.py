@@ -153,6 +153,9 @@ class ParkedFilter:
         ids: Parked-id prefixes (as the list shows them).
         task_ids: Task-id prefixes (a full task id is its own prefix). With ``ids``
             too, a message matches when either fits.
+        exactly: Whole parked ids: only these messages. An action confirmed on
+            a count acts on exactly the messages counted (the CLI's ``--expect``,
+            the page's prompt); a message parked since then is left alone.
     """
 
     task: str | None = None
@@ -161,8 +164,11 @@ class ParkedFilter:
     until: float | None = None
     ids: tuple[str, ...] = ()
     task_ids: tuple[str, ...] = ()
+    exactly: frozenset[str] | None = None
 
     def __call__(self, message: ParkedMessage) -> bool:
+        if self.exactly is not None and message.parked_id not in self.exactly:
+            return False
         if self.task and not fnmatch.fnmatchcase(message.task, self.task):
             return False
         if self.exception:

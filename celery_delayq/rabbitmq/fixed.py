@@ -38,8 +38,8 @@ Design, and why:
 
 Not done (cheap to add where needed): leader placement of a new fixed queue
 (it leads on the declaring connection's node); a per-broker rather than
-per-process bound; ``delayq topology delete`` removes fixed queues only by
-name prefix (:func:`fixed_queue_prefix`).
+per-process bound. ``delayq topology delete`` finds fixed queues in the broker's
+listing by their exact name (:func:`fixed_queue_prefix`, then the destination token).
 """
 
 from __future__ import annotations

@@ -20,14 +20,15 @@ import urllib.error
 import urllib.parse
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     import amqp
     from kombu.connection import Connection
 
-__all__ = ["ManagementAPI", "Identity", "amqp_identity", "default_name_of", "key_matches", "report_unused"]
+__all__ = ["ManagementAPI", "Identity", "amqp_identity", "default_name_of", "key_matches", "report_unused",
+           "split_credentials"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,24 @@ def key_matches(exchange_type: str, binding_key: str, routing_key: str) -> bool 
     return None
 
 
+def split_credentials(url: str) -> tuple[str, str | None, str | None]:
+    """``(url without user info, user, password)``; user and password ``None`` when ``url`` has none.
+
+    Pure. The user and password are percent-decoded (``p%40ss`` is ``p@ss``); a
+    user without a password gives ``""`` for it. urllib cannot open a URL with
+    user info (it reads ``user:password@host`` as the host), so it must come out
+    before a request, and out of anything printed.
+    """
+    head, sep, rest = url.partition("://")
+    authority, slash, tail = rest.partition("/")
+    user_info, at, host = authority.rpartition("@")
+    if not sep or not at:
+        return url, None, None
+    user, colon, password = user_info.partition(":")
+    return (f"{head}{sep}{host}{slash}{tail}", urllib.parse.unquote(user),
+            urllib.parse.unquote(password) if colon else "")
+
+
 def _topic_match(pattern: list[str], words: list[str]) -> bool:
     if not pattern:
         return not words
@@ -68,10 +87,11 @@ def _topic_match(pattern: list[str], words: list[str]) -> bool:
 class ManagementAPI:
     """A client of one vhost's management API; every method answers ``None`` when it cannot tell."""
 
+    #: Never holds credentials (:func:`split_credentials`), so it is safe to print and log.
     base_url: str
     vhost: str
     userid: str
-    password: str
+    password: str = field(repr=False)
     timeout: float = 2.0
     #: The AMQP connection's ``cluster_name``: an API of another broker (a URL
     #: guessed from the host name) must never answer for this one.
@@ -87,6 +107,11 @@ class ManagementAPI:
                        connection_name: str | None = None) -> "ManagementAPI | None":
         """The API of a kombu connection's broker: ``url``, else ``http://<host>:15672``; ``url=""`` = off.
 
+        The API is asked with the AMQP connection's user and password, unless
+        ``url`` carries its own (``http://monitor:secret@host:15672``, percent-encoded
+        as in any URL): those are used instead, and taken out of :attr:`base_url`,
+        which is what logs and messages show.
+
         ``cluster_name`` (from the AMQP connection's server properties) and
         ``connection_name`` identify the broker the AMQP side reached; the API
         must speak for it (:attr:`same_broker`) before any answer is trusted.
@@ -96,9 +121,11 @@ class ManagementAPI:
         configured = url is not None
         if url is None:
             url = f"http://{connection.hostname or 'localhost'}:{DEFAULT_PORT}"
-        return cls(url.rstrip("/"), connection.virtual_host or "/", connection.userid or "guest",
-                   connection.password or "guest", cluster_name=cluster_name, connection_name=connection_name,
-                   configured=configured)
+        base, userid, password = split_credentials(url)
+        if userid is None:
+            userid, password = connection.userid or "guest", connection.password or "guest"
+        return cls(base.rstrip("/"), connection.virtual_host or "/", userid, password or "",
+                   cluster_name=cluster_name, connection_name=connection_name, configured=configured)
 
     @classmethod
     def for_broker(cls, connection: Connection, raw: amqp.Connection, url: str | None = None) -> "ManagementAPI | None":
@@ -276,6 +303,11 @@ class ManagementAPI:
             wanted = set(names)
             found = [item for item in found if item.get("name") in wanted]
         return found
+
+    def exchanges(self) -> list[dict[str, Any]] | None:
+        """The vhost's exchanges (``name``, ``type``); ``None`` when the API cannot tell."""
+        found = self._get(f"/api/exchanges/{urllib.parse.quote(self.vhost, safe='')}?columns=name,type")
+        return [row for row in found if isinstance(row, dict)] if isinstance(found, list) else None
 
     def node_handles(self) -> list[dict[str, Any]] | None:
         """Every running node's ``name``, ``fd_total`` and ``sockets_used`` (``GET /api/nodes``).

@@ -9,16 +9,19 @@ the ladder must already exist, and any difference is reported by name.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import amqp
 
 from ..errors import BrokerTooOld, TopologyError, TopologyMismatch, TopologyMissing, UnroutableDestination
 from ..ladder.spec import LadderSpec, check_name, destination_token
 
-__all__ = ["Topology", "resolve_queue_type", "broker_version", "Destination", "EntityState", "LadderState"]
+__all__ = ["Topology", "resolve_queue_type", "broker_version", "Destination", "EntityState", "LadderState",
+           "Owned", "OwnedSelection", "ladder_role", "select_owned", "ROLES"]
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +135,134 @@ class LadderState:
                 return e
         raise KeyError(name)
 
+
+
+#: The roles of what a ladder prefix puts on the broker, in the order ``topology delete`` reports them.
+ROLES = ("levels", "delivery", "index", "cancels", "exit", "fixed", "laps", "unroutable", "parking")
+#: Roles every shape (levels, radix) of a prefix shares: its ladders' delivery exchanges lead into them.
+SHARED_ROLES = frozenset({"exit", "fixed", "laps", "unroutable", "parking"})
+
+_SHAPE = r"(?P<shape>[1-9][0-9]*x[1-9][0-9]*)"
+_LEVEL = r"(?:\.s[1-9][0-9]*)?\.L[0-9]{2,}"  # shard 0 has no .sN; L{k:02d}
+_LABEL_TOKEN = r"[A-Za-z0-9_\-]{1,80}\.[0-9a-f]{16}"  # LadderSpec.exit_queue: readable label, then the token
+
+
+@functools.lru_cache(maxsize=64)
+def _patterns(prefix: str) -> tuple[tuple[str, str, re.Pattern[str]], ...]:
+    """``(kind, role, pattern)`` of every name :class:`LadderSpec`, the index layout and the fixed backend make."""
+    p = re.escape(prefix)
+    rows = [
+        ("queue", "levels", rf"{p}\.{_SHAPE}{_LEVEL}(?:\.d[1-9a-z])?"),  # radix 2: no .dN
+        ("queue", "index", rf"{p}\.{_SHAPE}\.index\.[0-9a-f]{{2}}"),
+        ("queue", "cancels", rf"{p}\.{_SHAPE}\.cancels"),
+        ("queue", "exit", rf"{p}\.exit\.{_LABEL_TOKEN}"),
+        ("queue", "fixed", rf"{p}\.fixed\.[0-9]+ms\.{_LABEL_TOKEN}"),
+        ("queue", "laps", rf"{p}\.laps"),
+        ("queue", "unroutable", rf"{p}\.unroutable"),
+        ("queue", "parking", rf"{p}\.parking"),
+        ("exchange", "levels", rf"{p}\.{_SHAPE}{_LEVEL}"),
+        ("exchange", "delivery", rf"{p}\.{_SHAPE}\.deliver"),
+        ("exchange", "unroutable", rf"{p}\.unroutable"),
+    ]
+    return tuple((kind, role, re.compile(pattern)) for kind, role, pattern in rows)
+
+
+def ladder_role(prefix: str, kind: str, name: str, *, parking_queue: str | None = None) -> tuple[str, str] | None:
+    """``(role, shape)`` of a broker entity that ladder prefix ``prefix`` made, else ``None`` (pure).
+
+    Exact: only names the ladder's naming scheme produces (:class:`LadderSpec`,
+    the index streams, :func:`~celery_delayq.rabbitmq.fixed.fixed_queue_name`)
+    match, never another app's queue that merely starts with the same
+    characters (``<prefix>x.exit...``, ``<prefix>.tasks``, an exit-like name
+    without a token). ``shape`` is ``"LEVELSxRADIX"`` for what belongs to one
+    ladder shape (levels of every shard, delivery exchange, streams) and ``""``
+    for what every shape of the prefix shares (:data:`SHARED_ROLES`).
+    ``parking_queue``: the app's parking queue, when ``delayq_parking_queue``
+    names one outside the prefix.
+    """
+    if kind == "queue" and parking_queue and name == parking_queue:
+        return "parking", ""
+    for pattern_kind, role, pattern in _patterns(prefix):
+        if pattern_kind == kind:
+            found = pattern.fullmatch(name)
+            if found:
+                return role, found.groupdict().get("shape") or ""
+    return None
+
+
+@dataclass(frozen=True)
+class Owned:
+    """One exchange or queue on the broker that a ladder prefix made (see :func:`ladder_role`).
+
+    Attributes:
+        kind: ``exchange`` or ``queue``.
+        name: Its name.
+        role: One of :data:`ROLES`.
+        shape: ``"LEVELSxRADIX"`` of the ladder it belongs to; ``""`` when every shape shares it.
+        messages: Messages a queue holds, as last counted (``None``: exchanges, or not counted).
+        stream: Whether the queue is a stream (its messages are history, never waiting work).
+    """
+
+    kind: str
+    name: str
+    role: str
+    shape: str = ""
+    messages: int | None = None
+    stream: bool = False
+
+
+@dataclass(frozen=True)
+class OwnedSelection:
+    """What :func:`select_owned` picked from a broker's listing.
+
+    Attributes:
+        delete: What to delete: the app's ladder and, unless kept, what the prefix's shapes share.
+        kept: What the prefix shares that stays (``--keep-shared``; another shape still uses it;
+            the parking queue unless asked for).
+        other_shapes: The ladders of the prefix's other shapes (never deleted by another shape's app).
+    """
+
+    delete: tuple[Owned, ...]
+    kept: tuple[Owned, ...]
+    other_shapes: tuple[Owned, ...]
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def select_owned(spec: LadderSpec, queues: Iterable[Mapping[str, Any]], exchanges: Iterable[Mapping[str, Any]], *,
+                 parking_queue: str | None = None, with_parking: bool = False,
+                 keep_shared: bool = False) -> OwnedSelection:
+    """Pick the ladder's entities out of the broker's own listing of a vhost (pure).
+
+    ``queues``/``exchanges``: rows of the management API (``name``, and for
+    queues ``type`` and ``messages``). The app's shape (``spec``) is deleted in
+    every shard the broker has, configured or not. What the prefix's shapes
+    share (exit and fixed queues of every destination, laps, unroutable) goes
+    too, unless ``keep_shared``, or unless the app's own shape is not there
+    while another is (then it is that ladder's). The parking queue goes only
+    ``with_parking``.
+    """
+    shape = f"{spec.levels}x{spec.radix}"
+    found: list[Owned] = []
+    for kind, rows in (("queue", queues), ("exchange", exchanges)):
+        for row in rows:
+            name = str(row.get("name", ""))
+            role = ladder_role(spec.prefix, kind, name, parking_queue=parking_queue)
+            if role is None:
+                continue
+            stream = kind == "queue" and row.get("type") == "stream"
+            messages = _count(row.get("messages")) if kind == "queue" else None
+            found.append(Owned(kind, name, role[0], role[1], messages, stream))
+    found.sort(key=lambda o: (o.kind != "queue", ROLES.index(o.role), o.name))
+    own = [o for o in found if o.shape == shape]
+    others = [o for o in found if o.shape and o.shape != shape]
+    shared = [o for o in found if not o.shape]
+    go_shared = not keep_shared and (bool(own) or not others)
+    delete = own + [o for o in shared if go_shared and (o.role != "parking" or with_parking)]
+    kept = [o for o in shared if o not in delete]
+    return OwnedSelection(tuple(delete), tuple(kept), tuple(others))
 
 
 class QueueBudget(Protocol):
@@ -377,6 +508,11 @@ class Topology:
                exit_queues: list[str] | tuple[str, ...] = (), keep_shared: bool = False) -> list[str]:
         """Delete the ladder (and the named exit queues); returns what was deleted.
 
+        What the configuration names, only: exit queues of destinations not
+        named here stay. ``delayq topology delete`` finds everything the prefix
+        made from the broker's own listing instead (:func:`select_owned`,
+        :meth:`delete_listed`).
+
         Only what exists is deleted and returned, so deleting an absent ladder
         returns ``[]``. With ``if_empty`` (the default) nothing at all is deleted
         while any of the queues holds messages (:class:`TopologyError` names
@@ -389,7 +525,6 @@ class Topology:
         delivery exchange still uses them as its alternate exchange.
         """
         s = self.spec
-        deleted: list[str] = []
         queues = [q.name for q in s.level_queues()] + ([] if keep_shared else [s.unroutable_queue, s.laps_queue])
         queues += list(exit_queues) + [d.exit_queue for d in self._exits.values()]
         if not keep_shared:  # the laps queue's own exit queue goes with it
@@ -398,24 +533,43 @@ class Topology:
         exchanges += [] if keep_shared else [s.unroutable_exchange]
         streams = self.index.streams if self.index is not None else []
         queues += streams
+        deleted = _delete_named(connection, list(dict.fromkeys(queues)), exchanges, streams=set(streams),
+                                if_empty=if_empty)
+        self._exits.clear()
+        return deleted
+
+    # -- delete what the broker lists -------------------------------------------
+    def look(self, connection: amqp.Connection, owned: Sequence[Owned]) -> list[Owned]:
+        """``owned`` as the broker has it now: what is gone dropped, each queue's messages counted again.
+
+        A queue counts the larger of what the listing said (the management API
+        also counts unacknowledged and, on quorum queues, dead-letter-held
+        messages, but its statistics lag by up to 5 s) and a passive declare's
+        ready messages (exact now). Streams keep ``0``: their history waits for nobody.
+        """
+        out: list[Owned] = []
         with _Channels(connection) as chans:
-            found = [_probe(chans, "queue", name) for name in dict.fromkeys(queues)]
-            busy = [f"{q.name} ({q.messages})" for q in found if q.exists and q.messages and q.name not in streams]
-            if if_empty and busy:
-                raise TopologyError(f"{len(busy)} ladder queue(s) still hold messages: {', '.join(busy)}; "
-                                    "nothing was deleted. Wait until they drain, or delete with "
-                                    "if_empty=False (CLI: --discard-messages) to drop them.")
-            for q in found:
-                if q.exists:
-                    # Quorum queues refuse queue.delete(if_empty=True) with a *connection*
-                    # error, so the depth was looked at above instead.
-                    chans.call(lambda ch: ch.queue_delete(q.name))
-                    deleted.append(f"queue {q.name}")
-            for name in exchanges:
-                # exchange.delete succeeds for an absent exchange, so look first.
-                if _probe(chans, "exchange", name).exists:
-                    chans.call(lambda ch: ch.exchange_delete(name))
-                    deleted.append(f"exchange {name}")
+            for o in owned:
+                state = _probe(chans, o.kind, o.name)
+                if not state.exists:
+                    continue
+                if o.kind == "queue":
+                    now = 0 if o.stream else max(o.messages or 0, state.messages or 0)
+                    o = Owned(o.kind, o.name, o.role, o.shape, now, o.stream)
+                out.append(o)
+        return out
+
+    def delete_listed(self, connection: amqp.Connection, owned: Sequence[Owned], *, if_empty: bool = True) -> list[str]:
+        """Delete the entities of a broker listing (:func:`select_owned`); returns what was deleted.
+
+        As :meth:`delete`: only what exists, and with ``if_empty`` nothing at
+        all while a queue holds messages (:class:`TopologyError` names them).
+        Queues go first, so no exchange is deleted under a queue that dead-letters into it.
+        """
+        busy = {o.name for o in owned if o.kind == "queue" and o.messages and not o.stream}
+        deleted = _delete_named(connection, [o.name for o in owned if o.kind == "queue"],
+                                [o.name for o in owned if o.kind == "exchange"],
+                                streams={o.name for o in owned if o.stream}, if_empty=if_empty, busy=busy)
         self._exits.clear()
         return deleted
 
@@ -508,6 +662,37 @@ class Topology:
                         "`celery -A APP delayq topology declare --destination EXCHANGE:ROUTING_KEY`."
                     ) from None
         self._exits[key] = dest
+
+
+def _delete_named(connection: amqp.Connection, queues: Sequence[str], exchanges: Sequence[str], *,
+                  streams: set[str], if_empty: bool, busy: Iterable[str] = ()) -> list[str]:
+    """Delete the queues, then the exchanges, that exist; refuse first if ``if_empty`` and any holds messages.
+
+    ``busy``: queues known to hold messages a passive declare cannot see
+    (held or unacknowledged ones, counted by the management API).
+    """
+    deleted: list[str] = []
+    busy = set(busy)
+    with _Channels(connection) as chans:
+        found = [_probe(chans, "queue", name) for name in queues]
+        held = [f"{q.name} ({q.messages})" for q in found
+                if q.exists and q.name not in streams and (q.messages or q.name in busy)]
+        if if_empty and held:
+            raise TopologyError(f"{len(held)} ladder queue(s) still hold messages: {', '.join(held)}; "
+                                "nothing was deleted. Wait until they drain, or delete with "
+                                "if_empty=False (CLI: --discard-messages) to drop them.")
+        for q in found:
+            if q.exists:
+                # Quorum queues refuse queue.delete(if_empty=True) with a *connection*
+                # error, so the depth was looked at above instead.
+                chans.call(lambda ch: ch.queue_delete(q.name))
+                deleted.append(f"queue {q.name}")
+        for name in exchanges:
+            # exchange.delete succeeds for an absent exchange, so look first.
+            if _probe(chans, "exchange", name).exists:
+                chans.call(lambda ch: ch.exchange_delete(name))
+                deleted.append(f"exchange {name}")
+    return deleted
 
 
 def _declare(ch: amqp.Channel, kind: str, name: str, args: dict[str, Any], passive: bool = False,

@@ -10,8 +10,8 @@ small script are served from the package (``/static``), no CDN.
 
 * :func:`create_app`: the ASGI application, to serve with uvicorn (the CLI
   does) or to mount in an existing deployment behind its own auth.
-* :mod:`.settings`: token / basic auth, body size, read-only.
-* :mod:`.security`: authentication, CSRF, read-only enforcement.
+* :mod:`.settings`: token / basic auth (16 characters at least), body size, read-only.
+* :mod:`.security`: authentication, CSRF, read-only enforcement, the request body limit.
 * :mod:`.api`, :mod:`.pages`: the JSON API and the HTML views.
 """
 
@@ -20,10 +20,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .settings import UnsafeBinding, WebSettings
+from .settings import BadWebSetting, UnsafeBinding, WeakSecret, WebSettings
 from ..typing import CeleryApp
 
-__all__ = ["create_app", "WebSettings", "UnsafeBinding"]
+__all__ = ["create_app", "WebSettings", "UnsafeBinding", "WeakSecret", "BadWebSetting"]
 
 
 def create_app(celery_app: CeleryApp, *, settings: WebSettings | None = None, read_only: bool = False) -> Any:
@@ -33,13 +33,17 @@ def create_app(celery_app: CeleryApp, *, settings: WebSettings | None = None, re
         celery_app: The Celery app (its ``delayq_*`` settings name the ladder and its broker).
         settings: Authentication and limits (default: :meth:`WebSettings.from_app`).
         read_only: Hide every action and refuse every state-changing request.
+
+    Raises:
+        WeakSecret: a token or password shorter than 16 characters (from :meth:`WebSettings.from_app`).
+        BadWebSetting: a ``delayq_web_*`` number that is not a positive whole number.
     """
     from fastapi import FastAPI
     from fastapi.staticfiles import StaticFiles
 
     from .api import install_errors, router
     from .pages import pages
-    from .security import SecurityMiddleware
+    from .security import BodyLimit, SecurityMiddleware
     from .service import Service
 
     settings = settings or WebSettings.from_app(celery_app, read_only=read_only)
@@ -51,4 +55,28 @@ def create_app(celery_app: CeleryApp, *, settings: WebSettings | None = None, re
     app.include_router(pages)
     app.mount("/static", StaticFiles(directory=str(Path(__file__).parent / "static")), name="static")
     app.add_middleware(SecurityMiddleware, settings=settings)
+    app.add_middleware(BodyLimit, limit=settings.body_limit)  # outermost: nothing reads a body over the limit
+    _document_auth(app, settings)
     return app
+
+
+def _document_auth(app: Any, settings: WebSettings) -> None:
+    """Name the configured authentication in the OpenAPI document (every route needs it)."""
+    plain = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc: dict[str, Any] = plain()
+            schemes: dict[str, Any] = {}
+            if settings.token:
+                schemes["bearer"] = {"type": "http", "scheme": "bearer"}
+            if settings.username and settings.password:
+                schemes["basic"] = {"type": "http", "scheme": "basic"}
+            if schemes:
+                doc.setdefault("components", {})["securitySchemes"] = schemes
+                doc["security"] = [{name: []} for name in schemes]
+            app.openapi_schema = doc
+        found: dict[str, Any] = app.openapi_schema
+        return found
+
+    app.openapi = openapi

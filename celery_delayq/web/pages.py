@@ -4,7 +4,12 @@ Pages are server-rendered Jinja2 templates: they work without JavaScript
 (the small ``static/delayq.js`` only asks "are you sure?"), load nothing from
 another site, and hold at most one page of tasks, never the whole index.
 Every form posts with the CSRF token (:mod:`.security`) and comes back to
-the page it was sent from with a one-line result.
+the page it was sent from with a one-line result. A form's values are read
+by the same :class:`~.service.Service` methods as the API's (through
+:mod:`celery_delayq.inputs`): a due time in the past is refused naming
+run-now, a bulk button sends the count it showed (``expect``) and ``all``
+when no filter is set, and a refusal comes back as the page's red line,
+having changed nothing.
 """
 
 from __future__ import annotations
@@ -18,14 +23,14 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from ..cancels.supersede import CannotReschedule, TaskNotWaiting
 from ..errors import DelayqError
+from ..inputs import BadInput, check_id
 from ..ladder.humanize import human_duration
-from ..parking import ParkedFilter, ParkedMessageNotFound
+from ..parking import ParkedMessageNotFound
 from ..pending import IndexUnavailable
 from ..pending.browse import WaitingFilter
-from .api import BadInput, parse_time, service
-from .security import CSRF_FIELD, csrf_token_for
+from .api import service
+from .security import CSRF_FIELD, actor, csrf_token_for
 
 __all__ = ["pages", "templates"]
 
@@ -86,10 +91,7 @@ def overview_page(request: Request) -> HTMLResponse:
 
 def _waiting_filter(request: Request, *, retries: bool) -> tuple[WaitingFilter, dict[str, str]]:
     q = {k: request.query_params.get(k, "").strip() for k in ("task", "queue", "id", "args", "due_after", "due_before")}
-    match = WaitingFilter(task=q["task"] or None, queue=q["queue"] or None, id_prefix=q["id"] or None,
-                          text=q["args"] or None, due_after=parse_time(q["due_after"], "due after"),
-                          due_before=parse_time(q["due_before"], "due before"), retries_only=retries)
-    return match, q
+    return service(request).waiting_filter(**q, retries=retries), q
 
 
 def _list_page(request: Request, *, retries: bool) -> HTMLResponse:
@@ -127,17 +129,22 @@ def retries_page(request: Request) -> HTMLResponse:
 def parked_page(request: Request) -> HTMLResponse:
     svc = service(request)
     q = {k: request.query_params.get(k, "").strip() for k in ("task", "exception", "id")}
-    match = ParkedFilter(task=q["task"] or None, exception=q["exception"] or None, ids=(q["id"],) if q["id"] else ())
-    found, total = svc.parked(match, limit=_PAGE)
-    return _render(request, "parked.html", found=found, total=total, q=q, filtered=any(q.values()), tab="parked")
+    error = None
+    try:
+        match = svc.parked_filter(task=q["task"], exception=q["exception"], ids=[q["id"]] if q["id"] else [])
+    except BadInput as exc:
+        match, q, error = svc.parked_filter(), {"task": "", "exception": "", "id": ""}, str(exc)
+    found, matched, total = svc.parked(match, limit=_PAGE)
+    return _render(request, "parked.html", found=found, matched=matched, total=total, q=q,
+                   filtered=any(q.values()), tab="parked", error=error)
 
 
 @pages.get("/parked/{parked_id}", response_class=HTMLResponse, name="parked_detail")
 def parked_detail(request: Request, parked_id: str) -> Response:
     svc = service(request)
     try:
-        p = svc.parked_one(parked_id)
-    except ParkedMessageNotFound as exc:
+        p = svc.parked_one(check_id(parked_id, what="parked_id"))
+    except (ParkedMessageNotFound, BadInput) as exc:
         return _render(request, "parked_detail.html", p=None, error=str(exc), tab="parked")
     body = p.body.decode("utf-8", "replace")
     return _render(request, "parked_detail.html", p=p, error=None, tab="parked", body=body[:svc.settings.body_max],
@@ -145,101 +152,98 @@ def parked_detail(request: Request, parked_id: str) -> Response:
 
 
 # -- actions (POST, CSRF-checked and refused when read-only by the middleware) ------------------------
-def _act(request: Request, what: Any) -> Response:
+def _act(request: Request, what: Any, *, to: str | None = None) -> Response:
+    """Run the action and go back with its one-line result, or with its refusal (nothing was done)."""
     try:
-        return _back(request, what())
-    except (TaskNotWaiting, CannotReschedule, ParkedMessageNotFound, BadInput, ValueError, DelayqError) as exc:
+        return _back(request, what(), to=to)
+    except (ValueError, DelayqError) as exc:  # BadInput, DelayTooLong, not waiting, selection changed...
         return _back(request, str(exc), failed=True)
 
 
+def _flag(value: str, name: str) -> bool:
+    """A form's checkbox or hidden flag: ``1`` (or ``on``, a checkbox's) is set, blank is not, nothing else."""
+    if value in ("", "0"):
+        return False
+    if value in ("1", "on", "true"):
+        return True
+    raise BadInput(f"{name}: {value[:40]!r} is not a flag; send 1 or leave it out")
+
+
+def _count(value: str) -> int:
+    """The ``expect`` count a bulk button sends (the number it showed)."""
+    text = value.strip()
+    if not text.isdigit() or len(text) > 12:
+        raise BadInput(f"expect: {value[:40]!r} is not a count; reload the page and use its button")
+    return int(text)
+
+
 @pages.post("/actions/cancel")
-def cancel_action(request: Request, task_id: list[str] = Form(...)) -> Response:
+def cancel_action(request: Request, task_id: list[str] = Form([])) -> Response:
     svc = service(request)
 
     def go() -> str:
-        done = svc.cancel(task_id, via="page")
+        done = svc.cancel(task_id, who=actor(request), via="page")
         return f"cancelled {len(done)} task(s): {', '.join(r.task_id for r in done[:5])}{' …' if len(done) > 5 else ''}"
     return _act(request, go)
 
 
 @pages.post("/actions/run-now")
-def run_now_action(request: Request, task_id: str = Form(...)) -> Response:
+def run_now_action(request: Request, task_id: str = Form("")) -> Response:
     svc = service(request)
 
     def go() -> str:
-        svc.reschedule(task_id, None, via="page")
-        return f"task {task_id} will run now (its copy in the ladder is cancelled)"
+        done = svc.reschedule(task_id, None, who=actor(request), via="page")
+        return f"task {done.old.task_id} will run now (its copy in the ladder is cancelled)"
     return _act(request, go)
 
 
 @pages.post("/actions/reschedule")
-def reschedule_action(request: Request, task_id: str = Form(...), due: str = Form(...)) -> Response:
+def reschedule_action(request: Request, task_id: str = Form(""), due: str = Form("")) -> Response:
     svc = service(request)
 
     def go() -> str:
-        done = svc.reschedule(task_id, parse_time(due, "new due time"), via="page")
-        return f"task {task_id} now due {done.as_dict()['due'] or 'now'}"
+        done = svc.reschedule(task_id, due, who=actor(request), via="page")
+        return f"task {done.old.task_id} now due {done.as_dict()['due']}"
     return _act(request, go)
 
 
 @pages.post("/actions/cancel-matching")
-def cancel_matching_action(request: Request, expect: int = Form(...), task: str = Form(""), queue: str = Form(""),
+def cancel_matching_action(request: Request, expect: str = Form(""), task: str = Form(""), queue: str = Form(""),
                            id: str = Form(""), args: str = Form(""), due_after: str = Form(""),
-                           due_before: str = Form(""), retries: str = Form("")) -> Response:
+                           due_before: str = Form(""), retries: str = Form(""), all: str = Form("")) -> Response:
     svc = service(request)
 
     def go() -> str:
-        match = WaitingFilter(task=task or None, queue=queue or None, id_prefix=id or None, text=args or None,
-                              due_after=parse_time(due_after, "due after"),
-                              due_before=parse_time(due_before, "due before"), retries_only=bool(retries))
-        done = svc.cancel_matching(match, dry_run=False, expect=expect, via="page")
+        done = svc.cancel_matching(dict(task=task, queue=queue, id=id, args=args, due_after=due_after,
+                                        due_before=due_before, retries=_flag(retries, "retries")),
+                                   everything=_flag(all, "all"), dry_run=False, expect=_count(expect),
+                                   who=actor(request), via="page")
         return f"cancelled {done.done} matching task(s)"
     return _act(request, go)
 
 
-def _parked_form(task: str, exception: str, ids: list[str]) -> ParkedFilter:
-    return ParkedFilter(task=task or None, exception=exception or None, ids=tuple(i for i in ids if i))
-
-
 @pages.post("/actions/replay")
-def replay_action(request: Request, expect: int = Form(...), task: str = Form(""), exception: str = Form(""),
-                  parked_id: list[str] = Form([]), delay: str = Form("")) -> Response:
+def replay_action(request: Request, expect: str = Form(""), task: str = Form(""), exception: str = Form(""),
+                  parked_id: list[str] = Form([]), delay: str = Form(""), all: str = Form("")) -> Response:
     svc = service(request)
 
     def go() -> str:
-        match = _parked_form(task, exception, parked_id)
-        seconds = float(delay) if delay.strip() else None
-        if seconds is not None and not 0 <= seconds <= 10 * 365 * 86400:
-            raise ValueError("delay: between 0 and 10 years, in seconds")
-        count = svc.replay(match, delay=seconds, dry_run=True, via="page").matched
-        if count != expect:
-            raise ValueError(f"the filter now matches {count} parked message(s), not the {expect} shown; look again")
-        done = svc.replay(match, delay=seconds, dry_run=False, via="page")
-        return f"replayed {done.done} of {done.matched} parked message(s)" + (f" after {seconds:g} s" if seconds else "")
-    return _act(request, go) if parked_id else _back_to_list(request, go)
-
-
-def _back_to_list(request: Request, go: Any) -> Response:
-    try:
-        return _back(request, go())
-    except (ValueError, DelayqError) as exc:
-        return _back(request, str(exc), failed=True)
+        done = svc.replay(dict(task=task, exception=exception, ids=parked_id), everything=_flag(all, "all"),
+                          delay=delay if delay.strip() else None, dry_run=False, expect=_count(expect),
+                          who=actor(request), via="page")
+        after = f" after {delay.strip()}" if delay.strip() else ""
+        return f"replayed {done.done} of {done.matched} parked message(s){after}"
+    return _act(request, go)
 
 
 @pages.post("/actions/delete-parked")
-def delete_parked_action(request: Request, expect: int = Form(...), task: str = Form(""), exception: str = Form(""),
-                         parked_id: list[str] = Form([])) -> Response:
+def delete_parked_action(request: Request, expect: str = Form(""), task: str = Form(""), exception: str = Form(""),
+                         parked_id: list[str] = Form([]), all: str = Form("")) -> Response:
     svc = service(request)
 
     def go() -> str:
-        match = _parked_form(task, exception, parked_id)
-        count = svc.delete_parked(match, dry_run=True, via="page").matched
-        if count != expect:
-            raise ValueError(f"the filter now matches {count} parked message(s), not the {expect} shown; look again")
-        done = svc.delete_parked(match, dry_run=False, via="page")
+        done = svc.delete_parked(dict(task=task, exception=exception, ids=parked_id), everything=_flag(all, "all"),
+                                 dry_run=False, expect=_count(expect), who=actor(request), via="page")
         return f"deleted {done.done} parked message(s)"
-    to = str(request.url_for("parked_page")) if parked_id else None
-    try:
-        return _back(request, go(), to=to)
-    except (ValueError, DelayqError) as exc:
-        return _back(request, str(exc), failed=True)
+    # From a message's own page, back to the list (the message is gone).
+    return _act(request, go, to=str(request.url_for("parked_page")) if parked_id else None)

@@ -13,6 +13,15 @@
   authenticates with a bearer token, which a browser never adds on its own.
 * **Read-only**: every state-changing request is refused (403) and no page
   shows an action.
+* **Body limit** (:class:`BodyLimit`): a request body over ``body_limit``
+  bytes is answered 413 before it is parsed: a declared ``Content-Length``
+  over the limit is refused unread, a chunked body is counted as it arrives
+  and refused at the first byte over, so memory per request is capped.
+  A form the CSRF check cannot parse is a 400, never a 500.
+* **Who**: each request's actor, for the audit line
+  (:func:`~celery_delayq.audit.audit`), is put in the scope
+  (:func:`actor`): the bearer token's fingerprint, ``user:NAME`` for basic
+  auth, ``loopback`` for an unauthenticated client on this host.
 """
 
 from __future__ import annotations
@@ -23,12 +32,15 @@ import hmac
 import secrets
 from typing import Any, Awaitable, Callable, MutableMapping
 
+from starlette.exceptions import HTTPException
+from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .settings import WebSettings
+from ..audit import token_fingerprint
+from .settings import WebSettings, is_loopback
 
-__all__ = ["CSRF_COOKIE", "CSRF_FIELD", "CSRF_HEADER", "SecurityMiddleware", "csrf_token_for"]
+__all__ = ["CSRF_COOKIE", "CSRF_FIELD", "CSRF_HEADER", "SecurityMiddleware", "BodyLimit", "csrf_token_for", "actor"]
 
 CSRF_COOKIE = "delayq_csrf"
 CSRF_FIELD = "csrf_token"
@@ -69,6 +81,23 @@ def csrf_token_for(request: Request) -> str:
     return token
 
 
+def actor(request: Request) -> str:
+    """Who sent this request, as the audit line names them (set by :class:`SecurityMiddleware`)."""
+    return str(request.scope.get(_WHO) or _who(request, None, "none"))
+
+
+_WHO = "delayq.who"
+
+
+def _who(request: Request, settings: WebSettings | None, how: str) -> str:
+    if how == "token" and settings is not None and settings.token:
+        return token_fingerprint(settings.token)
+    if how == "basic" and settings is not None:
+        return f"user:{settings.username}"
+    host = request.client.host if request.client else ""
+    return "loopback" if is_loopback(host) else f"unauthenticated:{host or '?'}"
+
+
 def _error(status: int, message: str, **headers: str) -> Response:
     return JSONResponse({"error": message, "status": status}, status_code=status, headers=headers or None)
 
@@ -94,31 +123,44 @@ class SecurityMiddleware:
                 await _error(401, "authentication required: send Authorization: Bearer TOKEN or basic "
                                   "credentials", **{"WWW-Authenticate": challenge})(scope, receive, send)
                 return
+            scope[_WHO] = _who(request, self.settings, how)
             if method not in _SAFE:
                 if self.settings.read_only:
                     await _error(403, "this delayq page is read-only (--read-only): no action is allowed")(
                         scope, receive, send)
                     return
-                if how != "token" and not await self._csrf_ok(request, scope):
+                try:
+                    csrf_ok = how == "token" or await self._csrf_ok(request, scope)
+                except _BadForm as exc:
+                    await _error(400, str(exc))(scope, receive, send)
+                    return
+                if not csrf_ok:
                     await _error(403, "CSRF check failed: a state-changing request from a browser must carry the "
                                       "page's csrf_token (form field or X-CSRF-Token header) matching its "
                                       f"{CSRF_COOKIE} cookie; reload the page and try again")(scope, receive, send)
                     return
-        body_read = "delayq.body" in scope
-        await self.app(scope, _replay_body(scope) if body_read else receive, self._with_cookie(scope, send))
+        read_here = scope.pop("delayq.read_here", False)
+        await self.app(scope, _replay_body(scope, receive) if read_here else receive, self._with_cookie(scope, send))
 
     async def _csrf_ok(self, request: Request, scope: Scope) -> bool:
         cookie = request.cookies.get(CSRF_COOKIE)
         given = request.headers.get(CSRF_HEADER)
         if given is None and request.headers.get("content-type", "").startswith(
                 ("application/x-www-form-urlencoded", "multipart/form-data")):
-            body = await request.body()
-            scope["delayq.body"] = body
-            form = await request.form()
-            value = form.get(CSRF_FIELD)
+            if "delayq.body" not in scope:  # not behind BodyLimit: read it here, and hand it on
+                scope["delayq.body"] = await request.body()
+                scope["delayq.read_here"] = True
+            parsed = Request(scope, _replay_body(scope, request.receive))
+            try:
+                # Each field is capped at the body limit, and the parts' count at starlette's defaults.
+                async with parsed.form(max_part_size=self.settings.body_limit) as form:
+                    value = form.get(CSRF_FIELD)
+            except (MultiPartException, HTTPException, ValueError, KeyError, UnicodeDecodeError) as exc:
+                # The client's form, not this server, is broken: a 400 naming why, no traceback.
+                why = exc.detail if isinstance(exc, HTTPException) else str(exc) or type(exc).__name__
+                raise _BadForm(f"malformed form body: {why}; send "
+                               "application/x-www-form-urlencoded or multipart/form-data as a browser does") from None
             given = value if isinstance(value, str) else None
-        elif "delayq.body" not in scope:
-            scope["delayq.body"] = await request.body()
         return _same(cookie, given)
 
     def _with_cookie(self, scope: Scope, send: Any) -> Any:
@@ -132,15 +174,64 @@ class SecurityMiddleware:
         return wrapped
 
 
-def _replay_body(scope: Scope) -> Any:
-    """A ``receive`` that hands the app the body the CSRF check already read."""
+class _BadForm(ValueError):
+    """The CSRF check could not parse the request's form."""
+
+
+def _replay_body(scope: Scope, receive: Any) -> Any:
+    """A ``receive`` that hands the app the body already read once, then the server's own (a disconnect)."""
     body = scope.get("delayq.body")
     sent = False
 
-    async def receive() -> dict[str, Any]:
+    async def replay() -> Any:
         nonlocal sent
         if not sent:
             sent = True
             return {"type": "http.request", "body": body or b"", "more_body": False}
-        return {"type": "http.disconnect"}
-    return receive
+        return await receive()
+    return replay
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``limit`` bytes gets 413 before anything parses it.
+
+    The body is read here, counting, and handed on from memory, so no route,
+    form parser or CSRF check ever holds more than ``limit`` bytes of one request.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    def _too_large(self, size: str) -> Response:
+        return _error(413, f"request body of {size} bytes is over the limit of {self.limit} bytes "
+                           "(delayq_web_body_limit)", Connection="close")
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = Request(scope).headers.get("content-length")
+        if declared is not None:
+            if not declared.strip().isdigit():
+                await _error(400, f"Content-Length: {declared[:40]!r} is not a number of bytes")(scope, receive, send)
+                return
+            if int(declared) > self.limit:
+                await self._too_large(declared.strip())(scope, receive, send)
+                return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client left: nobody to answer
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:  # a chunked (or lying) body: stop reading at the first byte over
+                await self._too_large(f"more than {self.limit}")(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        scope["delayq.body"] = b"".join(chunks)
+        await self.app(scope, _replay_body(scope, receive), send)

@@ -10,22 +10,27 @@ operations, :func:`~celery_delayq.cancel` and
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterator, Mapping, Sequence
 
+from ..audit import audit
 from ..cancels import cancel
-from ..cancels.supersede import Rescheduled, reschedule
+from ..cancels.supersede import Rescheduled, read_index_one, reschedule
 from ..doctor import Finding
+from ..errors import DelayqError
+from ..inputs import BadInput, check_id, describe_guard, parse_delay, parse_due, require_selection
+from ..ladder.moments import parse_moment
 from ..parking import ParkedFilter, ParkedMessage, ParkingQueue
 from ..pending.browse import Page, Snapshot, WaitingFilter, page_of
 from ..pending.query import PendingTask
 from .settings import WebSettings
 from ..typing import CeleryApp
 
-__all__ = ["Service", "BulkResult"]
+__all__ = ["Service", "BulkResult", "SelectionChanged", "moment", "describe_parked"]
 
 log = logging.getLogger("celery_delayq.web")
 
@@ -114,10 +119,15 @@ class Service:
 
         return ParkingQueue(self.context.connection(), self.context.parking_queue, ladder=ladder)
 
-    def parked(self, match: ParkedFilter, *, limit: int = 50) -> tuple[list[ParkedMessage], int]:
-        """Parked messages that match (oldest first, at most ``limit``), and how many are parked in all."""
+    def parked(self, match: ParkedFilter, *, limit: int = 50) -> tuple[list[ParkedMessage], int, int]:
+        """Parked messages that match (oldest first, at most ``limit``), how many match, and how many are parked.
+
+        The count of matches is what a bulk button confirms (``expect``), so it is the whole
+        queue's, not the page's.
+        """
         with self.parking() as pq:
-            return pq.list(match, limit=limit), pq.count()
+            found = pq.list(match)
+            return found[:limit], len(found), pq.count()
 
     def parked_one(self, parked_id: str) -> ParkedMessage:
         """One parked message by id (prefix)."""
@@ -125,6 +135,9 @@ class Service:
             return pq.get(parked_id)
 
     # -- acting ----------------------------------------------------------------------------------
+    # Every action takes the operator's input as given (text from a form or JSON) and reads it through
+    # celery_delayq.inputs here, once, for the page and the API alike; each one, done or refused, logs
+    # one audit line (celery_delayq.audit) naming who asked, through what, and which ids.
     def _acting(self) -> None:
         """Install the ladder on the app before the first action: a moved task or a delayed replay is
         published through it, and with ``delayq_telemetry_dir`` set the app's telemetry then records
@@ -133,64 +146,184 @@ class Service:
 
         install(self.app)
 
-    def cancel(self, task_ids: list[str], *, via: str) -> list[Any]:
-        """Cancel tasks by id (:func:`celery_delayq.cancel`)."""
-        self._acting()
-        results = cancel(self.app, *task_ids)
-        self._record("cancel", via, ids=task_ids)
-        return results
+    @contextlib.contextmanager
+    def _audited(self, action: str, who: str, via: str, ids: Sequence[str] = (),
+                 **details: Any) -> Iterator[dict[str, Any]]:
+        """Audit the action in the ``with`` block: done (the ids the block put in the yielded record) or refused.
 
-    def cancel_matching(self, match: WaitingFilter, *, dry_run: bool, expect: int | None, via: str) -> BulkResult:
-        """Cancel every waiting task that matches (a dry run only counts them).
-
-        ``expect``: the count the operator confirmed; when the filter now matches a
-        different number, nothing is cancelled (:class:`ValueError`).
+        The block sets ``record["dry_run"] = True`` for a count that changes nothing (not audited).
         """
-        page = page_of(self.app, match, offset=0, limit=10**9)  # fresh: never act on a kept list
-        ids = [t.task_id for t in page.items]
-        self._acting()
-        if dry_run or not ids:
-            return BulkResult(len(ids), 0, True if dry_run else False, ids)
-        if expect is not None and expect != len(ids):
-            raise ValueError(f"the filter now matches {len(ids)} task(s), not the {expect} confirmed; "
-                             "count again (dry run) and confirm that number")
-        cancel(self.app, *ids, lookup=False)
-        self._record("cancel-matching", via, ids=ids, filter=match.describe())
-        return BulkResult(len(ids), len(ids), False, ids)
+        record: dict[str, Any] = {"ids": list(ids), "dry_run": False, **details}
+        try:
+            yield record
+        except Exception as exc:
+            if not record["dry_run"]:
+                why = str(exc) if isinstance(exc, (DelayqError, ValueError)) else f"{type(exc).__name__}: {exc}"
+                audit(action, who=who, via=via, ids=record.pop("ids"), refused=why,
+                      **{k: v for k, v in record.items() if k != "dry_run"})
+            raise
+        if not record.pop("dry_run"):
+            ids_done = record.pop("ids")
+            self.snapshot.forget(ids_done)  # gone from the page now; the index is read again
+            audit(action, who=who, via=via, ids=ids_done, **record)
 
-    def reschedule(self, task_id: str, due: float | None, *, via: str) -> Rescheduled:
-        """Run now (``due`` None) or move a waiting task (:func:`~celery_delayq.cancels.supersede.reschedule`)."""
-        self._acting()
-        done = reschedule(self.app, task_id, due=due)
-        self._record("run-now" if due is None else "reschedule", via, ids=[task_id])
-        return done
+    def cancel(self, task_ids: Sequence[str], *, who: str, via: str) -> list[Any]:
+        """Cancel tasks by whole id (:func:`celery_delayq.cancel`).
 
-    def replay(self, match: ParkedFilter, *, delay: float | None, dry_run: bool, via: str) -> BulkResult:
-        """Replay matching parked messages (a dry run only counts them)."""
-        self._acting()
-        with self.parking() as pq:
-            found = pq.list(match)
-            if dry_run or not found:
-                return BulkResult(len(found), 0, dry_run, [p.parked_id for p in found])
-            report = pq.replay(match, delay=delay)
-        self._record("replay", via, ids=[p.parked_id for p in found], delay=delay)
-        return BulkResult(len(found), report.replayed, False, [p.parked_id for p in found])
+        Every id is checked first and must name a task waiting now (one index shard each):
+        an unknown, ran or already cancelled one is :class:`TaskNotWaiting` and nothing is recorded.
+        """
+        with self._audited("cancel", who, via, [str(i) for i in task_ids]):
+            if not task_ids:
+                raise BadInput("task_id: give at least one task id")
+            ids = [check_id(i, what="task_id") for i in task_ids]
+            now = time.time()
+            for task_id in ids:
+                read_index_one(self.app, task_id, now=now)
+            self._acting()
+            return cancel(self.app, *ids)
 
-    def delete_parked(self, match: ParkedFilter, *, dry_run: bool, via: str) -> BulkResult:
-        """Delete matching parked messages (a dry run only counts them)."""
-        with self.parking() as pq:
-            found = pq.list(match)
-            if dry_run or not found:
-                return BulkResult(len(found), 0, dry_run, [p.parked_id for p in found])
-            deleted = pq.purge(match)
-        self._record("delete-parked", via, ids=[p.parked_id for p in found])
-        return BulkResult(len(found), deleted, False, [p.parked_id for p in found])
+    def waiting_filter(self, *, task: str | None = None, queue: str | None = None, id: str | None = None,
+                       args: str | None = None, due_after: str | None = None, due_before: str | None = None,
+                       retries: bool = False) -> WaitingFilter:
+        """The filter of the waiting list from its fields as typed (blank = not given).
 
-    def _record(self, action: str, via: str, **details: Any) -> None:
-        """Log the action (the worker's telemetry records its effect: the cancel, the replayed run)."""
-        self.snapshot.forget(details.get("ids") or [])  # gone from the page now; the index is read again
-        log.warning("delayq web: %s via %s: %s", action, via,
-                    ", ".join(f"{k}={v if not isinstance(v, list) else len(v)}" for k, v in details.items()))
+        Raises:
+            BadInput: a due time that is not a time (or outside the years 1970-9999).
+        """
+        def text(value: str | None) -> str | None:
+            return value.strip() or None if value is not None else None
+
+        return WaitingFilter(task=text(task), queue=text(queue), id_prefix=text(id), text=text(args),
+                             due_after=moment(due_after, "due_after"), due_before=moment(due_before, "due_before"),
+                             retries_only=retries)
+
+    def cancel_matching(self, fields: Mapping[str, Any], *, everything: bool, dry_run: bool, expect: int | None,
+                        who: str, via: str) -> BulkResult:
+        """Cancel every waiting task that matches ``fields`` (:meth:`waiting_filter`'s); a dry run only counts.
+
+        Raises:
+            BadInput: no filter and not ``everything`` (or both); acting without ``expect``.
+            SelectionChanged: the filter now matches another count than ``expect``; nothing is cancelled.
+        """
+        with self._audited("cancel-matching", who, via) as record:
+            record["dry_run"] = dry_run
+            match = self.waiting_filter(**fields)
+            record["filter"] = match.describe() or "all"
+            require_selection(described=match.describe(), everything=everything, dry_run=dry_run, expect=expect)
+            page = page_of(self.app, match, offset=0, limit=10**9)  # fresh: never act on a kept list
+            ids = [t.task_id for t in page.items]
+            if dry_run:
+                return BulkResult(len(ids), 0, True, ids)
+            _guard(expect, len(ids), "waiting task")
+            record["ids"] = ids
+            if ids:
+                self._acting()
+                cancel(self.app, *ids, lookup=False)
+            return BulkResult(len(ids), len(ids), False, ids)
+
+    def reschedule(self, task_id: str, due: str | float | None, *, who: str, via: str) -> Rescheduled:
+        """Run now (``due`` None) or move a waiting task to ``due`` (text as typed, or epoch seconds).
+
+        Raises:
+            BadInput: a bad id; a due time that is empty, in the past, or not a time (it names run-now).
+            DelayTooLong: a due time later than the app accepts.
+            TaskNotWaiting, CannotReschedule: see :func:`~celery_delayq.cancels.supersede.reschedule`.
+        """
+        with self._audited("run-now" if due is None else "reschedule", who, via, [str(task_id)]) as record:
+            task_id = check_id(task_id, what="task_id")
+            when = None
+            if due is not None:
+                record["due"] = due
+                when = parse_due(due, check_delay=self.context.config.check_delay)
+            self._acting()
+            return reschedule(self.app, task_id, due=when)
+
+    def parked_filter(self, *, task: str | None = None, exception: str | None = None,
+                      ids: Sequence[str] = ()) -> ParkedFilter:
+        """The parked-message filter from its fields as typed (blank = not given; each id is checked)."""
+        return ParkedFilter(task=(task or "").strip() or None, exception=(exception or "").strip() or None,
+                            ids=tuple(check_id(i, what="ids") for i in ids))
+
+    def replay(self, fields: Mapping[str, Any], *, everything: bool, delay: str | float | None, dry_run: bool,
+               expect: int | None, who: str, via: str) -> BulkResult:
+        """Replay the parked messages matching ``fields`` (:meth:`parked_filter`'s), after ``delay``
+        (``parse_delay``'s forms; None: now); a dry run only counts them.
+
+        Raises:
+            BadInput: as :meth:`cancel_matching`; a bad delay.
+            DelayTooLong: a delay longer than the app accepts.
+            SelectionChanged: the filter now matches another count than ``expect``.
+        """
+        with self._audited("replay", who, via) as record:
+            record["dry_run"] = dry_run
+            match = self.parked_filter(**fields)
+            record["filter"] = describe_parked(match) or "all"
+            seconds = None if delay is None else parse_delay(delay, check_delay=self.context.config.check_delay)
+            record["delay"] = seconds
+            require_selection(described=describe_parked(match), everything=everything, dry_run=dry_run,
+                              expect=expect, noun="parked message")
+            self._acting()
+            with self.parking() as pq:
+                found = [p.parked_id for p in pq.list(match)]
+                if dry_run:
+                    return BulkResult(len(found), 0, True, found)
+                _guard(expect, len(found), "parked message")
+                record["ids"] = found
+                # Exactly the messages counted: one parked since the count is left alone.
+                report = pq.replay(replace(match, exactly=frozenset(found)), delay=seconds or None) if found else None
+            return BulkResult(len(found), report.replayed if report else 0, False, found)
+
+    def delete_parked(self, fields: Mapping[str, Any], *, everything: bool, dry_run: bool, expect: int | None,
+                      who: str, via: str) -> BulkResult:
+        """Delete the parked messages matching ``fields`` (no undo); a dry run only counts them.
+
+        Raises:
+            BadInput: as :meth:`cancel_matching`.
+            SelectionChanged: the filter now matches another count than ``expect``.
+        """
+        with self._audited("delete-parked", who, via) as record:
+            record["dry_run"] = dry_run
+            match = self.parked_filter(**fields)
+            record["filter"] = describe_parked(match) or "all"
+            require_selection(described=describe_parked(match), everything=everything, dry_run=dry_run,
+                              expect=expect, noun="parked message")
+            with self.parking() as pq:
+                found = [p.parked_id for p in pq.list(match)]
+                if dry_run:
+                    return BulkResult(len(found), 0, True, found)
+                _guard(expect, len(found), "parked message")
+                record["ids"] = found
+                deleted = pq.purge(replace(match, exactly=frozenset(found))) if found else 0
+            return BulkResult(len(found), deleted, False, found)
+
+
+class SelectionChanged(DelayqError):
+    """A bulk action's filter matches another count than the operator confirmed: nothing was done (409)."""
+
+
+def _guard(expect: int | None, matched: int, noun: str) -> None:
+    """Refuse to act when the count confirmed (``require_selection`` made sure there is one) is not the count now."""
+    if expect != matched:
+        raise SelectionChanged(describe_guard(expect if expect is not None else 0, matched, noun))
+
+
+def moment(value: str | None, what: str) -> float | None:
+    """Epoch seconds of a filter's time (``parse_moment``'s forms; blank: not given), or :class:`BadInput`."""
+    if value is None or not value.strip():
+        return None
+    try:
+        return parse_moment(value, direction="ahead")
+    except (ValueError, OverflowError, OSError) as exc:
+        raise BadInput(f"{what}: {exc}") from None
+
+
+def describe_parked(match: ParkedFilter) -> str:
+    """A parked-message filter in words (``""`` when there is none)."""
+    parts = [f"{name} {value}" for name, value in (("--task", match.task), ("--exception", match.exception))
+             if value]
+    parts += [f"--id {i}" for i in match.ids]
+    return " ".join(parts)
 
 
 def pending_dict(t: PendingTask, now: float, *, body_max: int) -> dict[str, Any]:

@@ -11,7 +11,13 @@ Setting (``app.conf``)          Environment                      Meaning (defaul
 ``delayq_web_password``         ``DELAYQ_WEB_PASSWORD``          HTTP basic password (none)
 ``delayq_web_body_max``         ``DELAYQ_WEB_BODY_MAX``          Characters of a message body shown (4096)
 ``delayq_web_page_max``         (none)                           Largest page size the API accepts (500)
+``delayq_web_body_limit``       ``DELAYQ_WEB_BODY_LIMIT``        Bytes of a request body accepted (1048576)
 ==============================  ===============================  ===========================================
+
+A token or a password shorter than :data:`SECRET_MIN` characters is refused
+(:class:`WeakSecret`): a guessable secret on a page that cancels production
+work is no authentication. A request body over ``body_limit`` bytes is
+answered 413 before it is read (:class:`~celery_delayq.web.security.BodyLimit`).
 """
 
 from __future__ import annotations
@@ -22,14 +28,29 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..config import raw_setting
 from ..errors import DelayqError
 from ..typing import CeleryApp
 
-__all__ = ["WebSettings", "UnsafeBinding", "is_loopback"]
+__all__ = ["WebSettings", "UnsafeBinding", "WeakSecret", "BadWebSetting", "is_loopback", "SECRET_MIN",
+           "BODY_LIMIT"]
+
+#: The fewest characters a web token or password may have.
+SECRET_MIN = 16
+#: The default largest request body, in bytes (1 MiB).
+BODY_LIMIT = 1024 * 1024
 
 
 class UnsafeBinding(DelayqError):
     """Serving beyond loopback without authentication was asked for."""
+
+
+class BadWebSetting(DelayqError, ValueError):
+    """A ``delayq_web_*`` setting (or ``DELAYQ_WEB_*`` variable) that cannot be used; the message is one line."""
+
+
+class WeakSecret(BadWebSetting):
+    """A web token or password shorter than :data:`SECRET_MIN` characters."""
 
 
 def is_loopback(address: str) -> bool:
@@ -52,8 +73,21 @@ class WebSettings:
     read_only: bool = False
     body_max: int = 4096
     page_max: int = 500
+    body_limit: int = BODY_LIMIT
     #: Signs nothing: the CSRF token is a random per-process value compared to the form's copy.
     csrf_secret: str = field(default_factory=lambda: secrets.token_urlsafe(32), repr=False)
+
+    def __post_init__(self) -> None:
+        """Refuse a short secret and a limit that is not a positive number, before anything is served."""
+        for what, value, setting in (("token", self.token, "delayq_web_token / DELAYQ_WEB_TOKEN"),
+                                     ("password", self.password, "delayq_web_password / DELAYQ_WEB_PASSWORD")):
+            if value is not None and len(value) < SECRET_MIN:
+                raise WeakSecret(f"{setting}: the web {what} has {len(value)} character(s); give at least "
+                                 f"{SECRET_MIN} (e.g. python -c 'import secrets; print(secrets.token_urlsafe(24))')")
+        for name, number in (("body_limit", self.body_limit), ("body_max", self.body_max),
+                             ("page_max", self.page_max)):
+            if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+                raise BadWebSetting(f"delayq_web_{name}: {number!r} is not a positive whole number")
 
     @property
     def auth_required(self) -> bool:
@@ -68,14 +102,23 @@ class WebSettings:
         conf = app.conf
 
         def pick(name: str) -> str | None:
-            value = conf.get(f"delayq_web_{name}")
+            value = raw_setting(conf, f"delayq_web_{name}")  # Django's CELERY_DELAYQ_WEB_* too
             return str(value) if value else (env.get(f"DELAYQ_WEB_{name.upper()}") or None)
 
-        body_max = pick("body_max")
-        page_max = conf.get("delayq_web_page_max")
+        def number(name: str, default: int, *, env_too: bool = True) -> int:
+            value = pick(name) if env_too else raw_setting(conf, f"delayq_web_{name}")
+            if value is None or value == "":
+                return default
+            try:
+                return int(str(value).strip())
+            except ValueError:
+                where = f"delayq_web_{name}" + (f" / DELAYQ_WEB_{name.upper()}" if env_too else "")
+                raise BadWebSetting(f"{where}: {value!r} is not a whole number (default {default})") from None
+
         values: dict[str, Any] = dict(token=pick("token"), username=pick("username"), password=pick("password"),
-                                      read_only=read_only, body_max=int(body_max) if body_max else 4096,
-                                      page_max=int(page_max) if page_max else 500)
+                                      read_only=read_only, body_max=number("body_max", 4096),
+                                      page_max=number("page_max", 500, env_too=False),
+                                      body_limit=number("body_limit", BODY_LIMIT))
         values.update(overrides)
         return cls(**values)
 

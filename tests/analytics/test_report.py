@@ -33,3 +33,15 @@ def test_wide_tables_wrap_their_headers_to_fit_the_page() -> None:
     # 14 columns of per-task counts were clipped at 1100 px ("p99 late (m"): headers wrap instead.
     css = re.search(r"th\{[^}]*\}", page)
     assert css is not None and "white-space:normal" in css.group(0), css
+
+
+def test_lateness_and_exception_tables_say_how_they_count() -> None:
+    """Under each table, what its numbers are: the bucket of the requested delay, each failed run once."""
+    lateness = [{"delay_bucket_s": 2.0, "delivered": 2, "lateness_p50_ms": 4.0, "lateness_p99_ms": 5.0, "early": 0}]
+    exceptions = [{"task_name": "app.a", "rank": 1, "exception": "ConnectionError", "count": 4, "retried": 3,
+                   "exhausted": 1, "parked": 1, "failed": 0}]
+    page = render_html(_summary(), {"lateness_by_delay": lateness, "top_exceptions": exceptions}, {})
+    assert "<code>countdown=2</code> is recorded as 1.9998 s" in page
+    assert "count = runs that raised the exception, each once: retried, parked or failed" in page
+    bare = render_html(_summary(), {}, {})
+    assert "1.9998" not in bare and "count = runs" not in bare  # no note under "None in this window."

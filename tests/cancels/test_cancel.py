@@ -25,6 +25,7 @@ import celery_delayq
 from celery_delayq import AmbiguousTaskId, TaskIdNotFound, cancel, pending, signals
 from celery_delayq.cancels import CancelBook, cancelled_ids
 from celery_delayq.cancels.log import AT, CANCEL, REASON, UNTIL, record
+from celery_delayq.inputs import BadInput
 from celery_delayq.ladder.index_layout import MARGIN_S
 from celery_delayq.pending.query import open_layout
 from celery_delayq.pending.stream import StreamReader, reader_connection
@@ -285,6 +286,19 @@ def test_cancel_of_an_unknown_id_is_an_error_and_records_nothing(make_app, uid: 
     assert [t.task_id for t in pending(app, task_id=waiting.id)] == [waiting.id]
     [forced] = cancel(app, typo, force=True)
     assert forced.task_id == typo and forced.found is None and typo in cancelled_ids(app)
+
+
+def test_an_id_that_is_not_one_is_refused_even_forced_and_records_nothing(make_app, uid: str) -> None:
+    """Empty, blank, not UTF-8 (a command line's ``$'\\xff'``), a control character, too long: ``BadInput``
+    naming the id, before anything is read or recorded, whatever ``force`` or ``lookup`` say."""
+    app = make_app(delayq_enabled=True)
+    celery_delayq.install(app).publisher.declare()
+    fine = f"{uid}-fine-{uuid.uuid4()}"
+    for bad in ("", "   ", "\udcff", "a\x00b", "x" * 256):
+        for options in ({"force": True}, {"lookup": False}):
+            with pytest.raises(BadInput, match="task id"):
+                cancel(app, fine, bad, **options)
+    assert fine not in cancelled_ids(app)
 
 
 def test_a_unique_prefix_resolves_and_an_ambiguous_one_lists_its_candidates(make_app, uid: str) -> None:

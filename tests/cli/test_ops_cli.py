@@ -36,7 +36,7 @@ APP = textwrap.dedent('''
 @pytest.fixture
 def cli(tmp_path: Path, broker_url: str, uid: str):
     (tmp_path / "cliapp.py").write_text(APP)
-    env = dict(os.environ, CLI_BROKER=broker_url, CLI_PREFIX=f"cli{uid}",
+    env = dict(os.environ, CLI_BROKER=broker_url, CLI_PREFIX=f"cli{uid}", CLI_MGMT=management_url(),
                PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
 
     def run(*args: str, ok: bool = True, **extra_env: str) -> subprocess.CompletedProcess[str]:
@@ -107,7 +107,8 @@ def test_delete_finds_and_removes_the_fixed_backends_queues(cli, amqp_conn: amqp
 @pytest.mark.parametrize("args", [
     ("status",), ("status", "--json"), ("topology", "verify"), ("topology", "declare"),
     ("topology", "delete", "--yes"), ("parking", "list", "--json"), ("parking", "inspect", "abc"),
-    ("parking", "replay", "--yes"), ("parking", "purge", "--yes"), ("pending",), ("pending", "--json"),
+    ("parking", "replay", "--all", "--yes", "--expect", "1"), ("parking", "purge", "--all", "--yes", "--expect", "1"),
+    ("pending",), ("pending", "--json"),
     ("cancel", "abc"), ("doctor",), ("doctor", "--json"), ("topology", "recover"),
 ])
 def test_a_stopped_broker_is_one_line_naming_the_url(cli, args: tuple[str, ...]) -> None:

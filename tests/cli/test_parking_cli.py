@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
+import subprocess
+import sys
 import time
 from collections import Counter
 
@@ -53,7 +57,7 @@ def test_list_shows_and_filters_without_consuming(cli, broker_url, parking_name,
 def test_list_of_an_empty_queue(cli, broker_url, parking_name, dest, amqp_conn) -> None:
     assert cli("list", "--json").output.strip() == "[]"  # the queue does not exist yet
     park_synthetic(broker_url, parking_name, 1, exc=IOError("x"), dest=dest)
-    assert "purged 1" in cli("purge", "--yes").output
+    assert "purged 1" in cli("purge", "--all", "--yes", "--expect", "1").output
     assert cli("list", "--json").output.strip() == "[]"  # exists, empty
     assert "nothing is parked in" in cli("list").output  # an empty queue says so, not an empty table
 
@@ -106,8 +110,8 @@ def test_an_ambiguous_id_lists_its_candidates(cli, broker_url, parking_name, des
 def test_replay_dry_run_changes_nothing(cli, broker_url, parking_name, dest, amqp_conn, uid) -> None:
     ok = park_synthetic(broker_url, parking_name, 2, task="proj.a", exc=IOError("x"), dest=dest)
     gone = park_synthetic(broker_url, parking_name, 1, task="proj.b", exc=IOError("x"), dest=f"gone.{uid}")
-    out = cli("replay", "--dry-run").output
-    assert "dry run: 3 of 3" in out and all(i[:12] in out for i in ok + gone)
+    out = cli("replay", "--all", "--dry-run").output
+    assert "dry run: 3 of 3" in out and "--yes --expect 3" in out and all(i[:12] in out for i in ok + gone)
     assert "would replay 2 at once; 1 would stay parked" in out and "Nothing was changed" in out
     assert "after 5 s in the ladder" in cli("replay", "--dry-run", "--delay", "5", "--task", "proj.a").output
     assert queue_depth(amqp_conn, parking_name) == 3 and queue_depth(amqp_conn, dest) == 0
@@ -116,23 +120,116 @@ def test_replay_dry_run_changes_nothing(cli, broker_url, parking_name, dest, amq
 def test_replay_filtered_then_purge(cli, broker_url, parking_name, dest, amqp_conn) -> None:
     keep = park_synthetic(broker_url, parking_name, 2, task="proj.a", exc=IOError("x"), dest=dest)
     again = park_synthetic(broker_url, parking_name, 3, task="proj.b", exc=IOError("x"), dest=dest)
-    out = cli("replay", "--task", "proj.b", "--yes", "--batch-size", "2").output
+    out = cli("replay", "--task", "proj.b", "--yes", "--expect", "3", "--batch-size", "2").output
     assert "replayed 3" in out and "2 not selected" in out
     assert sorted(m.headers["x-delayq-replay"] for m in drain(amqp_conn, dest, 3, timeout=5)) == sorted(again)
     refused = cli("replay", "--task", "proj.a", ok=False)  # not a terminal, no --yes: refused, not replayed
-    assert refused.exit_code == 1 and "Replay 2 matching message(s)" in refused.output and "--yes" in refused.output
+    assert refused.exit_code == 1 and "Replay 2 parked message(s)" in refused.output
+    assert "--yes --expect 2" in refused.output
     assert cli("purge", ok=False).exit_code == 1
     assert queue_depth(amqp_conn, parking_name) == 2
     out = cli("purge", "--id", keep[0][:12], "--yes").output
     assert "purged 1" in out
     assert _ids(cli("list", "--json").output) == keep[1:]
-    assert "purged 1" in cli("purge", "--force").output  # the old spelling still works
+    assert "purged 1" in cli("purge", "--all", "--expect", "1", "--force").output  # the old spelling of --yes
     assert queue_depth(amqp_conn, parking_name) == 0
 
 
 def test_replay_with_delay_goes_through_the_ladder(cli, broker_url, parking_name, dest, amqp_conn) -> None:
     park_synthetic(broker_url, parking_name, 2, exc=IOError("x"), dest=dest)
     t0 = time.time()
-    assert "replayed 2" in cli("replay", "--delay", "0.5", "--yes").output
+    assert "replayed 2" in cli("replay", "--all", "--delay", "0.5", "--yes", "--expect", "2").output
     got = drain(amqp_conn, dest, 2, timeout=5)
     assert all(m.arrived - t0 >= 0.5 and m.headers["x-delayq-delay"] == 0.5 for m in got)
+
+
+def _refusal(result, code: int = 1) -> str:
+    """The one line a refused command prints on stderr (no traceback, nothing else)."""
+    assert result.exit_code == code, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    return lines[0]
+
+
+def test_replay_and_purge_refuse_unknown_ids_and_unconfirmed_counts(cli, broker_url, parking_name, dest,
+                                                                     amqp_conn) -> None:
+    """An unknown --id is exit 1 (as for cancel and inspect); no filter, --yes without --expect, --all with a
+    filter and a count that changed are refused; nothing is replayed or deleted."""
+    ids = park_synthetic(broker_url, parking_name, 3, task="proj.a", exc=IOError("x"), dest=dest)
+    for command in ("replay", "purge"):
+        line = _refusal(cli(command, "--id", "feedface", "--yes", ok=False))
+        assert "no parked message" in line and "'feedface'" in line and "nothing was changed" in line
+        assert "'feedface'" in _refusal(cli(command, "--id", ids[0], "--id", "feedface", "--yes", ok=False))
+        assert "no filter" in _refusal(cli(command, "--yes", ok=False))
+        assert "cannot be combined" in _refusal(cli(command, "--all", "--task", "proj.a", "--dry-run", ok=False))
+        assert "--dry-run" in _refusal(cli(command, "--task", "proj.a", "--yes", ok=False))
+        assert "not the 2 confirmed" in _refusal(cli(command, "--task", "proj.a", "--yes", "--expect", "2", ok=False))
+        assert "Invalid value for '--id'" in _refusal(cli(command, "--id", "\udcff", "--yes", ok=False), 2)
+    assert queue_depth(amqp_conn, parking_name) == 3 and queue_depth(amqp_conn, dest) == 0
+    dry = cli("purge", "--task", "proj.a", "--dry-run").output
+    assert "dry run: 3 of 3" in dry and "--yes --expect 3" in dry and "Nothing was changed" in dry
+    one = cli("replay", "--id", ids[0][:12], "--yes")  # --id alone: the ids are the count, no --expect
+    assert "replayed 1" in one.stdout
+    assert f"action=parking-replay ids=1 [{ids[0]}]" in one.stderr and "via=cli" in one.stderr
+    rest = cli("purge", "--task", "proj.a", "--yes", "--expect", "2")
+    assert "purged 2" in rest.stdout
+    assert "action=parking-purge ids=2" in rest.stderr and all(i in rest.stderr for i in ids[1:])
+    assert queue_depth(amqp_conn, parking_name) == 0 and len(drain(amqp_conn, dest, 1, timeout=5)) == 1
+
+
+def test_replay_delay_reads_a_duration_and_refuses_a_negative_one(cli, broker_url, parking_name, dest,
+                                                                   amqp_conn) -> None:
+    park_synthetic(broker_url, parking_name, 1, exc=IOError("x"), dest=dest)
+    assert "after 90 s in the ladder" in cli("replay", "--all", "--delay", "90s", "--dry-run").output
+    for bad in ("-5", "soon", "nan"):
+        line = _refusal(cli("replay", "--all", "--delay", bad, "--yes", "--expect", "1", ok=False), 2)
+        assert "Invalid value for '--delay'" in line and "90s, 10m" in line
+    assert queue_depth(amqp_conn, parking_name) == 1
+
+
+_PTY_APP = '''
+import os
+from celery import Celery
+app = Celery("ptypark", broker=os.environ["PTY_BROKER"])
+app.conf.update(delayq_parking_queue=os.environ["PTY_PARKING"], delayq_parking_queue_type="classic",
+                broker_heartbeat=0)
+'''
+
+
+def test_at_a_terminal_the_prompt_shows_the_count_and_confirms(cli, broker_url, parking_name, dest, amqp_conn,
+                                                                tmp_path) -> None:
+    """Without --yes, a terminal is asked (the count in the question) instead of --expect; "n" changes nothing."""
+    park_synthetic(broker_url, parking_name, 2, task="proj.a", exc=IOError("x"), dest=dest)
+    keep = park_synthetic(broker_url, parking_name, 1, task="proj.b", exc=IOError("x"), dest=dest)
+    (tmp_path / "ptypark.py").write_text(_PTY_APP)
+    env = dict(os.environ, PTY_BROKER=broker_url, PTY_PARKING=parking_name,
+               PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+
+    def at_terminal(answer: str, *extra: str) -> str:
+        leader, follower = pty.openpty()
+        proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "ptypark", "delayq", "parking", "purge",
+                                 "--task", "proj.a", *extra], stdin=follower, stdout=follower, stderr=follower,
+                                env=env, cwd=tmp_path)
+        os.close(follower)
+        seen = b""
+        try:
+            while b"[y/N]" not in seen and proc.poll() is None:
+                seen += os.read(leader, 4096)
+            if b"[y/N]" in seen:
+                os.write(leader, answer.encode() + b"\n")
+            proc.wait(timeout=60)
+            while chunk := os.read(leader, 4096):
+                seen += chunk
+        except OSError:  # the terminal closed with the process
+            pass
+        os.close(leader)
+        return seen.decode()
+
+    said_no = at_terminal("n")
+    assert "Delete 2 parked message(s)" in said_no and "Aborted" in said_no
+    assert queue_depth(amqp_conn, parking_name) == 3
+    changed = at_terminal("y", "--expect", "3")  # a count that changed is refused before the question
+    assert "not the 3 confirmed" in changed and "[y/N]" not in changed and queue_depth(amqp_conn, parking_name) == 3
+    said_yes = at_terminal("y")
+    assert "purged 2" in said_yes and "action=parking-purge ids=2" in said_yes
+    assert _ids(cli("list", "--json").output) == keep

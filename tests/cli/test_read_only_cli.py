@@ -153,7 +153,8 @@ _PTY_APP = textwrap.dedent('''
     import os
     from celery import Celery
     app = Celery("ptyapp", broker=os.environ["CLI_BROKER"])
-    app.conf.update(delayq_prefix=os.environ["CLI_PREFIX"], delayq_levels=3, delayq_unit_ms=1000, broker_heartbeat=0)
+    app.conf.update(delayq_prefix=os.environ["CLI_PREFIX"], delayq_levels=3, delayq_unit_ms=1000, broker_heartbeat=0,
+                    delayq_management_url=os.environ["CLI_MGMT"])
 ''')
 
 
@@ -163,7 +164,9 @@ def test_delete_at_a_terminal_asks_and_takes_yes(ladder_app: Any, amqp_conn: amq
     topo = _topology(spec)
     topo.declare(amqp_conn)
     (tmp_path / "ptyapp.py").write_text(_PTY_APP)
-    env = dict(os.environ, CLI_BROKER=broker_url, CLI_PREFIX=spec.prefix,
+    from helpers import management_url
+
+    env = dict(os.environ, CLI_BROKER=broker_url, CLI_PREFIX=spec.prefix, CLI_MGMT=management_url(),
                PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
 
     def at_terminal(answer: str) -> str:

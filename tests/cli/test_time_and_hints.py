@@ -17,15 +17,18 @@ import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import click
 import pytest
+from click.testing import CliRunner
 
 import celery_delayq
 from celery_delayq.cli import delayq
-from celery_delayq.cli.when import Moment
+from celery_delayq.cli.when import Delay, DueTime, Id, Moment
+from celery_delayq.inputs import DELAY_FORMS, DUE_FORMS
 from celery_delayq.ladder.moments import parse_moment
+from helpers import management_url
 from retry_helpers import park_synthetic, parking_name_fixture  # noqa: F401  (fixture)
 
 #: Time parsing and hints do not differ between RabbitMQ lines: the 3.10 leg runs them, the 4.3 leg skips them.
@@ -41,7 +44,8 @@ APP = textwrap.dedent('''
     app = Celery("{main}", broker=os.environ["CLI_BROKER"])
     app.conf.update(delayq_prefix=os.environ["CLI_PREFIX"], delayq_levels=4, delayq_unit_ms=1000,
                     delayq_parking_queue=os.environ.get("CLI_PARKING", "unused"),
-                    delayq_parking_queue_type="classic", broker_heartbeat=0)
+                    delayq_parking_queue_type="classic", broker_heartbeat=0,
+                    delayq_management_url=os.environ["CLI_MGMT"])  # topology delete lists the broker through it
 ''')
 
 
@@ -74,6 +78,49 @@ def test_every_time_option_reads_time_one_way_and_says_so() -> None:
         assert ("from now" if ahead else "ago") in (option.help or ""), name
 
 
+def _commands(command: click.Command = delayq,
+              path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
+    """Every command of the ``delayq`` group, sub-groups' commands included, with its path."""
+    yield path, command
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            yield from _commands(sub, (*path, name))
+
+
+#: Parameter names that read a time or a delay; each must have one of the CLI's time types.
+_TIME_NAMES = ("since", "until", "due", "when", "delay")
+
+
+def test_every_time_or_delay_parameter_shows_its_forms_in_help() -> None:
+    """Each option or argument that takes a time or a delay says, in the --help an operator reads, how to write it."""
+    checked = 0
+    for path, command in _commands():
+        timed = [p for p in command.params if isinstance(p.type, (Moment, DueTime, Delay))
+                 or any(word in (p.name or "") for word in _TIME_NAMES)]
+        if not timed:
+            continue
+        shown = CliRunner().invoke(delayq, [*path, "--help"], terminal_width=200)
+        assert shown.exit_code == 0, shown.output
+        text = " ".join(shown.output.split())  # click wraps the help
+        for param in timed:
+            where = f"delayq {' '.join(path)} {param.human_readable_name}"
+            assert isinstance(param.type, (Moment, DueTime, Delay)), f"{where}: not read by a time type"
+            forms = {Moment: "ISO 8601 (UTC unless it has an offset), epoch seconds, or a duration",
+                     DueTime: DUE_FORMS, Delay: DELAY_FORMS}[type(param.type)]
+            assert " ".join(forms.split()) in text, f"{where}: its --help does not name the forms"
+            checked += 1
+    assert checked >= 12  # pending, cancel-matching, reschedule, parking list/replay/purge, report
+
+
+def test_every_id_is_read_as_one() -> None:
+    """Ids (task ids, parked ids, prefixes) all go through :func:`celery_delayq.inputs.check_id`."""
+    ids = [(path, p) for path, command in _commands() for p in command.params
+           if p.name in ("task_id", "task_ids", "ids", "parked_id", "id_prefix")]
+    assert len(ids) >= 8
+    for path, param in ids:
+        assert isinstance(param.type, Id), f"delayq {' '.join(path)} {param.human_readable_name}"
+
+
 @pytest.mark.parametrize("text, direction, expected", [
     ("2025-11-24T16:00:00", "ago", T),            # no offset: UTC, whatever TZ says
     ("2025-11-24 16:00", "ahead", T),
@@ -101,7 +148,7 @@ def cli(tmp_path: Path, broker_url: str, uid: str) -> Callable[..., subprocess.C
     """``python -m celery -A hintsapp_<uid> delayq ARGS`` in a subprocess, TZ 14 hours off UTC."""
     module = f"hintsapp_{uid}"
     (tmp_path / f"{module}.py").write_text(APP.format(main=f"shop{uid}"))
-    env = dict(os.environ, CLI_BROKER=broker_url, CLI_PREFIX=f"tz{uid}", TZ=FAR_ZONE,
+    env = dict(os.environ, CLI_BROKER=broker_url, CLI_PREFIX=f"tz{uid}", TZ=FAR_ZONE, CLI_MGMT=management_url(),
                PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
 
     def run(*args: str, app: str = module, **extra_env: str) -> subprocess.CompletedProcess[str]:
@@ -165,8 +212,9 @@ def test_pending_due_before_reads_utc(cli, make_app, uid: str) -> None:
 def test_report_is_a_delayq_command_with_its_options_and_errors(cli) -> None:
     bad = cli("report", "--since", "banana")
     assert bad.returncode == 2
-    assert "Usage: python -m celery delayq report [OPTIONS]" in bad.stderr
+    assert bad.stderr.splitlines() == [bad.stderr.strip()]  # one line: the error, then where the help is
     assert "Invalid value for '--since': 'banana' is not a time" in bad.stderr
+    assert "(see 'python -m celery delayq report --help')" in bad.stderr
     shown = cli("report", "--help")
     assert shown.returncode == 0
     for option in ("--events", "--out", "--since", "--until", "--incremental", "--master", "--conf", "--live"):

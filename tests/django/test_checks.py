@@ -78,8 +78,67 @@ def test_unknown_keys_are_flagged_with_the_closest_valid_one(tmp_path: Path) -> 
 def test_an_unusable_value_is_an_error_not_a_traceback(tmp_path: Path) -> None:
     out = manage(tmp_path, "check", settings="CELERY_DELAYQ_LEVELS = 0\n")
     assert out.returncode == 1
-    assert "(celery_delayq.E003)" in out.stderr and "levels must be a positive integer" in out.stderr
+    assert "CELERY_DELAYQ_LEVELS: (celery_delayq.E003)" in out.stderr
+    assert "delayq_levels must be an integer 1 or more, got 0" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+#: Values as Django settings fed from the environment give them: (settings, refused by run time and check?).
+VALUES = {
+    'CELERY_DELAYQ_ENABLED = "false"\n': None,
+    'CELERY_DELAYQ_ENABLED = "0"\nCELERY_DELAYQ_UNIT_MS = "10"\nCELERY_DELAYQ_CONFIRM_TIMEOUT = "2.5"\n': None,
+    'CELERY_DELAYQ_ENABLED = "yes please"\n': "CELERY_DELAYQ_ENABLED",
+    'CELERY_DELAYQ_UNIT_MS = "ten"\n': "CELERY_DELAYQ_UNIT_MS",
+    'CELERY_DELAYQ_CONFIRM_TIMEOUT = float("nan")\n': "CELERY_DELAYQ_CONFIRM_TIMEOUT",
+    'CELERY_DELAYQ_QUEUE_TYPE = "Quorum"\n': "CELERY_DELAYQ_QUEUE_TYPE",
+    'CELERY_DELAYQ_DECLARE = 2\n': "CELERY_DELAYQ_DECLARE",
+}
+
+#: What the run time makes of the same settings: the config the publishers and the worker build.
+RUN_TIME = ("from celery import current_app; from celery_delayq.config import DelayqConfig\n"
+            "try:\n    c = DelayqConfig.from_app(current_app._get_current_object())\n"
+            "except ValueError as exc:\n    print('REFUSED', exc)\nelse:\n    print('OK', c.enabled, c.unit_ms)")
+
+
+@pytest.mark.parametrize("settings,refused", list(VALUES.items()), ids=[s.split("\n")[0] for s in VALUES])
+def test_check_refuses_exactly_what_the_run_time_refuses_once(tmp_path: Path, settings: str,
+                                                              refused: str | None) -> None:
+    check = manage(tmp_path, "check", settings=settings)
+    run = manage(tmp_path, "shell", "-c", RUN_TIME, settings=settings)
+    assert run.returncode == 0, run.stderr
+    if refused is None:
+        assert check.returncode == 0, check.stderr
+        assert "OK False" in run.stdout, run.stdout
+        return
+    assert check.returncode == 1 and "Traceback" not in check.stderr
+    (line,) = [x for x in check.stderr.splitlines() if "celery_delayq" in x]  # once: no log line beside it
+    assert line.startswith(f"{refused}: (celery_delayq.E003) celery_delayq cannot use these settings: ")
+    message = line.split("cannot use these settings: ", 1)[1]
+    assert f"REFUSED {message}" in run.stdout  # the very same error, from the very same code
+
+
+def test_a_false_string_does_not_turn_the_ladder_on(tmp_path: Path) -> None:
+    show = ("from celery import current_app; import celery_delayq; "
+            "print('INSTALLED', celery_delayq.is_installed(current_app._get_current_object()))")
+    off = manage(tmp_path, "shell", "-c", show, settings='CELERY_DELAYQ_ENABLED = "false"\n')
+    on = manage(tmp_path, "shell", "-c", show, settings='CELERY_DELAYQ_ENABLED = "true"\n')
+    assert "INSTALLED False" in off.stdout, off.stderr
+    assert "INSTALLED True" in on.stdout, on.stderr
+
+
+def test_each_finding_is_printed_once(tmp_path: Path) -> None:
+    out = manage(tmp_path, "check", settings="CELERY_DELAYQ_ENABLD = True\n")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("CELERY_DELAYQ_ENABLD") == 2  # the finding's object and its message, one finding
+    assert "unknown setting" not in out.stderr  # the run-time log line said it a second time
+
+
+def test_a_management_url_password_is_never_printed(tmp_path: Path) -> None:
+    bad = manage(tmp_path, "check", settings='CELERY_DELAYQ_MANAGEMENT_URL = "monitor:hunter2secret@rabbit:15672"\n')
+    assert bad.returncode == 1 and "CELERY_DELAYQ_MANAGEMENT_URL: (celery_delayq.E003)" in bad.stderr
+    assert "hunter2secret" not in bad.stdout + bad.stderr and "'monitor:**@rabbit:15672'" in bad.stderr
+    good = manage(tmp_path, "check", settings='CELERY_DELAYQ_MANAGEMENT_URL = "http://monitor:hunter2secret@rabbit:15672"\n')
+    assert good.returncode == 0, good.stderr
 
 
 def test_check_deploy_connects_to_the_broker(tmp_path: Path, broker_url: str) -> None:

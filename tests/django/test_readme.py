@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import management_url
+
 pytest.importorskip("django")
 
 PROJECT = Path(__file__).resolve().parents[2] / "examples" / "django_shop"
@@ -49,6 +51,7 @@ def test_the_readme_runs_as_written(broker_url: str, uid: str, tmp_path: Path) -
     assert [c for c in commands if c in expected] == expected, commands
     base = {k: v for k, v in os.environ.items() if not k.startswith(("CELERY_", "DJANGO_"))}
     base.update(CELERY_BROKER_URL=broker_url, SHOP_QUEUE=f"shop.{uid}", SHOP_DELAYQ_PREFIX=f"rd{uid}",
+                SHOP_DELAYQ_MANAGEMENT_URL=management_url(),
                 TZ="America/Chicago")  # a machine whose local time is not UTC
 
     def run(command: str) -> subprocess.CompletedProcess[str]:

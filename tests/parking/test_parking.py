@@ -254,3 +254,17 @@ def test_replay_killed_at_a_random_moment(tmp_path, broker_url: str, parked, des
     assert proc.returncode == -signal.SIGKILL
     replayed = check_exactly_once(parked, amqp_conn, dest, ids)
     assert 40 <= len(replayed) < 150
+
+
+def test_an_exact_selection_acts_on_the_counted_messages_only(broker_url: str, parked: ParkingQueue, dest: str,
+                                                               amqp_conn) -> None:
+    """``ParkedFilter(exactly=...)``: what a confirmed count acts on; a message parked since is left alone."""
+    counted = park_synthetic(broker_url, parked.name, 2, exc=IOError("x"), dest=dest)
+    since = park_synthetic(broker_url, parked.name, 2, exc=IOError("x"), dest=dest)
+    assert parked.replay(ParkedFilter(exactly=frozenset(counted[:1]))).replayed == 1
+    assert parked.purge(ParkedFilter(exactly=frozenset(counted[1:]))) == 1
+    assert [p.parked_id for p in parked.list()] == since
+    nothing = ParkedFilter(exactly=frozenset())
+    assert not nothing.everything and parked.list(nothing) == [] and parked.purge(nothing) == 0
+    assert parked.count() == 2
+    assert [m.headers[REPLAY] for m in drain(amqp_conn, dest, 1, timeout=5)] == counted[:1]

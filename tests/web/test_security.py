@@ -15,6 +15,9 @@ from fastapi.testclient import TestClient  # noqa: E402
 from celery_delayq.web import UnsafeBinding, WebSettings, create_app  # noqa: E402
 from celery_delayq.web.settings import is_loopback  # noqa: E402
 
+TOKEN = "tok-" + "t" * 16
+PASSWORD = "pw-" + "p" * 16
+
 
 # -- pure ---------------------------------------------------------------------------------
 def test_binding_beyond_loopback_needs_auth() -> None:
@@ -23,8 +26,8 @@ def test_binding_beyond_loopback_needs_auth() -> None:
     WebSettings().check_binding("127.0.0.1")
     with pytest.raises(UnsafeBinding, match="DELAYQ_WEB_TOKEN"):
         WebSettings().check_binding("0.0.0.0")
-    WebSettings(token="s3cret").check_binding("0.0.0.0")
-    WebSettings(username="ops", password="pw").check_binding("0.0.0.0")
+    WebSettings(token="s3cret-s3cret-s3cret").check_binding("0.0.0.0")
+    WebSettings(username="ops", password=PASSWORD).check_binding("0.0.0.0")
     with pytest.raises(UnsafeBinding):
         WebSettings(username="ops").check_binding("0.0.0.0")  # a user without a password is no auth
 
@@ -33,12 +36,12 @@ def test_settings_come_from_app_then_environment() -> None:
     from celery import Celery
 
     app = Celery("s", set_as_current=False)
-    env = {"DELAYQ_WEB_TOKEN": "from-env", "DELAYQ_WEB_BODY_MAX": "100"}
-    assert WebSettings.from_app(app, environ=env).token == "from-env"
+    env = {"DELAYQ_WEB_TOKEN": "from-env-" + "e" * 16, "DELAYQ_WEB_BODY_MAX": "100"}
+    assert WebSettings.from_app(app, environ=env).token == "from-env-" + "e" * 16
     assert WebSettings.from_app(app, environ=env).body_max == 100
-    app.conf.delayq_web_token = "from-conf"
-    assert WebSettings.from_app(app, environ=env).token == "from-conf"
-    assert "from-conf" not in repr(WebSettings(password="from-conf"))
+    app.conf.delayq_web_token = "from-conf-" + "c" * 16
+    assert WebSettings.from_app(app, environ=env).token == "from-conf-" + "c" * 16
+    assert "from-conf" not in repr(WebSettings(password="from-conf-" + "c" * 16))
 
 
 def test_cli_refuses_a_public_address_without_auth(tmp_path: Any) -> None:
@@ -61,13 +64,13 @@ def app(make_app: Any) -> Any:
 
 
 def test_token_and_basic_auth_are_required_when_configured(app: Any) -> None:
-    client = TestClient(create_app(app, settings=WebSettings(token="tok", username="ops", password="pw")))
+    client = TestClient(create_app(app, settings=WebSettings(token=TOKEN, username="ops", password=PASSWORD)))
     for path in ("/", "/waiting", "/api/waiting", "/api/openapi.json"):
         r = client.get(path)
         assert r.status_code == 401 and r.json()["error"].startswith("authentication required"), path
     assert client.get("/api/waiting", headers={"Authorization": "Bearer wrong"}).status_code == 401
-    assert client.get("/api/waiting", headers={"Authorization": "Bearer tok"}).status_code == 200
-    good = base64.b64encode(b"ops:pw").decode()
+    assert client.get("/api/waiting", headers={"Authorization": "Bearer " + TOKEN}).status_code == 200
+    good = base64.b64encode(b"ops:" + PASSWORD.encode()).decode()
     bad = base64.b64encode(b"ops:nope").decode()
     assert client.get("/waiting", headers={"Authorization": f"Basic {good}"}).status_code == 200
     assert client.get("/waiting", headers={"Authorization": f"Basic {bad}"}).status_code == 401
@@ -75,14 +78,14 @@ def test_token_and_basic_auth_are_required_when_configured(app: Any) -> None:
 
 
 def test_unauthenticated_write_is_refused(app: Any) -> None:
-    client = TestClient(create_app(app, settings=WebSettings(token="tok")))
+    client = TestClient(create_app(app, settings=WebSettings(token=TOKEN)))
     r = client.post("/api/waiting/cancel", json={"dry_run": True})
     assert r.status_code == 401
 
 
 def test_browser_writes_need_the_csrf_token(app: Any) -> None:
-    basic = {"Authorization": "Basic " + base64.b64encode(b"ops:pw").decode()}
-    client = TestClient(create_app(app, settings=WebSettings(username="ops", password="pw")), headers=basic)
+    basic = {"Authorization": "Basic " + base64.b64encode(b"ops:" + PASSWORD.encode()).decode()}
+    client = TestClient(create_app(app, settings=WebSettings(username="ops", password=PASSWORD)), headers=basic)
     refused = client.post("/api/waiting/cancel", json={"dry_run": True})
     assert refused.status_code == 403 and "CSRF" in refused.json()["error"]
     form = client.post("/actions/cancel", data={"task_id": "x"})
@@ -92,11 +95,11 @@ def test_browser_writes_need_the_csrf_token(app: Any) -> None:
     assert f'value="{token}"' in page.text or "No delayed task" in page.text
     wrong = client.post("/api/waiting/cancel", json={"dry_run": True}, headers={"X-CSRF-Token": "forged" * 5})
     assert wrong.status_code == 403
-    ok = client.post("/api/waiting/cancel", json={"dry_run": True}, headers={"X-CSRF-Token": token})
+    ok = client.post("/api/waiting/cancel", json={"dry_run": True, "all": True}, headers={"X-CSRF-Token": token})
     assert ok.status_code == 200 and ok.json()["dry_run"] is True
     # A bearer token is never sent by a browser on its own: no CSRF token needed.
-    api = TestClient(create_app(app, settings=WebSettings(token="tok")), headers={"Authorization": "Bearer tok"})
-    assert api.post("/api/waiting/cancel", json={"dry_run": True}).status_code == 200
+    api = TestClient(create_app(app, settings=WebSettings(token=TOKEN)), headers={"Authorization": "Bearer " + TOKEN})
+    assert api.post("/api/waiting/cancel", json={"dry_run": True, "all": True}).status_code == 200
 
 
 def test_read_only_hides_and_refuses_every_action(app: Any) -> None:
@@ -159,7 +162,7 @@ def test_no_password_and_bodies_cut(app: Any, broker_url: str) -> None:
     ("post", "/api/parked/replay", {"delay": -1}),
 ])
 def test_bad_input_is_a_4xx_json_error(app: Any, method: str, path: str, body: Any) -> None:
-    client = TestClient(create_app(app, settings=WebSettings(token="tok")), headers={"Authorization": "Bearer tok"})
+    client = TestClient(create_app(app, settings=WebSettings(token=TOKEN)), headers={"Authorization": "Bearer " + TOKEN})
     r = client.request(method.upper(), path, json=body)
     assert 400 <= r.status_code < 500, (r.status_code, r.text)
     doc = r.json()

@@ -17,3 +17,5 @@ CELERY_TASK_DEFAULT_QUEUE = os.environ.get("SHOP_QUEUE", "shop")
 CELERY_DELAYQ_ENABLED = True
 CELERY_DELAYQ_PREFIX = os.environ.get("SHOP_DELAYQ_PREFIX", "shop_delayq")
 CELERY_DELAYQ_UNIT_MS = 10
+# RabbitMQ's management API (status, doctor, topology delete); unset = http://<broker host>:15672
+CELERY_DELAYQ_MANAGEMENT_URL = os.environ.get("SHOP_DELAYQ_MANAGEMENT_URL")
