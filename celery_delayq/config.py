@@ -444,15 +444,18 @@ def _backend(value: Any) -> str:
     raise _refuse("backend", value, f"one of {sorted(BACKEND_ALIASES)} or a 'module:Class' path")
 
 
-def _extensions(value: Any) -> tuple[str, ...]:
-    from .glue.extensions import EXTENSIONS  # the glue imports this module
+#: The names of :data:`celery_delayq.glue.extensions.EXTENSIONS`, for ``delayq_disabled_extensions``
+#: (written here because the glue imports this module; ``tests/test_config.py`` checks they agree).
+EXTENSION_NAMES: tuple[str, ...] = ("takeover", "cancels", "parking", "telemetry", "metrics")
 
+
+def _extensions(value: Any) -> tuple[str, ...]:
     names = (value,) if isinstance(value, str) else value
     if names is None or names == ():
         return ()
     if not isinstance(names, (list, tuple, set, frozenset)) or \
-            not all(isinstance(n, str) and n in EXTENSIONS for n in names):
-        raise _refuse("disabled_extensions", value, f"a name or a list of names from {list(EXTENSIONS)}")
+            not all(isinstance(n, str) and n in EXTENSION_NAMES for n in names):
+        raise _refuse("disabled_extensions", value, f"a name or a list of names from {list(EXTENSION_NAMES)}")
     return tuple(names)
 
 

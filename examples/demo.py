@@ -31,6 +31,8 @@ from celery_delayq.cli import delayq
 from celery_delayq.rabbitmq.occupancy import ladder_occupancy
 
 BROKER = os.environ.get("DELAYQ_DEMO_BROKER", "amqp://guest:guest@127.0.0.1:5672//")
+#: RabbitMQ's management API (the cleanup lists the broker through it); unset: http://<broker host>:15672.
+MANAGEMENT = os.environ.get("DELAYQ_DEMO_MANAGEMENT_URL")
 #: The demo's own names: everything it declares starts with one of them.
 QUEUE, PREFIX = "delayq-demo", "delayq_demo"
 
@@ -38,6 +40,7 @@ app = Celery("shop", broker=BROKER)
 app.conf.update(
     task_default_queue=QUEUE,
     delayq_prefix=PREFIX,
+    delayq_management_url=MANAGEMENT,
     broker_heartbeat=0,
     worker_hijack_root_logger=False,
 )

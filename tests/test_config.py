@@ -310,3 +310,10 @@ def test_a_worker_started_with_the_setting_alone_follows_its_value(value: str, l
             time.sleep(0.05)
     assert len(seen) == 1, "the task did not run"
     assert (seen[0] is not None) is ladder, f"delayq_enabled={value!r}: ladder entry {seen[0]!r}"
+
+
+def test_the_extension_names_config_accepts_are_the_glues() -> None:
+    from celery_delayq.config import EXTENSION_NAMES
+    from celery_delayq.glue.extensions import EXTENSIONS
+
+    assert EXTENSION_NAMES == tuple(EXTENSIONS)

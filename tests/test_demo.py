@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import management_url
+
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -22,8 +24,8 @@ DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo.py"
 
 
 def _demo(broker_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run([sys.executable, str(DEMO), *args], env=dict(os.environ, DELAYQ_DEMO_BROKER=broker_url),
-                         capture_output=True, text=True, timeout=150)
+    env = dict(os.environ, DELAYQ_DEMO_BROKER=broker_url, DELAYQ_DEMO_MANAGEMENT_URL=management_url())
+    out = subprocess.run([sys.executable, str(DEMO), *args], env=env, capture_output=True, text=True, timeout=150)
     assert out.returncode == 0, out.stderr[-3000:]
     return out
 

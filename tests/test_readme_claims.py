@@ -333,7 +333,8 @@ def test_the_demo_prints_each_attempts_due_and_run_time_and_the_levels_that_hold
     """A charge that fails three times and retries with exponential backoff (1, 2, 4 s), never early."""
     try:
         out = subprocess.run([sys.executable, str(ROOT / "examples" / "demo.py")], capture_output=True, text=True,
-                             timeout=150, env=dict(os.environ, DELAYQ_DEMO_BROKER=broker_url))
+                             timeout=150, env=dict(os.environ, DELAYQ_DEMO_BROKER=broker_url,
+                                                   DELAYQ_DEMO_MANAGEMENT_URL=management_url()))
     except subprocess.TimeoutExpired as hung:  # say where it stopped
         pytest.fail(f"the demo did not end in 150 s; it printed:\n{hung.stdout!r}\n{hung.stderr!r}")
     assert out.returncode == 0, out.stderr[-3000:]
