@@ -128,7 +128,7 @@ class DelayqConfig:
             broker's queue-leader locator puts them; with its default,
             ``client-local``, all on the declaring process's node). Existing
             queues never move; see :mod:`celery_delayq.rabbitmq.placement`.
-        metrics_port: Serve Prometheus metrics (:mod:`celery_delayq.metrics`) on this port
+        metrics_port: Serve Prometheus metrics (:mod:`celery_delayq.telemetry.metrics`) on this port
             from each worker's main process (``None`` = off). With the prefork pool,
             retries and parks happen in the children and are not counted there.
         backend: Where delayed messages wait: a name of :data:`BACKEND_ALIASES`

@@ -15,12 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from celery_delayq.analytics.errors import (
-    AnalyticsError,
-    EventsNotFoundError,
-    MissingDependencyError,
-    NoValidEventsError,
-)
+from celery_delayq.analytics.errors import AnalyticsError, MissingDependencyError, NoValidEventsError
+from celery_delayq.telemetry.files import EventsNotFoundError
 
 if TYPE_CHECKING:
     from celery_delayq.analytics.job import run_report

@@ -1,17 +1,16 @@
 """Exceptions raised by the analytics job (no pyspark import, so callers can
-catch them without the optional dependency loaded)."""
+catch them without the optional dependency loaded).
+
+A missing events directory is :class:`celery_delayq.telemetry.files.EventsNotFoundError`
+(the file lister's, read without Spark too)."""
 
 from __future__ import annotations
 
-__all__ = ["AnalyticsError", "EventsNotFoundError", "MissingDependencyError", "NoValidEventsError"]
+__all__ = ["AnalyticsError", "MissingDependencyError", "NoValidEventsError"]
 
 
 class AnalyticsError(Exception):
     """Base class: the report cannot be produced for a reason the user can fix."""
-
-
-class EventsNotFoundError(AnalyticsError):
-    """The events directory does not exist."""
 
 
 class NoValidEventsError(AnalyticsError):

@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from celery_delayq.analytics.errors import NoValidEventsError
-from celery_delayq.analytics.files import (
+from celery_delayq.telemetry.files import (
     EventFile,
     IncrementalState,
     is_local,
@@ -191,7 +191,7 @@ def run_report(
     The summary's ``timings_s`` says how long each stage took.
 
     Returns the summary dict (also written as ``summary.json``).  Raises
-    :class:`~celery_delayq.analytics.errors.EventsNotFoundError` or
+    :class:`~celery_delayq.telemetry.files.EventsNotFoundError` or
     :class:`~celery_delayq.analytics.errors.NoValidEventsError`, for a local
     directory before any JVM starts.
     """

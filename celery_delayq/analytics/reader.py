@@ -11,8 +11,8 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from celery_delayq.analytics.errors import EventsNotFoundError, NoValidEventsError
-from celery_delayq.analytics.files import local_path
+from celery_delayq.analytics.errors import NoValidEventsError
+from celery_delayq.telemetry.files import EventsNotFoundError, local_path
 from celery_delayq.analytics.schema import EVENT_COLUMNS, PARSE_SCHEMA, is_valid_event
 
 __all__ = ["check_events_path", "malformed_of", "parse_events", "read_events", "read_store"]

@@ -38,7 +38,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from celery_delayq.telemetry.recorder import DELAY_EVENTS, EVENT_TYPES, FAILURE_EVENTS
+from celery_delayq.telemetry.events import DELAY_EVENTS, EVENT_TYPES, FAILURE_EVENTS
 
 __all__ = [
     "EVENT_COLUMNS",

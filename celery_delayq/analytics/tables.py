@@ -25,7 +25,7 @@ from celery_delayq.analytics.lateness import (
     split,
 )
 from celery_delayq.analytics.schema import EVENT_TYPES
-from celery_delayq.telemetry.recorder import FAILURE_EVENTS
+from celery_delayq.telemetry.events import FAILURE_EVENTS
 
 __all__ = [
     "MIN_DELAY_BUCKET_EXP",

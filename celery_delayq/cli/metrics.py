@@ -1,7 +1,7 @@
 """``delayq metrics --port N [--addr A]``: serve Prometheus metrics until interrupted.
 
 The broker gauges (waiting per level, parked, unroutable) are read at each
-scrape; see :mod:`celery_delayq.metrics` for every name. Event counters of a
+scrape; see :mod:`celery_delayq.telemetry.metrics` for every name. Event counters of a
 standalone exporter stay at 0 (it publishes and consumes nothing): set
 ``delayq_metrics_port`` to run the exporter inside each worker for those.
 It listens on ``delayq_metrics_address`` (``127.0.0.1`` by default) unless
@@ -14,7 +14,7 @@ import threading
 
 import click
 
-from ..metrics import serve
+from ..telemetry.metrics import serve
 from .base import app_context, console
 
 __all__ = ["metrics"]

@@ -131,8 +131,8 @@ def report_command(ctx: click.Context, events_dir: str | None, app_name: str | N
         raise click.BadParameter("--since must be before --until", param_hint="--since")
 
     # Answer "nothing there" before pyspark is even imported.
-    from ..analytics.errors import AnalyticsError, EventsNotFoundError
-    from ..analytics.files import is_local, list_event_files
+    from ..analytics.errors import AnalyticsError
+    from ..telemetry.files import EventsNotFoundError, is_local, list_event_files
 
     if is_local(events_dir) and not incremental:
         try:
@@ -153,7 +153,7 @@ def report_command(ctx: click.Context, events_dir: str | None, app_name: str | N
     try:
         summary = run_report(events_dir, out_dir, master=master, conf=conf, since=since, until=until,
                              incremental=incremental, live=now, quiet=not verbose)
-    except AnalyticsError as exc:
+    except (AnalyticsError, EventsNotFoundError) as exc:
         raise click.ClickException(str(exc)) from exc
     _echo_summary(ctx, summary, out_dir, live_s if now is not None else None)
 

@@ -49,7 +49,7 @@ EXTENSIONS: dict[str, str] = {
     "cancels": "celery_delayq.cancels.extension:CancelsExtension",
     "parking": "celery_delayq.parking.extension:ParkingExtension",
     "telemetry": "celery_delayq.telemetry.subscriber:TelemetryExtension",
-    "metrics": "celery_delayq.metrics:MetricsExtension",
+    "metrics": "celery_delayq.telemetry.metrics:MetricsExtension",
 }
 
 

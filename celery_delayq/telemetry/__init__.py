@@ -2,52 +2,23 @@
 
 ``attach(app, config)`` connects telemetry to one app (``detach(app)`` undoes
 it); the events are the named tuples of :mod:`~celery_delayq.telemetry.events`,
-written by :class:`TelemetryRecorder` under ``delayq_telemetry_dir``.  The
-offline analysis lives in :mod:`celery_delayq.analytics`.
+written by :class:`TelemetryRecorder` under ``delayq_telemetry_dir``.  Beside
+them, read without Spark: :mod:`~celery_delayq.telemetry.metrics` (the
+Prometheus endpoint), :mod:`~celery_delayq.telemetry.lasthour` (the web page's
+last hour) and :mod:`~celery_delayq.telemetry.files` (the event files).  The
+offline PySpark report lives in :mod:`celery_delayq.analytics`.
+
+The public names are each module's ``__all__``, listed there once.
 """
 
-from celery_delayq.telemetry.events import (
-    DELAY_EVENTS,
-    EVENT_CLASSES,
-    EVENT_TYPES,
-    FAILURE_EVENTS,
-    Cancelled,
-    Delivered,
-    Exhausted,
-    Failed,
-    Parked,
-    Replayed,
-    Retried,
-    Scheduled,
-    Succeeded,
-    TelemetryEvent,
-)
-from celery_delayq.telemetry.recorder import TelemetryRecorder, encode_event, make_event
-from celery_delayq.telemetry.recorders import flush_all, recorder_for
-from celery_delayq.telemetry.subscriber import Subscription, attach, detach, subscription_for
+from celery_delayq.telemetry import events, recorder, recorders, subscriber
+from celery_delayq.telemetry.events import *
+from celery_delayq.telemetry.recorder import *
+from celery_delayq.telemetry.recorders import *
+from celery_delayq.telemetry.subscriber import *
 
-__all__ = [
-    "DELAY_EVENTS",
-    "EVENT_CLASSES",
-    "EVENT_TYPES",
-    "FAILURE_EVENTS",
-    "Cancelled",
-    "Delivered",
-    "Exhausted",
-    "Failed",
-    "Parked",
-    "Replayed",
-    "Retried",
-    "Scheduled",
-    "Subscription",
-    "Succeeded",
-    "TelemetryEvent",
-    "TelemetryRecorder",
-    "attach",
-    "detach",
-    "encode_event",
-    "flush_all",
-    "make_event",
-    "recorder_for",
-    "subscription_for",
-]
+__all__ = []
+__all__ += events.__all__
+__all__ += recorder.__all__
+__all__ += recorders.__all__
+__all__ += subscriber.__all__

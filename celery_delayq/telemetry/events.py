@@ -6,7 +6,7 @@ every producer and every test say what it records.  Each type's ``event``
 class attribute is the ``event`` field written to the JSON line; the other
 fields are written under their own names, in this order. (The fields are a
 private named tuple and the public class adds ``event``: a named tuple's
-body may hold nothing but fields.)
+body may hold nothing but fields. The four failure events share one.)
 
 Every event starts with the same five fields (:data:`CORE_FIELDS`):
 ``task_id``, ``task_name``, ``queue`` (the routing key the task was, or will
@@ -94,7 +94,7 @@ class Succeeded(_SucceededFields):
     event: ClassVar[str] = "succeeded"
 
 
-class _RetriedFields(NamedTuple):
+class _FailureFields(NamedTuple):
     task_id: str
     task_name: str
     queue: str
@@ -104,55 +104,28 @@ class _RetriedFields(NamedTuple):
     exception: str
 
 
-class Retried(_RetriedFields):
+class Retried(_FailureFields):
     """The task failed and scheduled a retry."""
 
     __slots__ = ()
     event: ClassVar[str] = "retried"
 
 
-class _ExhaustedFields(NamedTuple):
-    task_id: str
-    task_name: str
-    queue: str
-    attempt: int
-    ts: float
-    exception: str
-
-
-class Exhausted(_ExhaustedFields):
+class Exhausted(_FailureFields):
     """A retry policy (or ``max_retries``) gave up; ``parked`` or ``failed`` follows."""
 
     __slots__ = ()
     event: ClassVar[str] = "exhausted"
 
 
-class _ParkedFields(NamedTuple):
-    task_id: str
-    task_name: str
-    queue: str
-    attempt: int
-    ts: float
-    exception: str
-
-
-class Parked(_ParkedFields):
+class Parked(_FailureFields):
     """The message went to a parking queue: retries exhausted, or ``delayq_park_on``."""
 
     __slots__ = ()
     event: ClassVar[str] = "parked"
 
 
-class _FailedFields(NamedTuple):
-    task_id: str
-    task_name: str
-    queue: str
-    attempt: int
-    ts: float
-    exception: str
-
-
-class Failed(_FailedFields):
+class Failed(_FailureFields):
     """The task failed for good: nothing will retry it and it was not parked."""
 
     __slots__ = ()

@@ -49,10 +49,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .events import (
-    DELAY_EVENTS,
     EVENT_CLASSES,
     EVENT_TYPES,
-    FAILURE_EVENTS,
     Delivered,
     Exhausted,
     Failed,
@@ -63,14 +61,7 @@ from .events import (
     TelemetryEvent,
 )
 
-__all__ = [
-    "DELAY_EVENTS",
-    "EVENT_TYPES",
-    "FAILURE_EVENTS",
-    "TelemetryRecorder",
-    "encode_event",
-    "make_event",
-]
+__all__ = ["TelemetryRecorder", "encode_event", "make_event"]
 
 logger = logging.getLogger(__name__)
 

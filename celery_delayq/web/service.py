@@ -93,7 +93,7 @@ class Service:
 
     def telemetry(self) -> Any:
         """The last hour of telemetry (:class:`~celery_delayq.analytics.lasthour.LastHour`), None when off."""
-        from ..analytics.lasthour import last_hour
+        from ..telemetry.lasthour import last_hour
 
         root = self.context.config.telemetry_dir
         return last_hour(root) if root else None

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from celery_delayq.analytics import run_report
-from celery_delayq.analytics.files import IncrementalState, list_event_files, split_sealed
+from celery_delayq.telemetry.files import IncrementalState, list_event_files, split_sealed
 
 H0 = 1_704_067_200.0  # 2024-01-01T00:00:00Z
 

@@ -222,7 +222,7 @@ def test_status_shows_an_exit_queue_that_holds_what_its_destination_cannot_take(
         assert exit_queue.startswith(f"hd{uid}.exit.") and n == 1
         table = run_delayq(app, "status").stdout
         assert "held 1" in table and exit_queue in table and "binding for their routing key" in table
-        from celery_delayq.metrics import BrokerCollector
+        from celery_delayq.telemetry.metrics import BrokerCollector
 
         gauges = {m.name: m.samples[0].value for m in BrokerCollector(app).collect() if len(m.samples) == 1}
         assert gauges["delayq_held_messages"] == 1

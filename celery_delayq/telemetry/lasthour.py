@@ -14,8 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import EventsNotFoundError
-from .files import list_event_files
+from .files import EventsNotFoundError, list_event_files
 
 __all__ = ["LastHour", "last_hour"]
 

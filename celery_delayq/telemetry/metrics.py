@@ -54,10 +54,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from . import signals
-from .glue.app_ladder import AppLadder
-from .glue.extensions import Extension
-from .typing import CeleryApp
+from .. import signals
+from ..glue.app_ladder import AppLadder
+from ..glue.extensions import Extension
+from ..typing import CeleryApp
 
 __all__ = ["BrokerCollector", "EventCounters", "MetricsServer", "MetricsExtension", "serve", "LATENESS_BUCKETS"]
 
@@ -72,13 +72,13 @@ class BrokerCollector(Collector):
     """Reads the ladder's queue depths from the broker at every scrape (passive declares only)."""
 
     def __init__(self, app: CeleryApp) -> None:
-        from .rabbitmq.context import AppContext
+        from ..rabbitmq.context import AppContext
 
         self.context = AppContext(app)
 
     def collect(self) -> Iterator[Metric]:
         """One ``delayq status --json`` document, as gauges."""
-        from .rabbitmq.status import ladder_status
+        from ..rabbitmq.status import ladder_status
 
         up = GaugeMetricFamily("delayq_broker_up", "1 when this scrape could read the ladder's broker.")
         try:
@@ -194,7 +194,7 @@ def serve(app: CeleryApp, port: int, addr: str | None = None) -> MetricsServer:
     Raises ``OSError`` when the port is taken, as binding does.
     """
     if addr is None:
-        from .config import DelayqConfig
+        from ..config import DelayqConfig
 
         addr = DelayqConfig.from_app(app).metrics_address
     registry = CollectorRegistry(auto_describe=False)

@@ -1,7 +1,8 @@
-"""Which event files a report reads: listing, time-window pruning, incremental state.
+"""Which event files a reader reads: listing, time-window pruning, incremental state.
 
-Pure Python (no pyspark), so the CLI can answer "nothing to report" for an
-empty or missing directory in well under a second, before any JVM starts.
+Pure Python (no pyspark): the web page's last hour reads through it, and the
+report's command answers "nothing to report" for an empty or missing
+directory in well under a second, before any JVM starts.
 
 The recorder writes ``root/date=YYYY-MM-DD/hour=HH/events-*.jsonl`` and an
 event's partition is its own ``ts`` hour (UTC), so a ``--since``/``--until``
@@ -22,10 +23,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from celery_delayq.analytics.errors import EventsNotFoundError
-
 __all__ = [
     "EventFile",
+    "EventsNotFoundError",
     "IncrementalState",
     "is_local",
     "list_event_files",
@@ -36,6 +36,10 @@ __all__ = [
 _PARTITION = re.compile(r"date=(\d{4})-(\d{2})-(\d{2})[/\\]hour=(\d{2})(?:[/\\]|$)")
 #: A file whose hour ended this long ago is complete: the recorder flushes every second.
 SEAL_AFTER_S = 300.0
+
+
+class EventsNotFoundError(FileNotFoundError):
+    """The events directory does not exist (no recorder has written to it yet, or a wrong path)."""
 
 
 def local_path(path: str) -> str | None:
@@ -128,7 +132,8 @@ def split_sealed(files: Iterable[EventFile], now: float | None = None) -> tuple[
     any other file once it was last modified that long ago.
     """
     now = time.time() if now is None else now
-    sealed, still_open = [], []
+    sealed: list[EventFile] = []
+    still_open: list[EventFile] = []
     for f in files:
         ended = f.hour[1] if f.hour is not None else f.mtime_ns / 1e9
         (sealed if now - ended >= SEAL_AFTER_S else still_open).append(f)

@@ -168,7 +168,7 @@ def _outside_address() -> str:
 
 
 def test_the_exporter_listens_on_loopback_unless_told(make_app: Callable[..., Any], vhost: str) -> None:
-    from celery_delayq.metrics import serve
+    from celery_delayq.telemetry.metrics import serve
 
     outside = _outside_address()
     default = serve(make_app(), 0)
