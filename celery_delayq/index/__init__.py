@@ -1,21 +1,13 @@
-"""The index of waiting tasks and the cancel log: the streams beside each ladder, read (and the log written).
+"""The index of waiting tasks and the cancel log (the streams beside each ladder): read, and the log written.
 
-* :mod:`.frames`: the few header fields the index needs, read from raw AMQP frames (pure);
-* :mod:`.stream`: reading a stream to its end, fast, without changing it; appending to one, confirmed;
-  the connection every read uses (:class:`IndexUnavailable` when the broker has no streams);
-* :mod:`.query`: reading the index (:func:`read_index`: the latest pass of every task id);
-* :mod:`.ids`: full ids and unique prefixes resolved against the index; what "waiting" leaves out
-  (:func:`~.ids.superseded`, :func:`~.ids.hidden`);
-* :mod:`.cancel_book`: the cancels known, in memory (pure); :mod:`.cancel_log`: the cancel log's
-  entries, written and read;
-* :mod:`.lookup`: is this task waiting? (:func:`find_waiting`), the index and the log read once.
+* :mod:`.frames` (pure), :mod:`.stream`: read a stream to its end fast; append to one; the readers' connection;
+* :mod:`.query`: :func:`read_index`; :mod:`.ids`: ids and prefixes, and what "waiting" leaves out;
+* :mod:`.cancel_book` (pure), :mod:`.cancel_log`: the cancels, in memory and in their stream;
+* :mod:`.lookup`: is this task waiting? (:func:`find_waiting`: the index and the log read once).
 
-The stream names are :mod:`celery_delayq.ladder.index_layout` (pure); the index's entries are
-written when the broker confirms a ladder publish (the index writer). Every reader takes a kombu
-connection (a template: each read opens its own copy) and an :class:`~celery_delayq.ladder.index_layout.IndexLayout`,
-never the app: a caller above the glue (``pending/``, ``cancels/``, the CLI, the web page) resolves
-them from its app. Import rule: ``index/`` imports the ground, ``ladder/``, ``config`` and
-``rabbitmq/`` only; never the glue, a feature or the CLI. ``amqp`` is imported by :mod:`.stream` alone.
+Every reader takes a kombu connection and an :class:`~celery_delayq.ladder.index_layout.IndexLayout`
+(the names, pure), never the app: callers above the glue resolve them. Imports: the ground, ``ladder/``,
+``config``, ``rabbitmq/``; never the glue or a feature. ``amqp``: :mod:`.stream` only.
 """
 
 from __future__ import annotations

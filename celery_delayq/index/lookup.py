@@ -1,11 +1,7 @@
-"""Is this task waiting? The index and the cancel log read together, once: :func:`find_waiting`.
+"""Is this task waiting? :func:`find_waiting` reads the index shards of whole ids once, the cancel log once.
 
-A task waits when the index's latest pass of its id is not due yet, its id
-is not cancelled and that pass was not replaced by a run-now or a
-reschedule (:func:`~.ids.hidden`). :func:`find_waiting` answers for whole
-ids (a run-now, a reschedule, an API cancel, the API's one task) with one
-read of their index shards and, once one is found, one read of the cancel
-log; :func:`read_cancel_book` is that read (``delayq status`` counts from it).
+Used by a run-now, a reschedule, an API cancel and the API's one task; :func:`read_cancel_book`
+is the log's read (``delayq status`` counts from it).
 """
 
 from __future__ import annotations
