@@ -46,9 +46,8 @@ def main() -> None:
     from fastapi.testclient import TestClient
 
     import celery_delayq
-    from celery_delayq.glue.app_ladder import ladder_for
-    from celery_delayq.cancels.supersede import cancel_state
-    from celery_delayq.pending.query import read_index
+    from celery_delayq.cancels.requests import index_of
+    from celery_delayq.index import read_cancel_book, read_index
     from celery_delayq.web import create_app
 
     results: dict[str, Any] = {"tasks": opts.tasks, "rounds": opts.rounds, "broker": broker_version(),
@@ -73,7 +72,6 @@ def main() -> None:
                     r = report.apply_async((f"customer-{j}", j), countdown=rng.uniform(3600, 86400))
                     ids.append(r.id)
         results["publish_s"] = round(time.perf_counter() - started, 1)
-        ladder = ladder_for(app)
         client = TestClient(create_app(app))
         svc = client.app.state.delayq  # type: ignore[attr-defined]
 
@@ -112,11 +110,11 @@ def main() -> None:
         rows["argument search, warm (snapshot)"] = (t, len(r.content))
         t, r = _timed(lambda: client.get("/waiting", params={"args": "customer-4242"}), opts.rounds)
         rows["argument search, HTML, warm"] = (t, len(r.content))
-        t, _ = _timed(lambda: read_index(ladder), opts.rounds)
+        t, _ = _timed(lambda: read_index(*index_of(app)), opts.rounds)
         rows["part: read_index, all 16 shards"] = (t, 0)
-        t, _ = _timed(lambda: read_index(ladder, task_ids=[probe]), opts.rounds)
+        t, _ = _timed(lambda: read_index(*index_of(app), task_ids=[probe]), opts.rounds)
         rows["part: read_index, one shard"] = (t, 0)
-        t, _ = _timed(lambda: cancel_state(app), opts.rounds)
+        t, _ = _timed(lambda: read_cancel_book(*index_of(app)), opts.rounds)
         rows["part: cancel log read"] = (t, 0)
         results["rows"] = {k: {"median_s": round(statistics.median(v), 3), "max_s": round(max(v), 3), "bytes": b}
                            for k, (v, b) in rows.items()}

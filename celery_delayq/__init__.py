@@ -32,7 +32,8 @@ from .glue.batching import batch
 from .parking import ParkedMessage, ParkedMessageNotFound, ParkingError, ParkingFailed, ParkingQueue, UnsafeToBrowse
 from .policies import RetryAfter, RetryPolicy
 from .glue.queue_delays import DelayedQueue
-from .pending import AmbiguousTaskId, IndexUnavailable, PendingTask, TaskIdError, TaskIdNotFound, pending
+from .index import AmbiguousTaskId, IndexUnavailable, PendingTask, TaskIdError, TaskIdNotFound
+from .pending import pending
 from .cancels import CancelResult, cancel
 
 # Grouped as docs/api.md is; tests/test_api.py checks that every name is documented there.

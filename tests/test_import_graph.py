@@ -40,10 +40,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: The command lines, ``celery -A APP delayq`` (``python -m celery_delayq.analytics`` runs its report by name).
 CLI = ("celery_delayq.cli",)
 #: Package-level knots among the features still to untie, each with its reason. Only these may remain.
-KNOWN_FEATURE_KNOTS: list[list[str]] = [
-    # pending's listing hides cancelled tasks (it reads the cancel log); cancels finds tasks in the index.
-    ["cancels", "pending"],
-]
+KNOWN_FEATURE_KNOTS: list[list[str]] = []
 
 
 def _module_name(path: Path) -> str:

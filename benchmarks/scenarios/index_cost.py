@@ -119,15 +119,14 @@ def _lookups(ctx: Ctx, url: str) -> dict[str, Any]:
     from celery import Celery
 
     from celery_delayq import pending
-    from celery_delayq.pending import read_index
-    from celery_delayq.glue.integration import ladder_for
+    from celery_delayq.cancels.requests import index_of
+    from celery_delayq.index import read_index
 
     shape = {f"delayq_{k}": v for k, v in DEFAULT_LADDER.items() if k in ("radix", "unit_ms", "levels", "queue_type")}
     app = Celery("dqbench_index", broker=url, set_as_current=False)
     app.conf.update(delayq_prefix="dqidx", delayq_management_url="", broker_heartbeat=0, **shape)
-    ladder = ladder_for(app)
     t0 = time.perf_counter()
-    everything = read_index(ladder)
+    everything = read_index(*index_of(app))
     listing = time.perf_counter() - t0
     some = next(iter(everything), None)
     by_id = None

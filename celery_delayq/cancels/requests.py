@@ -1,4 +1,7 @@
-"""Recording and reading cancels: :func:`cancel`, :func:`record_cancels`, :func:`cancelled_ids`."""
+"""Recording and reading cancels: :func:`cancel`, :func:`record_cancels`, :func:`cancelled_ids`.
+
+The cancel log itself (and the index each cancel checks) is :mod:`celery_delayq.index`.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +10,20 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+import kombu
+
 from .. import signals
 from ..glue.app_ladder import ladder_for
+from ..index.cancel_log import record
+from ..index.ids import Resolved, TaskIdNotFound, resolve_ids
+from ..index.lookup import find_waiting, read_cancel_book
+from ..index.query import PendingTask, iso, read_index
+from ..index.stream import IndexUnavailable, reader_connection
 from ..inputs import check_id
-from ..pending.ids import Resolved, TaskIdNotFound, resolve_ids
-from ..ladder.index_layout import MARGIN_S
-from ..pending.query import IndexUnavailable, PendingTask, iso, open_layout, read_index
-from ..pending.stream import reader_connection
-from .book import CancelBook
-from .log import load, record
+from ..ladder.index_layout import MARGIN_S, IndexLayout
 from ..typing import CeleryApp
 
-__all__ = ["cancel", "CancelResult", "cancelled_ids", "cancel_book", "record_cancels"]
+__all__ = ["cancel", "CancelResult", "cancelled_ids", "record_cancels", "index_of"]
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,14 @@ class CancelResult:
                 "due": self.found.due_iso if self.found else None}
 
 
-def cancel(app: CeleryApp, *task_ids: str, lookup: bool = True, force: bool = False) -> list[CancelResult]:
+def index_of(app: CeleryApp) -> tuple[kombu.Connection, IndexLayout]:
+    """The connection and the layout the index readers take, for ``app``'s ladder."""
+    ladder = ladder_for(app)
+    return ladder.connection(), IndexLayout(ladder.config.spec, index=ladder.config.index)
+
+
+def cancel(app: CeleryApp, *task_ids: str, lookup: bool = True, force: bool = False,
+           only_waiting: bool = False) -> list[CancelResult]:
     """Cancel waiting tasks by id: they will not run, however long they still wait.
 
     Each id must be the id of a task waiting in the ladder, or the start of
@@ -62,25 +74,30 @@ def cancel(app: CeleryApp, *task_ids: str, lookup: bool = True, force: bool = Fa
             recorded as given, holding for the ladder's maximum delay plus a day.
         force: Also record the ids that name no waiting task, as given (a task
             not published yet), holding for the ladder's maximum delay plus a day.
+        only_waiting: Every id must be the whole id of a task waiting now and not
+            cancelled yet (the web page's and the API's rule; no prefixes, no ``force``).
 
     Raises:
         BadInput: an id is not one (empty, unprintable, not UTF-8, too long; nothing was recorded).
         TaskIdNotFound: an id names no waiting task (nothing was recorded); ``force`` records it.
         AmbiguousTaskId: a prefix starts several waiting ids (nothing was recorded).
+        TaskNotWaiting: with ``only_waiting``, an id names no task waiting now (nothing was recorded).
         IndexUnavailable: there is no index to check the ids in; ``force`` records them unchecked.
         PublishError: naming the ids whose cancel may not be recorded.
     """
     ids = list(dict.fromkeys(check_id(str(t), what="task id") for t in task_ids))
     if not ids:
         return []
-    if not lookup:
-        return _record(app, [(i, i, None) for i in ids], "cancelled", time.time())
-    ladder = ladder_for(app)
     now = time.time()
-    book = functools.cache(lambda: cancel_book(app, now=now))  # one read of the cancel log, if any
+    if not lookup:
+        return _record(app, [(i, i, None) for i in ids], "cancelled", now)
+    connection, layout = index_of(app)
+    book = functools.cache(lambda: read_cancel_book(connection, layout, now=now))  # one read of the log, if any
+    if only_waiting:  # one read of the index and of the log, then the cancels
+        waiting = find_waiting(connection, layout, ids, now=now, book=book)
+        return _record(app, [(i, i, waiting[i]) for i in ids], "cancelled", now)
     try:
-        resolved = resolve_ids(ladder, ids, now=now, cancelled=lambda: book().live(now),
-                               superseded=lambda: book().live_passes(now))
+        resolved = resolve_ids(connection, layout, ids, now=now, book=book)
     except IndexUnavailable as exc:
         if not force:
             raise IndexUnavailable(f"{exc} Without it a cancel cannot check the ids: pass force=True "
@@ -107,7 +124,7 @@ def record_cancels(app: CeleryApp, task_ids: Iterable[str], *, lookup: bool = Fa
     found: dict[str, PendingTask] = {}
     if lookup and ladder.config.index:
         try:
-            found = {k: v for k, v in read_index(ladder, task_ids=ids, now=now).items() if v.due > now}
+            found = {k: v for k, v in read_index(*index_of(app), task_ids=ids, now=now).items() if v.due > now}
         except IndexUnavailable:  # not declared yet: record as given, for the longest delay
             found = {}
     return _record(app, [(i, i, found.get(i)) for i in ids], reason, now)
@@ -122,8 +139,8 @@ def _record(app: CeleryApp, items: Sequence[tuple[str, str, PendingTask | None]]
     for task_id, given, found in items:
         if task_id not in results:  # two prefixes of one id: one cancel
             results[task_id] = CancelResult(task_id, found.due + MARGIN_S if found else longest, found, given)
-    with reader_connection(ladder) as raw:
-        layout = open_layout(ladder, raw)
+    connection, layout = index_of(app)
+    with reader_connection(connection) as raw:
         record(raw, layout, [(r.task_id, r.until, reason) for r in results.values()],
                timeout=ladder.config.confirm_timeout,
                dues={r.task_id: r.found.due for r in results.values() if r.found is not None})
@@ -137,18 +154,4 @@ def _record(app: CeleryApp, items: Sequence[tuple[str, str, PendingTask | None]]
 
 def cancelled_ids(app: CeleryApp, *, now: float | None = None) -> set[str]:
     """Every task id whose cancel holds at ``now``, read from the app's cancel log."""
-    return cancel_book(app, now=now).live(now)
-
-
-def cancel_book(app: CeleryApp, *, now: float | None = None) -> CancelBook:
-    """The app's cancel log, read whole into a :class:`CancelBook` (``delayq status`` counts from it).
-
-    Raises:
-        IndexUnavailable: the broker has no streams (before RabbitMQ 3.9).
-    """
-    ladder = ladder_for(app)
-    book = CancelBook()
-    with reader_connection(ladder) as raw:
-        layout = open_layout(ladder, raw)
-        load(raw, layout, book, now=now)
-    return book
+    return read_cancel_book(*index_of(app), now=now).live(now)

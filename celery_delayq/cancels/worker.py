@@ -43,9 +43,9 @@ from ..rabbitmq.following import QueueFollower
 from ..ladder.headers import ENTRY
 from ..ladder.index_layout import MARKER, IndexLayout
 from ..glue.app_ladder import ladder_if_any
-from ..pending.stream import OFFSET, reader_connection
-from .book import CancelBook
-from .log import add, load, record
+from ..index.cancel_book import CancelBook
+from ..index.cancel_log import add, load, record
+from ..index.stream import OFFSET, reader_connection
 from ..typing import CeleryApp
 
 __all__ = ["CancelFollower", "CancelStep", "mark_if_cancelled", "drop_if_superseded", "follower_for", "stop_follower"]
@@ -76,7 +76,7 @@ class CancelFollower(QueueFollower):
     def start(self) -> None:
         """Load the whole log (blocking), renew what is due, then follow it and renew hourly (daemon threads)."""
         # A worker must not start without its cancels: a slow broker gets about a minute.
-        with reader_connection(self.ladder, retries=15) as raw:
+        with reader_connection(self.ladder.connection(), retries=15) as raw:
             end = load(raw, self.layout, self.book)
         self._next = end + 1 if end is not None else "next"
         log.info("delayq: %d cancelled task id(s) loaded from %s", len(self.book), self.layout.cancel_queue)
@@ -87,14 +87,14 @@ class CancelFollower(QueueFollower):
             self._renewer.start()
 
     def renew(self, now: float | None = None) -> list[str]:
-        """Write again, confirmed, every cancel that would outlive its log entry (see :mod:`.log`).
+        """Write again, confirmed, every cancel that would outlive its log entry (see :mod:`celery_delayq.index.cancel_log`).
 
         Returns the renewed task ids. ``now`` stands for a later time in tests.
         """
         due = self.book.renewals(self.layout.max_age_s, now)
         if not due:
             return []
-        with reader_connection(self.ladder) as raw:
+        with reader_connection(self.ladder.connection()) as raw:
             dues = {task_id: d for task_id, _until in due if (d := self.book.due(task_id)) is not None}
             record(raw, self.layout, [(task_id, until, "renewed") for task_id, until in due],
                    timeout=self.ladder.config.confirm_timeout, dues=dues)

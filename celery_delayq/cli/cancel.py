@@ -23,7 +23,7 @@ import click
 
 from ..cancels import cancel as cancel_tasks
 from ..ladder.humanize import human_duration
-from ..pending.query import iso
+from ..index.query import iso
 from .base import Action, app_context, audit_action, console
 from .when import Id
 

@@ -22,7 +22,7 @@ from rich.table import Table
 
 from ..ladder.humanize import human_duration
 from ..pending import pending as find_pending
-from ..pending.query import iso
+from ..index.query import iso
 from .base import app_context, console
 from .when import Id, Moment
 

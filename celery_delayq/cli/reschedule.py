@@ -2,7 +2,7 @@
 
 ``run-now`` and ``reschedule`` publish the task again (same id, name,
 destination, attempt and arguments) and cancel the copy still in the ladder
-by its pass, so it runs once (:mod:`celery_delayq.cancels.supersede`). A new
+by its pass, so it runs once (:mod:`celery_delayq.cancels.reschedule`). A new
 due time must be in the future (:func:`celery_delayq.inputs.parse_due`): a
 past one, ``-5m`` or ``""`` is refused and names ``run-now``, never runs the
 task now.
@@ -24,9 +24,9 @@ from typing import Any
 import click
 
 from ..cancels import cancel as cancel_tasks
-from ..cancels.supersede import reschedule as move
+from ..cancels.reschedule import reschedule as move
 from ..pending.browse import WaitingFilter, page_of
-from ..pending.query import iso
+from ..index.query import iso
 from ..inputs import DUE_FORMS
 from .base import (Action, app_context, audit_action, bulk_options, check_bulk, confirm, confirm_bulk, console,
                    yes_option)

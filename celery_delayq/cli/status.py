@@ -96,10 +96,11 @@ def _render(doc: dict[str, Any], ctx: click.Context) -> None:
 
 def _cancelled_waiting(app: AppContext) -> int | None:
     """Cancelled tasks still in the ladder's queues (found waiting, not due yet); None when unreadable."""
-    from ..cancels.requests import cancel_book
+    from ..cancels.requests import index_of
+    from ..index.lookup import read_cancel_book
 
     try:
-        return len(cancel_book(app.app).still_due())
+        return len(read_cancel_book(*index_of(app.app)).still_due())
     except Exception:  # noqa: BLE001 - no streams, no cancel log yet: status still answers
         return None
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from .listing import pending
-from .query import PendingTask
+from ..index.query import PendingTask
 from ..typing import CeleryApp
 
 __all__ = ["WaitingFilter", "Page", "Snapshot", "page_of", "FULL_ID_LENGTH"]

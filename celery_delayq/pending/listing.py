@@ -1,7 +1,7 @@
 """``celery_delayq.pending(app, ...)``: the tasks waiting in the index, less those cancelled.
 
-It sits above both the index reader (:mod:`.query`) and the cancel log
-(:mod:`celery_delayq.cancels`), which itself looks tasks up in the index.
+It reads the index and the cancel log (:mod:`celery_delayq.index`) with the app's
+connection and layout, and leaves out what :func:`~celery_delayq.index.ids.hidden` hides.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import functools
 import time
 from datetime import datetime, timezone
 
-from ..cancels.supersede import cancel_state
 from ..glue.app_ladder import ladder_for
-from .ids import resolve_ids
-from .query import PendingTask, read_index
+from ..index.ids import hidden, resolve_ids
+from ..index.lookup import read_cancel_book
+from ..index.query import PendingTask, read_index
+from ..ladder.index_layout import IndexLayout
 from ..typing import CeleryApp
 
 __all__ = ["pending"]
@@ -40,18 +41,16 @@ def pending(app: CeleryApp, *, task: str | None = None, queue: str | None = None
         AmbiguousTaskId: ``task_id`` is the start of several waiting ids (they are listed).
     """
     ladder = ladder_for(app)
+    connection, layout = ladder.connection(), IndexLayout(ladder.config.spec, index=ladder.config.index)
     now = time.time() if now is None else now
-    # (cancelled ids, superseded passes): one read of the cancel log, shared by the lookup and the filter
-    state = functools.cache(lambda: cancel_state(app, now=now))
+    # One read of the cancel log, shared by the lookup and the filter
+    book = functools.cache(lambda: read_cancel_book(connection, layout, now=now))
     if task_id is not None:
-        resolved = resolve_ids(ladder, [task_id], now=now, cancelled=lambda: state()[0],
-                               superseded=lambda: state()[1])
-        waiting = list(resolved.found.values())
+        waiting = list(resolve_ids(connection, layout, [task_id], now=now, book=book).found.values())
     else:
-        waiting = [t for t in read_index(ladder, now=now).values() if t.due > now]
+        waiting = [t for t in read_index(connection, layout, now=now).values() if t.due > now]
     if waiting:
-        gone, replaced = state()  # replaced: passes a reschedule or run-now superseded
-        waiting = [t for t in waiting if t.task_id not in gone and t.entry not in replaced]
+        waiting = [t for t in waiting if not hidden(t, book(), now)]
     before, after = _epoch(due_before), _epoch(due_after)
     out = [t for t in waiting if _matches(t, task, queue, before, after)]
     out.sort(key=lambda t: (t.due, t.task_id))

@@ -39,11 +39,13 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 from starlette.exceptions import HTTPException
 
-from ..cancels.supersede import CannotReschedule, TaskNotWaiting
+from ..cancels.reschedule import CannotReschedule
+from ..cancels.requests import index_of
 from ..errors import DelayqError, DelayTooLong
 from ..inputs import DELAY_FORMS, DUE_FORMS, ID_MAX, BadInput, check_id
 from ..parking import ParkedMessageNotFound
-from ..pending import IndexUnavailable, TaskIdNotFound
+from ..index import IndexUnavailable, TaskIdNotFound, TaskNotWaiting
+from ..index.lookup import find_waiting
 from .security import actor
 from .service import SelectionChanged, Service, pending_dict
 
@@ -348,11 +350,10 @@ def cancel_matching(request: Request, body: CancelFilter) -> dict[str, Any]:
 @router.get("/waiting/{task_id}", response_model=Waiting, responses=_READ_ONE, summary="One waiting task")
 def waiting_one(request: Request, task_id: str = _TaskId) -> dict[str, Any]:
     """The waiting task of this id (one index shard is read)."""
-    from ..cancels.supersede import read_index_one
-
     svc = service(request)
     now = time.time()
-    found = read_index_one(svc.app, check_id(task_id, what="task_id"), now=now)
+    task_id = check_id(task_id, what="task_id")
+    found = find_waiting(*index_of(svc.app), [task_id], now=now)[task_id]
     return pending_dict(found, now, body_max=svc.settings.body_max)
 
 

@@ -27,7 +27,7 @@ from ..errors import DelayqError
 from ..inputs import BadInput, check_id
 from ..ladder.humanize import human_duration
 from ..parking import ParkedMessageNotFound
-from ..pending import IndexUnavailable
+from ..index import IndexUnavailable
 from ..pending.browse import WaitingFilter
 from .api import service
 from .security import CSRF_FIELD, actor, csrf_token_for

@@ -5,7 +5,7 @@ Every number comes from what the CLI uses: ``delayq status``'s
 :func:`~celery_delayq.doctor.diagnose`, :func:`~celery_delayq.pending.pending`
 (through :mod:`celery_delayq.pending.browse`), the parking queue's own
 operations, :func:`~celery_delayq.cancel` and
-:func:`~celery_delayq.cancels.supersede.reschedule`.
+:func:`~celery_delayq.cancels.reschedule.reschedule`.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from ..audit import audit
 from ..cancels import cancel
-from ..cancels.supersede import Rescheduled, read_index_one, reschedule
+from ..cancels.reschedule import Rescheduled, reschedule
 from ..doctor import Finding
 from ..errors import DelayqError
 from ..inputs import BadInput, check_id, describe_guard, parse_delay, parse_due, require_selection
 from ..ladder.moments import parse_moment
 from ..parking import ParkedFilter, ParkedMessage, ParkingQueue
 from ..pending.browse import Page, Snapshot, WaitingFilter, page_of
-from ..pending.query import PendingTask
+from ..index.query import PendingTask
 from .settings import WebSettings
 from ..typing import CeleryApp
 
@@ -170,18 +170,15 @@ class Service:
     def cancel(self, task_ids: Sequence[str], *, who: str, via: str) -> list[Any]:
         """Cancel tasks by whole id (:func:`celery_delayq.cancel`).
 
-        Every id is checked first and must name a task waiting now (one index shard each):
+        Every id must name a task waiting now (one read of their index shards and of the cancel log):
         an unknown, ran or already cancelled one is :class:`TaskNotWaiting` and nothing is recorded.
         """
         with self._audited("cancel", who, via, [str(i) for i in task_ids]):
             if not task_ids:
                 raise BadInput("task_id: give at least one task id")
             ids = [check_id(i, what="task_id") for i in task_ids]
-            now = time.time()
-            for task_id in ids:
-                read_index_one(self.app, task_id, now=now)
             self._acting()
-            return cancel(self.app, *ids)
+            return cancel(self.app, *ids, only_waiting=True)
 
     def waiting_filter(self, *, task: str | None = None, queue: str | None = None, id: str | None = None,
                        args: str | None = None, due_after: str | None = None, due_before: str | None = None,
@@ -228,7 +225,7 @@ class Service:
         Raises:
             BadInput: a bad id; a due time that is empty, in the past, or not a time (it names run-now).
             DelayTooLong: a due time later than the app accepts.
-            TaskNotWaiting, CannotReschedule: see :func:`~celery_delayq.cancels.supersede.reschedule`.
+            TaskNotWaiting, CannotReschedule: see :func:`~celery_delayq.cancels.reschedule.reschedule`.
         """
         with self._audited("run-now" if due is None else "reschedule", who, via, [str(task_id)]) as record:
             task_id = check_id(task_id, what="task_id")

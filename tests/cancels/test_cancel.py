@@ -23,27 +23,14 @@ import pytest
 
 import celery_delayq
 from celery_delayq import AmbiguousTaskId, TaskIdNotFound, cancel, pending, signals
-from celery_delayq.cancels import CancelBook, cancelled_ids
-from celery_delayq.cancels.log import AT, CANCEL, REASON, UNTIL, record
+from celery_delayq.cancels import cancelled_ids
+from celery_delayq.cancels.requests import index_of
+from celery_delayq.index.cancel_log import AT, CANCEL, REASON, UNTIL, record
+from celery_delayq.index.lookup import read_cancel_book
 from celery_delayq.inputs import BadInput
 from celery_delayq.ladder.index_layout import MARGIN_S
-from celery_delayq.pending.query import open_layout
-from celery_delayq.pending.stream import StreamReader, reader_connection
+from celery_delayq.index.stream import StreamReader, reader_connection
 from helpers import Collector, running_worker
-
-
-# -- pure ---------------------------------------------------------------------------------
-def test_book_holds_each_cancel_until_it_expires() -> None:
-    book = CancelBook()
-    book.add("a", 100.0)
-    book.add("a", 50.0)  # an earlier expiry does not shorten a later one
-    book.add("b", 10.0)
-    assert book.cancelled("a", now=99.0) and not book.cancelled("a", now=100.0)
-    assert not book.cancelled("b", now=10.0) and not book.cancelled("c", now=0.0)
-    assert book.live(now=20.0) == {"a"}
-    book.PRUNE_EVERY = 1
-    book.add("c", time.time() + 60)  # pruning drops what expired, keeps the rest
-    assert "b" not in book._until and "a" not in book._until and book.cancelled("c")
 
 
 # -- broker -------------------------------------------------------------------------------
@@ -256,19 +243,6 @@ def test_cli_cancel(make_app, broker_url: str, prefix: str, tmp_path: Path) -> N
 
 
 # -- safety: unknown ids, prefixes ---------------------------------------------------------
-def test_book_renews_a_cancel_that_outlives_its_entry() -> None:
-    keep, day, t0 = 32 * 86400.0, 86400.0, 1.8e9
-    book = CancelBook()
-    book.add("long", until=t0 + 41 * day, written=t0, due=t0 + 40 * day)
-    book.add("short", until=t0 + 20 * day, written=t0)  # its entry outlives it: never renewed
-    book.add("old", until=t0 + 60 * day)  # an entry without a write time (an older version): renewed at once
-    assert book.renewals(keep, now=t0 + 10) == [("old", t0 + 60 * day)]
-    assert book.renewals(keep, now=t0 + 16 * day) == [("long", t0 + 41 * day), ("old", t0 + 60 * day)]
-    book.add("long", until=t0 + 41 * day, written=t0 + 16 * day)  # renewed: the newer entry counts
-    assert [r for r in book.renewals(keep, now=t0 + 40 * day) if r[0] == "long"] == []  # lasts to day 48
-    assert book.still_due(now=t0 + 39 * day) == {"long"} and book.still_due(now=t0 + 40 * day) == set()
-
-
 def test_cancel_of_an_unknown_id_is_an_error_and_records_nothing(make_app, uid: str) -> None:
     app = make_app(delayq_enabled=True)
 
@@ -324,36 +298,8 @@ def test_a_unique_prefix_resolves_and_an_ambiguous_one_lists_its_candidates(make
         cancel(app, two.id[:3])  # under four characters: never taken as a prefix
 
 
-
-def test_a_whole_uuid_is_looked_up_in_its_shard_only(make_app) -> None:
-    """A miss on a Celery-style id costs one index shard, never a scan of every waiting task."""
-    from celery_delayq.glue.app_ladder import ladder_for
-    from celery_delayq.pending.ids import resolve_ids
-
-    app = make_app(delayq_enabled=True)
-
-    @app.task(name=f"{app.main}.later")
-    def later() -> None: ...
-
-    waiting = later.apply_async(countdown=3600)
-    scans: list[int] = []
-
-    def cancelled() -> frozenset[str]:  # read only when a prefix is matched against every waiting id
-        scans.append(1)
-        return frozenset()
-
-    ladder = ladder_for(app)
-    missing = str(uuid.uuid4())
-    resolved = resolve_ids(ladder, [missing, waiting.id], cancelled=cancelled)
-    assert resolved.unknown == [missing] and list(resolved.found) == [waiting.id] and scans == []
-    assert list(resolve_ids(ladder, [waiting.id[:8]], cancelled=cancelled).found) == [waiting.id[:8]]
-    assert scans == [1]  # a start of an id is still resolved, by reading them all
-    cancel(app, waiting.id)
-
 # -- a cancel lasts until its task's due time, however far ---------------------------------
 def test_celery_revoke_of_a_40_day_task_holds_until_it_is_due(make_app) -> None:
-    from celery_delayq.cancels.requests import cancel_book
-
     app = make_app(delayq_enabled=True)
 
     @app.task(name=f"{app.main}.job")
@@ -362,16 +308,14 @@ def test_celery_revoke_of_a_40_day_task_holds_until_it_is_due(make_app) -> None:
     far = job.apply_async(countdown=40 * 86400)
     [waiting] = pending(app, task_id=far.id)
     far.revoke()  # Celery's revoke, recorded in the cancel log first
-    book = cancel_book(app)
+    book = read_cancel_book(*index_of(app))
     assert book.cancelled(far.id, now=waiting.due - 60)  # not only for the ladder's 31 days
     assert book.due(far.id) == waiting.due
 
 
-
 def _log_entries(app: Any, task_id: str) -> list[dict[str, Any]]:
-    ladder = celery_delayq.ladder_for(app)
-    with reader_connection(ladder) as raw:
-        layout = open_layout(ladder, raw)
+    connection, layout = index_of(app)
+    with reader_connection(connection) as raw:
         reader = StreamReader(raw, layout.cancel_queue)
         return [h for _o, h, _m in reader.read("first", (CANCEL, UNTIL, AT, REASON)) if h.get(CANCEL) == task_id]
 
@@ -393,9 +337,8 @@ def test_a_40_day_cancel_outlives_the_logs_retention(tmp_path: Path, broker_url:
     far = job.apply_async(("far",), countdown=40 * 86400)  # laps: longer than the ladder's 31 days
     [result] = cancel(app, far.id)
     assert result.found is not None and result.until >= result.found.due + MARGIN_S - 1e-6
-    ladder = celery_delayq.ladder_for(app)
-    with reader_connection(ladder) as raw:
-        layout = open_layout(ladder, raw)
+    connection, layout = index_of(app)
+    with reader_connection(connection) as raw:
         keep = layout.max_age_s
         assert result.until > time.time() + keep  # the entry alone would not last: renewal is needed
         twenty_days_ago = time.time() - 20 * 86400
@@ -404,8 +347,8 @@ def test_a_40_day_cancel_outlives_the_logs_retention(tmp_path: Path, broker_url:
     # with the log as it is now (fresh + old), then with an old entry only.
     old_only = f"{uid}-old-{uuid.uuid4()}"
     until = time.time() + 40 * 86400
-    with reader_connection(ladder) as raw:
-        record(raw, open_layout(ladder, raw), [(old_only, until, "cancelled")], at=twenty_days_ago)
+    with reader_connection(connection) as raw:
+        record(raw, layout, [(old_only, until, "cancelled")], at=twenty_days_ago)
     started = time.time()
     worker = _start_worker(env, tmp_path, name)
     try:

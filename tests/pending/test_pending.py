@@ -1,6 +1,6 @@
 """``delayq pending`` / ``celery_delayq.pending``: the index of waiting tasks, on a real broker.
 
-Pure parts first (the layout; the frame reader agrees with py-amqp), then
+The pure layout first, then
 the broker: a refused ladder publish is never listed (and still raises),
 the latest pass wins, due tasks are never listed, filters, the fast lookup
 by id, tasks scheduled inside ``batch()``, the CLI, and that reading the
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import subprocess
 import sys
 import time
@@ -21,13 +20,11 @@ from typing import Any
 
 import amqp
 import pytest
-from hypothesis import given, settings, strategies as st
 
 import celery_delayq
 from celery_delayq import DelayedRetryTask, pending
 from celery_delayq.ladder.spec import LadderSpec
-from celery_delayq.pending import IndexUnavailable
-from celery_delayq.pending.frames import HeaderReader
+from celery_delayq.index import IndexUnavailable
 from celery_delayq.ladder.index_layout import IndexLayout
 from celery_delayq.rabbitmq.topology import Topology
 from helpers import Collector, running_worker
@@ -41,42 +38,6 @@ def test_retention_covers_the_longest_delay() -> None:
     args = layout.stream_args(1000)
     assert args["x-queue-type"] == "stream" and args["x-max-age"] == f"{layout.max_age_s}s"
     assert len(layout.shard_queues) == 16 and len(set(layout.shard_queues)) == 16
-
-
-_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**63 - 1), st.floats(allow_nan=False),
-                     st.text(max_size=40))
-_VALUES = st.one_of(_SCALARS, st.lists(_SCALARS, max_size=3), st.dictionaries(st.text(max_size=5), _SCALARS,
-                                                                               max_size=3))
-
-
-@settings(max_examples=200, deadline=None)
-@given(headers=st.dictionaries(st.text(min_size=1, max_size=30), _VALUES, max_size=25),
-       message_id=st.one_of(st.none(), st.text(max_size=30)),
-       props=st.fixed_dictionaries({}, optional={"content_type": st.just("application/json"),
-                                                 "content_encoding": st.just("utf-8"),
-                                                 "delivery_mode": st.just(2), "priority": st.integers(0, 9),
-                                                 "correlation_id": st.text(max_size=10),
-                                                 "reply_to": st.text(max_size=10)}))
-def test_frame_reader_agrees_with_py_amqp(headers: dict[str, Any], message_id: str | None,
-                                          props: dict[str, Any]) -> None:
-    if message_id is not None:
-        props["message_id"] = message_id
-    message = amqp.Message(b"body", application_headers=headers or None, **props)
-    raw = message._serialize_properties()
-    decoded = amqp.Message()
-    decoded._load_properties(60, raw, 0)
-    expected = decoded.properties.get("application_headers") or {}
-    payload = struct.pack(">HHQ", 60, 0, 4) + raw
-    wanted = list(headers)[::2] + ["absent"]
-    got, mid = HeaderReader(wanted).read(payload)
-    assert mid == decoded.properties.get("message_id")
-    for key in wanted:
-        if key not in expected:
-            assert key not in got
-        elif isinstance(expected[key], (list, dict)):
-            assert got[key] is None
-        else:
-            assert got[key] == expected[key]
 
 
 # -- broker ----------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from celery_delayq import cancel, pending
-from celery_delayq.pending import TaskIdNotFound
+from celery_delayq.index import TaskIdNotFound
 from helpers import Collector, running_worker
 
 pytest.importorskip("fastapi")

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from celery_delayq.pending.browse import Snapshot, WaitingFilter, page_of
-from celery_delayq.pending.query import PendingTask
+from celery_delayq.index.query import PendingTask
 
 
 def _task(i: int, *, attempt: int = 0, args: str | None = None) -> PendingTask:

@@ -15,10 +15,12 @@
 3. otherwise it is unknown (:class:`TaskIdNotFound`), or, when it starts
    several waiting ids, ambiguous (:class:`AmbiguousTaskId`, listing them).
 
-"Waiting" is the index's word: the latest pass of the id is not due yet.
-A prefix is matched against the waiting ids that are not cancelled (those
-``delayq pending`` lists), so a start copied from that list never clashes
-with a task cancelled before; a full id is found cancelled or not.
+"Waiting" is the index's word: the latest pass of the id is not due yet, and
+it is not a pass a run-now or a reschedule replaced (:func:`superseded`, the
+one place that rule lives). A prefix is matched against the waiting ids
+that are not cancelled either (:func:`hidden`: those ``delayq pending``
+lists), so a start copied from that list never clashes with a task
+cancelled before; a full id is found cancelled or not.
 Before this, a typo or a prefix given to ``cancel`` was recorded as a cancel
 of an id that no task has, reported as "not waiting", exit status 0, and the
 task the operator meant still ran.
@@ -29,16 +31,18 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Collection, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from ..errors import DelayqError
+from ..ladder.index_layout import IndexLayout
+from .cancel_book import CancelBook
 from .query import PendingTask, read_index
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..glue.app_ladder import AppLadder
+    import kombu
 
-__all__ = ["TaskIdError", "TaskIdNotFound", "AmbiguousTaskId", "Resolved", "resolve_ids", "CANDIDATES",
-           "MIN_PREFIX"]
+__all__ = ["TaskIdError", "TaskIdNotFound", "AmbiguousTaskId", "Resolved", "resolve_ids", "superseded", "hidden",
+           "CANDIDATES", "MIN_PREFIX"]
 
 #: How many candidates an ambiguous prefix lists.
 CANDIDATES = 10
@@ -110,15 +114,27 @@ class Resolved:
     moved: list[str] = field(default_factory=list)
 
 
-def resolve_ids(ladder: AppLadder, given: Iterable[str], *, now: float | None = None,
-                cancelled: Callable[[], Collection[str]] = frozenset,
-                superseded: Callable[[], Collection[str]] = frozenset) -> Resolved:
-    """Resolve full ids and unique prefixes to the waiting tasks they name.
+def superseded(task: PendingTask, book: CancelBook, now: float) -> bool:
+    """Was this pass replaced by a run-now or a reschedule (its pass is cancelled in ``book``)?
 
-    ``cancelled`` gives the cancelled ids, which prefixes skip (read only when a prefix is looked up).
-    ``superseded`` gives the pass entries a run-now or a reschedule cancelled: a task whose latest
-    pass is one of them is not waiting (it ran, or its moved copy is not listed yet), as
-    ``delayq pending`` and ``reschedule`` judge it.
+    Then it is not waiting, whatever the index says: it ran, or its moved copy is not listed yet.
+    """
+    return book.pass_cancelled(task.entry, now)
+
+
+def hidden(task: PendingTask, book: CancelBook, now: float) -> bool:
+    """Is a pass the index lists not shown as waiting: its id cancelled, or the pass :func:`superseded`?"""
+    return book.cancelled(task.task_id, now) or superseded(task, book, now)
+
+
+def resolve_ids(connection: kombu.Connection, layout: IndexLayout, given: Iterable[str], *,
+                now: float | None = None, book: Callable[[], CancelBook] = CancelBook,
+                prefixes: bool = True) -> Resolved:
+    """Resolve full ids and unique prefixes to the waiting tasks they name (in the index of ``layout``).
+
+    ``book`` gives the cancel log (read only when needed: once an id is found, or a prefix is looked
+    up; cache it). A full id whose latest pass is :func:`superseded` is not waiting (it is listed in
+    ``moved``); prefixes skip :func:`hidden` tasks. ``prefixes=False`` takes every id as whole.
 
     Raises:
         AmbiguousTaskId: a prefix starts several waiting ids (the first such prefix).
@@ -126,19 +142,17 @@ def resolve_ids(ladder: AppLadder, given: Iterable[str], *, now: float | None = 
     """
     now = time.time() if now is None else now
     ids = [i for i in dict.fromkeys(str(g) for g in given)]
-    exact = {k: v for k, v in read_index(ladder, task_ids=[i for i in ids if i], now=now).items() if v.due > now}
-    replaced = superseded() if exact else frozenset()
-    moved = [i for i in ids if i in exact and exact[i].entry and exact[i].entry in replaced]
+    exact = {k: v for k, v in read_index(connection, layout, task_ids=[i for i in ids if i], now=now).items()
+             if v.due > now}
+    moved = [i for i in ids if i in exact and superseded(exact[i], book(), now)]
     found = {i: exact[i] for i in ids if i in exact and i not in moved}
     rest = [i for i in ids if i not in found]
-    namespace = ladder.config.spec.namespace
+    namespace = layout.spec.namespace
     looked_at = f"index of ladder {namespace!r}: the shards of {len(ids)} id(s)"
-    if any(len(i) >= MIN_PREFIX and not _whole_uuid(i) for i in rest):
-        gone = cancelled()
-        replaced = superseded()
-        waiting = sorted((t for t in read_index(ladder, now=now).values()
-                          if t.due > now and t.task_id not in gone and not (t.entry and t.entry in replaced)),
-                         key=lambda t: t.task_id)
+    if prefixes and any(len(i) >= MIN_PREFIX and not _whole_uuid(i) for i in rest):
+        cancels = book()
+        waiting = sorted((t for t in read_index(connection, layout, now=now).values()
+                          if t.due > now and not hidden(t, cancels, now)), key=lambda t: t.task_id)
         looked_at = f"index of ladder {namespace!r}: all {len(waiting):,} waiting task(s)"
         for prefix in rest:
             if len(prefix) < MIN_PREFIX or _whole_uuid(prefix):

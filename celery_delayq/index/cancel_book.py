@@ -2,7 +2,7 @@
 
 The book also knows when the entry carrying each cancel was written, so a
 worker can tell which cancels outlive their entry on the broker (the cancel
-log keeps an entry for its retention only, :mod:`.log`) and write them again
+log keeps an entry for its retention only, :mod:`.cancel_log`) and write them again
 in time (:meth:`CancelBook.renewals`).
 """
 
@@ -19,7 +19,7 @@ class CancelBook:
 
     A *pass* cancel (keyed to a pass's ``x-delayq-entry``) drops one copy of a
     task, the one a reschedule or a run-now replaced, and leaves the task id free
-    for its new copy (:mod:`celery_delayq.cancels.supersede`).
+    for its new copy (:mod:`celery_delayq.cancels.reschedule`).
 
     Filled by the worker's cancel-log follower thread and read by the
     worker's request path; a dict read or write is atomic in CPython, and
@@ -35,7 +35,7 @@ class CancelBook:
         self._written: dict[str, float] = {}
         #: The task's due time, when the cancel found it waiting (``delayq status`` counts those still due).
         self._due: dict[str, float] = {}
-        #: Cancelled ladder passes (``x-delayq-entry``) and until when (:mod:`.supersede`).
+        #: Cancelled ladder passes (``x-delayq-entry``) and until when (:mod:`celery_delayq.cancels.reschedule`).
         self._passes: dict[str, float] = {}
         self._lock = threading.Lock()
         self._added = 0

@@ -28,28 +28,24 @@ from __future__ import annotations
 import ast
 import logging
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
-import amqp
-
 from ..config import DelayqConfig
 from ..errors import DelayqError
-from ..inputs import parse_due
 from ..glue.app_ladder import ladder_for
-from ..ladder.headers import ENTRY
+from ..index.cancel_log import record_passes
+from ..index.lookup import find_waiting
+from ..index.query import PendingTask, iso
+from ..index.stream import reader_connection
+from ..inputs import parse_due
 from ..ladder.index_layout import MARGIN_S
-from ..pending.query import PendingTask, iso, open_layout, read_index
-from ..pending.stream import reader_connection
-from ..rabbitmq.confirms import ConfirmChannel, Tracker
 from ..rabbitmq.index_writer import ARGS_CUT
-from ..rabbitmq.publisher import combine
-from .log import CANCEL_PASS, REASON, UNTIL
+from .requests import index_of
 from ..typing import CeleryApp
 
-__all__ = ["CannotReschedule", "TaskNotWaiting", "Rescheduled", "read_index_one", "cancel_passes", "cancel_state", "reschedule"]
+__all__ = ["CannotReschedule", "Rescheduled", "cancel_passes", "reschedule"]
 
 log = logging.getLogger(__name__)
 
@@ -71,16 +67,6 @@ class Rescheduled:
                 "due": iso(self.due) if self.due is not None else None, "run_now": self.due is None}
 
 
-def cancel_state(app: CeleryApp, *, now: float | None = None) -> tuple[set[str], set[str]]:
-    """``(cancelled task ids, cancelled pass entries)`` at ``now``, from one read of the cancel log."""
-    # On use: pending's listing imports this module, and .requests imports pending (the knot the
-    # import-graph test lists in KNOWN_FEATURE_KNOTS).
-    from .requests import cancel_book
-
-    book = cancel_book(app, now=now)
-    return book.live(now), book.live_passes(now)
-
-
 def cancel_passes(app: CeleryApp, passes: Sequence[PendingTask], *, reason: str = "superseded") -> None:
     """Record in the cancel log that these ladder passes (not their task ids) must not run.
 
@@ -96,19 +82,10 @@ def cancel_passes(app: CeleryApp, passes: Sequence[PendingTask], *, reason: str 
     if missing:
         raise CannotReschedule(f"no ladder pass id for {', '.join(missing)} in the index (listed by an older "
                                "celery_delayq); cancel it with `delayq cancel` and publish it again yourself")
-    ladder = ladder_for(app)
-    with reader_connection(ladder) as raw:
-        layout = open_layout(ladder, raw)
-        confirm = ConfirmChannel(raw)
-        tracker = Tracker()
-        for p in passes:
-            message = amqp.Message(b"", delivery_mode=2, message_id=p.task_id, application_headers={
-                CANCEL_PASS: p.entry, UNTIL: float(p.due + MARGIN_S), REASON: reason, ENTRY: uuid.uuid4().hex})
-            confirm.publish(message, "", layout.cancel_queue, tracker)
-        confirm.wait(tracker=tracker, timeout=ladder.config.confirm_timeout)
-        failures = tracker.take_failures()
-        if failures:
-            raise combine(failures)
+    connection, layout = index_of(app)
+    with reader_connection(connection) as raw:
+        record_passes(raw, layout, [(p.task_id, p.entry, p.due + MARGIN_S) for p in passes if p.entry],
+                      reason=reason, timeout=ladder_for(app).config.confirm_timeout)
 
 
 def _literal(text: str | None, kind: type, task: PendingTask) -> Any:
@@ -148,7 +125,7 @@ def reschedule(app: CeleryApp, task_id: str, *, due: float | datetime | None, no
     now = time.time() if now is None else now
     when = None if due is None else parse_due(due.timestamp() if isinstance(due, datetime) else due, now=now,
                                               check_delay=DelayqConfig.from_app(app).check_delay)
-    found = read_index_one(app, task_id, now=now)
+    found = find_waiting(*index_of(app), [task_id], now=now)[task_id]
     args = _literal(found.argsrepr, tuple, found)
     kwargs = _literal(found.kwargsrepr, dict, found)
     options: dict[str, Any] = {"task_id": found.task_id, "retries": found.attempt}
@@ -163,22 +140,3 @@ def reschedule(app: CeleryApp, task_id: str, *, due: float | datetime | None, no
     log.info("delayq: task %s[%s] (due %s) %s", found.task_name, found.task_id, found.due_iso,
              "run now" if when is None else f"rescheduled to {iso(when)}")
     return Rescheduled(found, when)
-
-
-class TaskNotWaiting(DelayqError):
-    """No waiting task has this id (never scheduled, already due, or cancelled)."""
-
-
-def read_index_one(app: CeleryApp, task_id: str, *, now: float) -> PendingTask:
-    """The waiting pass of ``task_id`` (one index shard read), or :class:`TaskNotWaiting`."""
-    found = read_index(ladder_for(app), task_ids=[task_id], now=now).get(task_id)
-    if found is None or found.due <= now or found.task_name is None:
-        raise TaskNotWaiting(f"no task {task_id!r} is waiting in the ladder (unknown, already due, or not a "
-                             "Celery task); `delayq pending --id` lists what waits")
-    ids, passes = cancel_state(app, now=now)
-    if found.task_id in ids:
-        raise TaskNotWaiting(f"task {task_id!r} was cancelled; it will not run")
-    if found.entry and found.entry in passes:
-        raise TaskNotWaiting(f"task {task_id!r} was run now or moved: the copy in the ladder is cancelled "
-                             "(a moved task's new due time is listed once its index entry is written)")
-    return found

@@ -19,6 +19,10 @@ Two problems, two answers:
   with a ``prefilter``, parses only headers that contain the bytes looked
   for (a task id, found by a C-speed regex search). The unread rest of the
   buffer is handed back to py-amqp before the channel is closed.
+
+Every read and write of the index and the cancel log goes through
+:func:`reader_connection` (which says when the broker has no streams) and,
+for a write, :func:`append`: with the writer, the index's only ``amqp`` I/O.
 """
 
 from __future__ import annotations
@@ -29,21 +33,22 @@ import socket
 import struct
 import uuid
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Collection, Iterator
+from typing import Any, Collection, Iterator, Sequence
 
 import amqp
+import kombu
 
 from ..rabbitmq.confirms import ConfirmChannel, Tracker
-from ..errors import DelayqError
+from ..errors import DelayqError, PublishError, TopologyMissing
 from ..ladder.headers import ENTRY
 from .frames import BASIC_DELIVER, HeaderReader, delivery_tag
-from ..ladder.index_layout import MARKER
+from ..ladder.index_layout import MARKER, STREAM_VERSION
 from ..rabbitmq.index_writer import ENTRIES
+from ..rabbitmq.owned import dedicated_copy
+from ..rabbitmq.topology import broker_version
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..glue.app_ladder import AppLadder
-
-__all__ = ["StreamReader", "StreamEntry", "StreamReadError", "OFFSET", "BODY", "reader_connection"]
+__all__ = ["StreamReader", "StreamEntry", "StreamReadError", "IndexUnavailable", "OFFSET", "BODY",
+           "reader_connection", "append"]
 
 #: Header RabbitMQ adds to every message read from a stream: its offset.
 OFFSET = "x-stream-offset"
@@ -57,6 +62,10 @@ _unpack_from = struct.unpack_from
 
 class StreamReadError(DelayqError):
     """A stream could not be read to its end (stalled, deleted, or the channel was closed)."""
+
+
+class IndexUnavailable(TopologyMissing):
+    """There is no index of waiting tasks to read (turned off, broker too old, or not declared yet)."""
 
 
 #: ``(offset, headers, message_id)`` of one stream message (markers excluded).
@@ -89,18 +98,10 @@ class StreamReader:
     def write_marker(self) -> str:
         """Append a marker to the stream (confirmed); returns its token."""
         token = uuid.uuid4().hex
-        confirm = ConfirmChannel(self.connection)
-        try:
-            tracker = Tracker()
-            message = amqp.Message(b"", application_headers={MARKER: token, ENTRY: token}, delivery_mode=2)
-            confirm.publish(message, "", self.queue, tracker)
-            confirm.wait(tracker=tracker, timeout=self.confirm_timeout)
-            failures = tracker.take_failures()
-            if failures:
-                raise StreamReadError(f"could not mark the end of stream {self.queue!r}: {failures[0]}")
-        finally:
-            with contextlib.suppress(Exception):
-                confirm.channel.close()
+        failures = append(self.connection, self.queue, [({MARKER: token, ENTRY: token}, None)],
+                          timeout=self.confirm_timeout)
+        if failures:
+            raise StreamReadError(f"could not mark the end of stream {self.queue!r}: {failures[0]}")
         return token
 
     def read(self, start: int | str | datetime, fields: Collection[str], *,
@@ -261,15 +262,43 @@ def _entry_of(message: amqp.Message, wanted: Collection[str]) -> StreamEntry:
     return int(headers.get(OFFSET) or 0), picked, message.properties.get("message_id")
 
 
+def append(raw: amqp.Connection, queue: str, entries: Sequence[tuple[dict[str, Any], str | None]], *,
+           timeout: float) -> list[PublishError]:
+    """Append ``(headers, message_id)`` entries (empty bodies) to the stream ``queue``, confirmed.
+
+    Returns the failures (empty when the broker confirmed every entry).
+    """
+    confirm = ConfirmChannel(raw)
+    try:
+        tracker = Tracker()
+        for headers, message_id in entries:
+            message = amqp.Message(b"", delivery_mode=2, application_headers=headers,
+                                   **({"message_id": message_id} if message_id is not None else {}))
+            confirm.publish(message, "", queue, tracker)
+        confirm.wait(tracker=tracker, timeout=timeout)
+        return tracker.take_failures()
+    finally:
+        with contextlib.suppress(Exception):
+            confirm.channel.close()
+
+
 @contextlib.contextmanager
-def reader_connection(ladder: AppLadder, *, retries: int = 1) -> Iterator[amqp.Connection]:
-    """A py-amqp connection to ``ladder``'s broker without heartbeats (a long read cannot serve them).
+def reader_connection(connection: kombu.Connection, *, retries: int = 1) -> Iterator[amqp.Connection]:
+    """A py-amqp connection of its own to ``connection``'s broker, without heartbeats (a long read cannot
+    serve them) and without ``confirm_publish`` (:func:`~celery_delayq.rabbitmq.owned.dedicated_copy`).
 
     ``retries``: further attempts (0.5 s apart, growing to 5 s) after a failed connect.
+
+    Raises:
+        IndexUnavailable: the broker has no streams (before RabbitMQ 3.9): no index, no cancel log.
     """
-    conn = ladder.dedicated_connection("index reader").clone(heartbeat=0)
+    conn = dedicated_copy(connection, "index reader").clone(heartbeat=0)
     try:
         conn.ensure_connection(max_retries=retries, interval_start=0.5, interval_step=1.0, interval_max=5.0)
+        version = broker_version(conn.connection)
+        if version < STREAM_VERSION:
+            raise IndexUnavailable(f"RabbitMQ {'.'.join(map(str, version))} has no streams (3.9 and later do), "
+                                   "so there is no index of waiting tasks and no durable cancel; upgrade the broker.")
         yield conn.connection
     finally:
         with contextlib.suppress(Exception):  # closing after a failed read must not hide its error

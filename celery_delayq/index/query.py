@@ -4,8 +4,9 @@ The index holds one entry per pass through the ladder (see
 :mod:`~celery_delayq.rabbitmq.index_writer`). A task is waiting when the *latest*
 pass of its id is not due yet: a pass that is due (``due <= now``) has been
 delivered or is in its last hop, so it is never reported early; a retry
-adds a later pass, which then wins. :func:`~celery_delayq.pending.pending`
-leaves out the ids cancelled with :func:`celery_delayq.cancel` (or Celery's revoke).
+adds a later pass, which then wins. What is left out on top of that (the ids
+cancelled with :func:`celery_delayq.cancel` or Celery's revoke, the passes a
+reschedule replaced) is judged in one place, :mod:`.lookup`.
 
 Reading only looks: the index streams are read from the first entry that
 can still be waiting (``now - max delay``), the ladder's queues are not
@@ -21,26 +22,19 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterable
 
-from ..errors import TopologyMissing
-from ..ladder.index_layout import IndexLayout, index_layout
-from .stream import BODY, StreamReader, reader_connection as _connection
+from ..ladder.index_layout import IndexLayout
+from .stream import BODY, IndexUnavailable, StreamReader, reader_connection
 from ..rabbitmq.index_writer import ENTRIES, decode_entries, flush_buffers
 
 if TYPE_CHECKING:  # pragma: no cover
-    import amqp
+    import kombu
 
-    from ..glue.app_ladder import AppLadder
-
-__all__ = ["PendingTask", "IndexUnavailable", "read_index", "open_layout", "iso"]
+__all__ = ["PendingTask", "read_index", "iso"]
 
 #: Connections read in parallel when all shards are read (2 cores here; the broker needs them too).
 _PARALLEL = 4
 #: Read from this long before ``now - max delay`` (clock skew between hosts).
 _SLACK_S = 60.0
-
-
-class IndexUnavailable(TopologyMissing):
-    """There is no index of waiting tasks to read (turned off, broker too old, or not declared yet)."""
 
 
 def iso(epoch: float) -> str:
@@ -124,18 +118,6 @@ def tasks_of(headers: dict[str, Any]) -> list[PendingTask]:
     return out
 
 
-def open_layout(ladder: AppLadder, raw: amqp.Connection) -> IndexLayout:
-    """The index layout of ``ladder`` on the broker behind ``raw``, or :class:`IndexUnavailable`."""
-    from ..rabbitmq.topology import broker_version
-
-    version = broker_version(raw)
-    layout = index_layout(ladder.config.spec, index=getattr(ladder.config, "index", True), version=version)
-    if layout is None:
-        raise IndexUnavailable(f"RabbitMQ {'.'.join(map(str, version))} has no streams (3.9 and later do), "
-                               "so there is no index of waiting tasks and no durable cancel; upgrade the broker.")
-    return layout
-
-
 def _check_exists(raw: Any, layout: IndexLayout, names: Iterable[str]) -> None:
     ch = raw.channel()
     try:
@@ -155,23 +137,27 @@ def _check_exists(raw: Any, layout: IndexLayout, names: Iterable[str]) -> None:
             ch.close()
 
 
-def read_index(ladder: AppLadder, *, task_ids: Iterable[str] = (), now: float | None = None) -> dict[str, PendingTask]:
-    """The latest pass of every task id in the index (due or not, cancelled or not).
+def read_index(connection: kombu.Connection, layout: IndexLayout, *, task_ids: Iterable[str] = (),
+               now: float | None = None) -> dict[str, PendingTask]:
+    """The latest pass of every task id in the index of ``layout`` on ``connection``'s broker
+    (due or not, cancelled or not).
 
     With ``task_ids``, only their shards are read and only their entries parsed.
+
+    Raises:
+        IndexUnavailable: the index is off, the broker has no streams, or the index is not declared.
     """
     now = time.time() if now is None else now
     flush_buffers()  # this process's own publishes are listed at once
     ids = sorted(set(task_ids))
     # Read from the first entry that can still be waiting at ``now``, and never from the
     # future: a start after the stream's end would never reach the reader's end marker.
-    since = min(now, time.time()) - ladder.config.spec.max_delay_s - _SLACK_S
-    with _connection(ladder) as raw:
-        layout = open_layout(ladder, raw)
-        if not layout.index:
-            raise IndexUnavailable("the index of waiting tasks is off (delayq_index = False); turn it on to "
-                                   "list waiting tasks (tasks scheduled while it was off are not listed)")
-        shards = sorted({layout.shard_of(i) for i in ids}) if ids else list(range(layout.shards))
+    since = min(now, time.time()) - layout.spec.max_delay_s - _SLACK_S
+    if not layout.index:
+        raise IndexUnavailable("the index of waiting tasks is off (delayq_index = False); turn it on to "
+                               "list waiting tasks (tasks scheduled while it was off are not listed)")
+    shards = sorted({layout.shard_of(i) for i in ids}) if ids else list(range(layout.shards))
+    with reader_connection(connection) as raw:
         _check_exists(raw, layout, [layout.shard_queue(h) for h in shards])
     start = datetime.fromtimestamp(max(0.0, since), tz=timezone.utc)
     prefilter = re.compile(b"|".join(re.escape(i.encode()) for i in ids)) if ids else None
@@ -180,7 +166,7 @@ def read_index(ladder: AppLadder, *, task_ids: Iterable[str] = (), now: float | 
 
     def one(shard: int) -> dict[str, PendingTask]:
         found: dict[str, PendingTask] = {}
-        with _connection(ladder) as raw:
+        with reader_connection(connection) as raw:
             reader = StreamReader(raw, layout.shard_queue(shard))
             for _offset, headers, _message_id in reader.read(start, (ENTRIES,), prefilter=prefilter):
                 for task in tasks_of(headers):

@@ -13,7 +13,7 @@ A cancel can hold longer than that retention: a task due in 40 days laps
 through a 31-day ladder, and its cancel holds until its due time plus the
 margin, while the stream drops entries after about 32 days. So every entry
 also says when it was written (:data:`AT`), and workers write such a cancel
-again once half the retention has passed (:meth:`.book.CancelBook.renewals`,
+again once half the retention has passed (:meth:`.cancel_book.CancelBook.renewals`,
 :class:`celery_delayq.cancels.worker.CancelFollower`). Before this, the entry
 of a 40-day cancel left the stream after 32 days, a worker started after that
 never heard of it, and the cancelled task ran. The stream's arguments are not
@@ -22,27 +22,28 @@ changed (a redeclare with other arguments fails on existing ladders).
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from datetime import datetime, timezone
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-import amqp
-
-from ..rabbitmq.confirms import ConfirmChannel, Tracker
 from ..ladder.headers import ENTRY
 from ..ladder.index_layout import IndexLayout
-from ..pending.stream import StreamReader
-from .book import CancelBook
+from ..rabbitmq.publisher import combine
+from .cancel_book import CancelBook
+from .stream import StreamReader, append
 
-__all__ = ["CANCEL", "CANCEL_PASS", "UNTIL", "REASON", "AT", "DUE", "record", "load", "add"]
+if TYPE_CHECKING:  # pragma: no cover
+    import amqp
+
+__all__ = ["CANCEL", "CANCEL_PASS", "UNTIL", "REASON", "AT", "DUE", "record", "record_passes", "load", "add"]
 
 #: Header: the cancelled task id.
 CANCEL = "x-delayq-cancel"
 #: Header: epoch seconds until which the cancel holds.
 UNTIL = "x-delayq-cancel-until"
-#: Header: a cancelled ladder pass (its ``x-delayq-entry``), instead of a whole task id (:mod:`.supersede`).
+#: Header: a cancelled ladder pass (its ``x-delayq-entry``), instead of a whole task id
+#: (:mod:`celery_delayq.cancels.reschedule`).
 CANCEL_PASS = "x-delayq-cancel-pass"
 #: Header: why (``cancelled`` by ``delayq cancel``, ``revoked`` through Celery's revoke).
 REASON = "x-delayq-cancel-reason"
@@ -64,26 +65,33 @@ def record(raw: amqp.Connection, layout: IndexLayout, items: Sequence[tuple[str,
     Raises:
         PublishError: naming every task id whose cancel may not be recorded.
     """
-    from ..rabbitmq.publisher import combine
-
-    confirm = ConfirmChannel(raw)
     written = time.time() if at is None else float(at)
-    try:
-        tracker = Tracker()
-        for task_id, until, reason in items:
-            headers: dict[str, Any] = {CANCEL: task_id, UNTIL: float(until), REASON: reason, AT: written,
-                                       ENTRY: uuid.uuid4().hex}
-            if dues and task_id in dues:
-                headers[DUE] = float(dues[task_id])
-            message = amqp.Message(b"", delivery_mode=2, message_id=task_id, application_headers=headers)
-            confirm.publish(message, "", layout.cancel_queue, tracker)
-        confirm.wait(tracker=tracker, timeout=timeout)
-        failures = tracker.take_failures()
-        if failures:
-            raise combine(failures)
-    finally:
-        with contextlib.suppress(Exception):
-            confirm.channel.close()
+    entries = []
+    for task_id, until, reason in items:
+        headers: dict[str, Any] = {CANCEL: task_id, UNTIL: float(until), REASON: reason, AT: written,
+                                   ENTRY: uuid.uuid4().hex}
+        if dues and task_id in dues:
+            headers[DUE] = float(dues[task_id])
+        entries.append((headers, task_id))
+    _confirmed(raw, layout, entries, timeout)
+
+
+def record_passes(raw: amqp.Connection, layout: IndexLayout, items: Sequence[tuple[str, str, float]], *,
+                  reason: str, timeout: float = 30.0) -> None:
+    """Append ``(task_id, entry, until)`` pass cancels: that ladder pass of the task must not run (not its id).
+
+    Raises:
+        PublishError: naming every task whose pass cancel may not be recorded.
+    """
+    _confirmed(raw, layout, [({CANCEL_PASS: entry, UNTIL: float(until), REASON: reason, ENTRY: uuid.uuid4().hex},
+                              task_id) for task_id, entry, until in items], timeout)
+
+
+def _confirmed(raw: amqp.Connection, layout: IndexLayout, entries: Sequence[tuple[dict[str, Any], str | None]],
+               timeout: float) -> None:
+    failures = append(raw, layout.cancel_queue, entries, timeout=timeout)
+    if failures:
+        raise combine(failures)
 
 
 def load(raw: amqp.Connection, layout: IndexLayout, book: CancelBook, *, now: float | None = None) -> int | None:
