@@ -218,7 +218,19 @@ _ALL = Field(False, description="Select every one, explicitly; an empty filter n
                                 "Not with a filter.")
 
 
-class CancelFilter(BaseModel):
+class _Bulk(BaseModel):
+    """How a bulk action selects and confirms: ``all`` (not with a filter), a dry run, the count confirmed."""
+
+    all: StrictBool = _ALL
+    dry_run: StrictBool = True
+    expect: StrictInt | None = _EXPECT
+
+    def how(self) -> dict[str, Any]:
+        """``everything``, ``dry_run`` and ``expect``, as the service's bulk actions take them."""
+        return {"everything": self.all, "dry_run": self.dry_run, "expect": self.expect}
+
+
+class CancelFilter(_Bulk):
     """Cancel every waiting task that matches (``dry_run``, the default: count only).
 
     A filter (at least one field) or ``all: true`` is required; acting needs ``expect``.
@@ -233,9 +245,6 @@ class CancelFilter(BaseModel):
     due_after: StrictStr | None = Field(None, max_length=100)
     due_before: StrictStr | None = Field(None, max_length=100)
     retries: StrictBool = Field(False, description="Only retries (a filter by itself).")
-    all: StrictBool = _ALL
-    dry_run: StrictBool = True
-    expect: StrictInt | None = _EXPECT
 
     def fields(self) -> dict[str, Any]:
         """The filter's fields, for :meth:`Service.cancel_matching`."""
@@ -250,7 +259,7 @@ class NewDue(BaseModel):
     due: StrictStr = Field(..., max_length=100, description=DUE_FORMS)
 
 
-class ParkedSelect(BaseModel):
+class ParkedSelect(_Bulk):
     """Which parked messages (``dry_run``, the default: count only).
 
     A filter (task, exception or ids) or ``all: true`` is required; acting needs ``expect``.
@@ -261,9 +270,6 @@ class ParkedSelect(BaseModel):
     task: StrictStr | None = Field(None, max_length=500, description="Glob on the task name.")
     exception: StrictStr | None = Field(None, max_length=500, description="Glob on the exception type.")
     ids: list[StrictStr] = Field(default_factory=list, max_length=1000, description="Parked ids (or their start).")
-    all: StrictBool = _ALL
-    dry_run: StrictBool = True
-    expect: StrictInt | None = _EXPECT
 
     def fields(self) -> dict[str, Any]:
         """The filter's fields, for the service."""

@@ -27,15 +27,13 @@ def parked(svc: ServiceDep, q: Annotated[ParkedQuery, Depends()], limit: Limit) 
 @router.post("/replay", responses=WRITE, summary="Replay matching parked messages")
 def parked_replay(svc: ServiceDep, who: Who, body: ParkedReplay) -> Bulk:
     """Count (``dry_run``, the default) or replay the matching parked messages, after ``delay``."""
-    return svc.replay(body.fields(), everything=body.all, delay=body.delay, dry_run=body.dry_run,
-                      expect=body.expect, who=who, via="api")
+    return svc.replay(body.fields(), **body.how(), delay=body.delay, who=who, via="api")
 
 
 @router.post("/delete", responses=WRITE, summary="Delete matching parked messages")
 def parked_delete(svc: ServiceDep, who: Who, body: ParkedSelect) -> Bulk:
     """Count (``dry_run``, the default) or delete the matching parked messages (no undo)."""
-    return svc.delete_parked(body.fields(), everything=body.all, dry_run=body.dry_run, expect=body.expect,
-                             who=who, via="api")
+    return svc.delete_parked(body.fields(), **body.how(), who=who, via="api")
 
 
 @router.get("/{parked_id}", responses=PARKED_READ_ONE, summary="One parked message, with body and headers")

@@ -29,8 +29,7 @@ def waiting(svc: ServiceDep, q: Annotated[WaitingQuery, Depends()], limit: Limit
 @router.post("/cancel", responses=WRITE, summary="Cancel every matching task")
 def cancel_matching(svc: ServiceDep, who: Who, body: CancelFilter) -> Bulk:
     """Count (``dry_run``, the default) or cancel every waiting task matching the filter (or ``all``)."""
-    return svc.cancel_matching(body.fields(), everything=body.all, dry_run=body.dry_run, expect=body.expect,
-                               who=who, via="api")
+    return svc.cancel_matching(body.fields(), **body.how(), who=who, via="api")
 
 
 @router.get("/{task_id}", responses=READ_ONE, summary="One waiting task")
