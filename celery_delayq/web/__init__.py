@@ -22,7 +22,7 @@ small script are served from the package (``/static``), no CDN.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .settings import BadWebSetting, UnsafeBinding, WeakSecret, WebSettings
 from ..typing import CeleryApp
@@ -45,7 +45,8 @@ def create_app(celery_app: CeleryApp, *, settings: WebSettings | None = None, re
         WeakSecret: a token or password shorter than 16 characters (from :meth:`WebSettings.from_app`).
         BadWebSetting: a ``delayq_web_*`` number that is not a positive whole number.
     """
-    from fastapi import FastAPI
+    from fastapi import FastAPI, Security
+    from fastapi.security import HTTPBasic, HTTPBearer
     from fastapi.staticfiles import StaticFiles
 
     from . import pages
@@ -59,32 +60,14 @@ def create_app(celery_app: CeleryApp, *, settings: WebSettings | None = None, re
                   version="1", openapi_url="/api/openapi.json", docs_url=None, redoc_url=None)
     app.state.delayq = Service(celery_app, settings)
     install_errors(app)
-    for routes in (overview.router, waiting.router, parked.router, pages.router):
-        app.include_router(routes)
+    # The configured authentication, named in the OpenAPI document (SecurityMiddleware checks it).
+    named = [Security(scheme) for scheme, on in ((HTTPBearer(scheme_name="bearer", auto_error=False), settings.token),
+             (HTTPBasic(scheme_name="basic", auto_error=False), settings.username and settings.password)) if on]
+    for routes in (overview.router, waiting.router, parked.router):
+        app.include_router(routes, dependencies=named)
+    app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=str(Path(__file__).parent / "static")), name="static")
     app.add_middleware(SecurityMiddleware, settings=settings)
     app.add_middleware(BodyLimit, limit=settings.body_limit)  # outermost: nothing reads a body over the limit
-    _document_auth(app, settings)
     return app
 
-
-def _document_auth(app: FastAPI, settings: WebSettings) -> None:
-    """Name the configured authentication in the OpenAPI document (every route needs it)."""
-    plain = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            doc: dict[str, Any] = plain()
-            schemes: dict[str, Any] = {}
-            if settings.token:
-                schemes["bearer"] = {"type": "http", "scheme": "bearer"}
-            if settings.username and settings.password:
-                schemes["basic"] = {"type": "http", "scheme": "basic"}
-            if schemes:
-                doc.setdefault("components", {})["securitySchemes"] = schemes
-                doc["security"] = [{name: []} for name in schemes]
-            app.openapi_schema = doc
-        found: dict[str, Any] = app.openapi_schema
-        return found
-
-    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend the document
