@@ -9,6 +9,7 @@ test run the same routes over the real service.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -38,9 +39,13 @@ TASK = PendingTask("t-1", "proj.job", "", "q", "q", DUE, 1, "e-1", "a" * 9000, "
 PARKED = ParkedMessage("p-1", 1.0, "exhausted", "proj.job", "t-1", 3, 1.0, 2.0, "ValueError", "no", "Traceback",
                        "", "q", headers={"h": b"v"}, properties={"priority": 0}, body=b"x" * 5000)
 STATUS_DOC: dict[str, Any] = {
-    "schema": 1, "observed_at": "2030-01-01T00:00:00Z", "broker": "amqp://127.0.0.1//", "ladder": {"levels": 2},
+    "schema": 1, "observed_at": "2030-01-01T00:00:00Z", "broker": "amqp://127.0.0.1//",
+    "ladder": {"namespace": "dq.2x4", "levels": 2, "radix": 4, "unit_ms": 100, "max_delay": "1.6s", "shards": 1},
     "exists": True, "complete": True, "missing": [], "levels": [], "parking": {}, "unroutable": {},
     "totals": {"waiting": 1, "parked": 1, "unroutable": 0, "held": None}, "next_due_by": None, "all_due_by": None}
+
+LAST_HOUR = {"counts": {"delivered": 7}, "delivered_per_minute": [0] * 59 + [7], "lateness_p50_s": 0.5,
+             "lateness_p95_s": 1.0, "lateness_max_s": 2.0, "files": 1, "truncated": False}
 
 
 class FakeService:
@@ -50,6 +55,7 @@ class FakeService:
         self.settings = WebSettings(token=TOKEN, body_max=100)
         self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
         self.fail: Exception | None = None
+        self.context = SimpleNamespace(config=SimpleNamespace(telemetry_dir="/telemetry"))
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> None:
         self.calls.append((name, args, kwargs))
@@ -63,7 +69,7 @@ class FakeService:
     def overview(self) -> Overview:
         self._call("overview")
         return Overview.model_validate({**STATUS_DOC, "due_soon": DueSoon(next_minute=0, next_hour=1, retries=1),
-                                        "last_hour": None})
+                                        "last_hour": LAST_HOUR})
 
     def findings(self) -> list[Finding]:
         self._call("findings")
@@ -249,3 +255,13 @@ def test_input_is_checked_before_the_service_acts(api: TestClient, fake: FakeSer
     assert api.post("/api/waiting/cancel", json={"dry_run": "false"}).status_code == 422  # strict booleans
     assert api.post("/api/parked/delete", json={"nope": 1}).status_code == 422
     assert [name for name, _, _ in fake.calls] == []
+
+
+def test_the_pages_show_the_same_service(api: TestClient, fake: FakeService) -> None:
+    """The HTML views take the service through the same dependency (the overview shows the API's document)."""
+    text = api.get("/").text
+    assert "Delivered 7" in text and "peak 7/min" in text and "reachable" in text
+    assert "proj.job" in api.get("/waiting", params={"task": "proj.*"}).text
+    assert fake.calls[-1][1] == (WaitingFilter(task="proj.*"),)
+    assert "not a time" in api.get("/retries", params={"due_after": "soonish"}).text  # the red line, not a 400
+    assert "p-1" in api.get("/parked", params={"exception": "*Error"}).text
