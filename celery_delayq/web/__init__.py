@@ -12,21 +12,28 @@ small script are served from the package (``/static``), no CDN.
   does) or to mount in an existing deployment behind its own auth.
 * :mod:`.settings`: token / basic auth (16 characters at least), body size, read-only.
 * :mod:`.security`: authentication, CSRF, read-only enforcement, the request body limit.
-* :mod:`.api`, :mod:`.pages`: the JSON API and the HTML views.
+* :mod:`.service`: what the page and the API read and do; :mod:`.deps`: what a route asks for
+  (``Depends``: the service, the caller, a list's filter).
+* :mod:`.api` (a router per resource), :mod:`.schemas`, :mod:`.errors`: the JSON API, its models,
+  and the status each of the package's exceptions is answered with.
+* :mod:`.pages`: the HTML views and their forms.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .settings import BadWebSetting, UnsafeBinding, WeakSecret, WebSettings
 from ..typing import CeleryApp
 
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
 __all__ = ["create_app", "WebSettings", "UnsafeBinding", "WeakSecret", "BadWebSetting"]
 
 
-def create_app(celery_app: CeleryApp, *, settings: WebSettings | None = None, read_only: bool = False) -> Any:
+def create_app(celery_app: CeleryApp, *, settings: WebSettings | None = None, read_only: bool = False) -> FastAPI:
     """The ASGI application of the page and API for ``celery_app``'s ladder.
 
     Args:
@@ -38,11 +45,13 @@ def create_app(celery_app: CeleryApp, *, settings: WebSettings | None = None, re
         WeakSecret: a token or password shorter than 16 characters (from :meth:`WebSettings.from_app`).
         BadWebSetting: a ``delayq_web_*`` number that is not a positive whole number.
     """
-    from fastapi import FastAPI
+    from fastapi import FastAPI, Security
+    from fastapi.security import HTTPBasic, HTTPBearer
     from fastapi.staticfiles import StaticFiles
 
-    from .api import install_errors, router
-    from .pages import pages
+    from . import pages
+    from .api import overview, parked, waiting
+    from .errors import install_errors
     from .security import BodyLimit, SecurityMiddleware
     from .service import Service
 
@@ -51,32 +60,14 @@ def create_app(celery_app: CeleryApp, *, settings: WebSettings | None = None, re
                   version="1", openapi_url="/api/openapi.json", docs_url=None, redoc_url=None)
     app.state.delayq = Service(celery_app, settings)
     install_errors(app)
-    app.include_router(router)
-    app.include_router(pages)
+    # The configured authentication, named in the OpenAPI document (SecurityMiddleware checks it).
+    named = [Security(scheme) for scheme, on in ((HTTPBearer(scheme_name="bearer", auto_error=False), settings.token),
+             (HTTPBasic(scheme_name="basic", auto_error=False), settings.username and settings.password)) if on]
+    for routes in (overview.router, waiting.router, parked.router):
+        app.include_router(routes, dependencies=named)
+    app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=str(Path(__file__).parent / "static")), name="static")
     app.add_middleware(SecurityMiddleware, settings=settings)
     app.add_middleware(BodyLimit, limit=settings.body_limit)  # outermost: nothing reads a body over the limit
-    _document_auth(app, settings)
     return app
 
-
-def _document_auth(app: Any, settings: WebSettings) -> None:
-    """Name the configured authentication in the OpenAPI document (every route needs it)."""
-    plain = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            doc: dict[str, Any] = plain()
-            schemes: dict[str, Any] = {}
-            if settings.token:
-                schemes["bearer"] = {"type": "http", "scheme": "bearer"}
-            if settings.username and settings.password:
-                schemes["basic"] = {"type": "http", "scheme": "basic"}
-            if schemes:
-                doc.setdefault("components", {})["securitySchemes"] = schemes
-                doc["security"] = [{name: []} for name in schemes]
-            app.openapi_schema = doc
-        found: dict[str, Any] = app.openapi_schema
-        return found
-
-    app.openapi = openapi

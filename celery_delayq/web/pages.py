@@ -9,39 +9,41 @@ by the same :class:`~.service.Service` methods as the API's (through
 :mod:`celery_delayq.inputs`): a due time in the past is refused naming
 run-now, a bulk button sends the count it showed (``expect``) and ``all``
 when no filter is set, and a refusal comes back as the page's red line,
-having changed nothing.
+having changed nothing. A route takes the service and the caller from
+:mod:`.deps`, as the API's routes do, and reads a list's filter through the
+same :class:`~.deps.WaitingQuery` and :class:`~.deps.ParkedQuery`.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlencode
+from typing import Annotated, Any, Callable
+from urllib.parse import urlencode, urlsplit
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from ..errors import DelayqError
-from ..inputs import BadInput, check_id
+from ..inputs import BadInput
 from ..ladder.humanize import human_duration
 from ..parking import ParkedMessageNotFound
 from ..index import IndexUnavailable
 from ..pending.browse import WaitingFilter
-from .api import service
-from .security import CSRF_FIELD, actor, csrf_token_for
+from .deps import ParkedQuery, ServiceDep, WaitingQuery, Who
+from .security import CSRF_FIELD, csrf_token_for
+from .service import Service, describe_parked
 
-__all__ = ["pages", "templates"]
+__all__ = ["router", "templates"]
 
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 templates.env.globals["human_duration"] = human_duration
-pages = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False)
 _PAGE = 50
 
 
-def _render(request: Request, name: str, **context: Any) -> HTMLResponse:
-    svc = service(request)
+def _render(request: Request, svc: Service, name: str, **context: Any) -> HTMLResponse:
     context.update(request=request, read_only=svc.settings.read_only, csrf=csrf_token_for(request),
                    csrf_field=CSRF_FIELD, message=request.query_params.get("msg"),
                    failed=request.query_params.get("failed") == "1", now=time.time(),
@@ -54,8 +56,6 @@ def _render(request: Request, name: str, **context: Any) -> HTMLResponse:
 
 
 def _back(request: Request, message: str, *, failed: bool = False, to: str | None = None) -> Response:
-    from urllib.parse import urlsplit
-
     # Back to the page the form was on: its path and query only, never another host.
     referer = urlsplit(request.headers.get("referer") or "")
     target = to or (f"{referer.path}?{referer.query}" if referer.path.startswith("/") else "") or str(
@@ -69,94 +69,76 @@ def _back(request: Request, message: str, *, failed: bool = False, to: str | Non
     return RedirectResponse(f"{base}?{urlencode(params)}", status_code=303)
 
 
-@pages.get("/", response_class=HTMLResponse, name="overview_page")
-def overview_page(request: Request) -> HTMLResponse:
-    svc = service(request)
-    status = svc.status()
+@router.get("/", response_class=HTMLResponse, name="overview_page")
+def overview_page(request: Request, svc: ServiceDep) -> HTMLResponse:
+    doc = svc.overview()
     try:
-        soon: dict[str, int] | None = svc.due_soon()
-        index_error = None
-    except IndexUnavailable as exc:
-        soon, index_error = None, str(exc)
-    try:
-        findings = svc.findings()
+        findings, doctor_error = svc.findings(), None
     except Exception as exc:  # noqa: BLE001 - the doctor's failure is shown, the rest of the page still is
-        findings, status["doctor_error"] = [], str(exc)
-    biggest = max([lv["messages"] for lv in status["levels"]] + [1])
-    hour = svc.telemetry()
-    return _render(request, "overview.html", status=status, soon=soon, index_error=index_error,
-                   findings=findings, biggest=biggest, tab="overview", hour=hour,
-                   telemetry_on=bool(svc.context.config.telemetry_dir))
+        findings, doctor_error = [], str(exc)
+    biggest = max([lv["messages"] for lv in doc.levels] + [1])
+    return _render(request, svc, "overview.html", status=doc, soon=doc.due_soon, index_error=doc.index_error,
+                   findings=findings, doctor_error=doctor_error, biggest=biggest, tab="overview",
+                   hour=doc.last_hour, telemetry_on=bool(svc.context.config.telemetry_dir))
 
 
-def _waiting_filter(request: Request, *, retries: bool) -> tuple[WaitingFilter, dict[str, str]]:
-    q = {k: request.query_params.get(k, "").strip() for k in ("task", "queue", "id", "args", "due_after", "due_before")}
-    return service(request).waiting_filter(**q, retries=retries), q
-
-
-def _list_page(request: Request, *, retries: bool) -> HTMLResponse:
-    svc = service(request)
+def _list_page(request: Request, svc: Service, q: WaitingQuery, offset: str, *, retries: bool) -> HTMLResponse:
     error = None
     try:
-        match, q = _waiting_filter(request, retries=retries)
+        match = q.filter(svc, retries=retries)
     except BadInput as exc:
-        match, q, error = WaitingFilter(retries_only=retries), {}, str(exc)
+        match, q, error = WaitingFilter(retries_only=retries), WaitingQuery(), str(exc)
     try:
-        offset = max(0, int(request.query_params.get("offset", "0")))
-    except ValueError:
-        offset = 0
-    try:
-        page = svc.waiting(match, offset=offset, limit=_PAGE)
+        page = svc.waiting(match, offset=int(offset) if offset.strip().isdigit() else 0, limit=_PAGE)
     except IndexUnavailable as exc:
         page, error = None, str(exc)
-    query = {k: v for k, v in q.items() if v}
-    return _render(request, "waiting.html", page=page, q=q, error=error, retries=retries, query=query,
+    query = q.given()
+    return _render(request, svc, "waiting.html", page=page, q=q, error=error, retries=retries, query=query,
                    urlencode=urlencode, filtered=bool(query), tab="retries" if retries else "waiting",
                    described=match.describe())
 
 
-@pages.get("/waiting", response_class=HTMLResponse, name="waiting_page")
-def waiting_page(request: Request) -> HTMLResponse:
-    return _list_page(request, retries=False)
+@router.get("/waiting", response_class=HTMLResponse, name="waiting_page")
+def waiting_page(request: Request, svc: ServiceDep, q: Annotated[WaitingQuery, Depends()],
+                 offset: str = "0") -> HTMLResponse:
+    return _list_page(request, svc, q, offset, retries=False)
 
 
-@pages.get("/retries", response_class=HTMLResponse, name="retries_page")
-def retries_page(request: Request) -> HTMLResponse:
-    return _list_page(request, retries=True)
+@router.get("/retries", response_class=HTMLResponse, name="retries_page")
+def retries_page(request: Request, svc: ServiceDep, q: Annotated[WaitingQuery, Depends()],
+                 offset: str = "0") -> HTMLResponse:
+    return _list_page(request, svc, q, offset, retries=True)
 
 
-@pages.get("/parked", response_class=HTMLResponse, name="parked_page")
-def parked_page(request: Request) -> HTMLResponse:
-    svc = service(request)
-    q = {k: request.query_params.get(k, "").strip() for k in ("task", "exception", "id")}
+@router.get("/parked", response_class=HTMLResponse, name="parked_page")
+def parked_page(request: Request, svc: ServiceDep, q: Annotated[ParkedQuery, Depends()]) -> HTMLResponse:
     error = None
     try:
-        match = svc.parked_filter(task=q["task"], exception=q["exception"], ids=[q["id"]] if q["id"] else [])
+        match = q.filter(svc)
     except BadInput as exc:
-        match, q, error = svc.parked_filter(), {"task": "", "exception": "", "id": ""}, str(exc)
+        match, q, error = svc.parked_filter(), ParkedQuery(), str(exc)
     found, matched, total = svc.parked(match, limit=_PAGE)
-    return _render(request, "parked.html", found=found, matched=matched, total=total, q=q,
-                   filtered=any(q.values()), tab="parked", error=error)
+    return _render(request, svc, "parked.html", found=found, matched=matched, total=total, q=q,
+                   filtered=bool(describe_parked(match)), tab="parked", error=error)
 
 
-@pages.get("/parked/{parked_id}", response_class=HTMLResponse, name="parked_detail")
-def parked_detail(request: Request, parked_id: str) -> Response:
-    svc = service(request)
+@router.get("/parked/{parked_id}", response_class=HTMLResponse, name="parked_detail")
+def parked_detail(request: Request, svc: ServiceDep, parked_id: str) -> Response:
     try:
-        p = svc.parked_one(check_id(parked_id, what="parked_id"))
+        p = svc.parked_one(parked_id)
     except (ParkedMessageNotFound, BadInput) as exc:
-        return _render(request, "parked_detail.html", p=None, error=str(exc), tab="parked")
+        return _render(request, svc, "parked_detail.html", p=None, error=str(exc), tab="parked")
     body = p.body.decode("utf-8", "replace")
-    return _render(request, "parked_detail.html", p=p, error=None, tab="parked", body=body[:svc.settings.body_max],
-                   body_cut=len(body) > svc.settings.body_max)
+    return _render(request, svc, "parked_detail.html", p=p, error=None, tab="parked",
+                   body=body[:svc.settings.body_max], body_cut=len(body) > svc.settings.body_max)
 
 
 # -- actions (POST, CSRF-checked and refused when read-only by the middleware) ------------------------
-def _act(request: Request, what: Any, *, to: str | None = None) -> Response:
+def _act(request: Request, what: Callable[[], str], *, to: str | None = None) -> Response:
     """Run the action and go back with its one-line result, or with its refusal (nothing was done)."""
     try:
         return _back(request, what(), to=to)
-    except (ValueError, DelayqError) as exc:  # BadInput, DelayTooLong, not waiting, selection changed...
+    except DelayqError as exc:  # BadInput, DelayTooLong, not waiting, selection changed...
         return _back(request, str(exc), failed=True)
 
 
@@ -177,73 +159,64 @@ def _count(value: str) -> int:
     return int(text)
 
 
-@pages.post("/actions/cancel")
-def cancel_action(request: Request, task_id: list[str] = Form([])) -> Response:
-    svc = service(request)
-
+@router.post("/actions/cancel")
+def cancel_action(request: Request, svc: ServiceDep, who: Who, task_id: list[str] = Form([])) -> Response:
     def go() -> str:
-        done = svc.cancel(task_id, who=actor(request), via="page")
+        done = svc.cancel(task_id, who=who, via="page")
         return f"cancelled {len(done)} task(s): {', '.join(r.task_id for r in done[:5])}{' …' if len(done) > 5 else ''}"
     return _act(request, go)
 
 
-@pages.post("/actions/run-now")
-def run_now_action(request: Request, task_id: str = Form("")) -> Response:
-    svc = service(request)
-
+@router.post("/actions/run-now")
+def run_now_action(request: Request, svc: ServiceDep, who: Who, task_id: str = Form("")) -> Response:
     def go() -> str:
-        done = svc.reschedule(task_id, None, who=actor(request), via="page")
+        done = svc.reschedule(task_id, None, who=who, via="page")
         return f"task {done.old.task_id} will run now (its copy in the ladder is cancelled)"
     return _act(request, go)
 
 
-@pages.post("/actions/reschedule")
-def reschedule_action(request: Request, task_id: str = Form(""), due: str = Form("")) -> Response:
-    svc = service(request)
-
+@router.post("/actions/reschedule")
+def reschedule_action(request: Request, svc: ServiceDep, who: Who, task_id: str = Form(""),
+                      due: str = Form("")) -> Response:
     def go() -> str:
-        done = svc.reschedule(task_id, due, who=actor(request), via="page")
+        done = svc.reschedule(task_id, due, who=who, via="page")
         return f"task {done.old.task_id} now due {done.as_dict()['due']}"
     return _act(request, go)
 
 
-@pages.post("/actions/cancel-matching")
-def cancel_matching_action(request: Request, expect: str = Form(""), task: str = Form(""), queue: str = Form(""),
-                           id: str = Form(""), args: str = Form(""), due_after: str = Form(""),
-                           due_before: str = Form(""), retries: str = Form(""), all: str = Form("")) -> Response:
-    svc = service(request)
-
+@router.post("/actions/cancel-matching")
+def cancel_matching_action(request: Request, svc: ServiceDep, who: Who, expect: str = Form(""),
+                           task: str = Form(""), queue: str = Form(""), id: str = Form(""), args: str = Form(""),
+                           due_after: str = Form(""), due_before: str = Form(""), retries: str = Form(""), all: str = Form("")) -> Response:
     def go() -> str:
         done = svc.cancel_matching(dict(task=task, queue=queue, id=id, args=args, due_after=due_after,
                                         due_before=due_before, retries=_flag(retries, "retries")),
                                    everything=_flag(all, "all"), dry_run=False, expect=_count(expect),
-                                   who=actor(request), via="page")
+                                   who=who, via="page")
         return f"cancelled {done.done} matching task(s)"
     return _act(request, go)
 
 
-@pages.post("/actions/replay")
-def replay_action(request: Request, expect: str = Form(""), task: str = Form(""), exception: str = Form(""),
-                  parked_id: list[str] = Form([]), delay: str = Form(""), all: str = Form("")) -> Response:
-    svc = service(request)
-
+@router.post("/actions/replay")
+def replay_action(request: Request, svc: ServiceDep, who: Who, expect: str = Form(""), task: str = Form(""),
+                  exception: str = Form(""), parked_id: list[str] = Form([]), delay: str = Form(""),
+                  all: str = Form("")) -> Response:
     def go() -> str:
         done = svc.replay(dict(task=task, exception=exception, ids=parked_id), everything=_flag(all, "all"),
                           delay=delay if delay.strip() else None, dry_run=False, expect=_count(expect),
-                          who=actor(request), via="page")
+                          who=who, via="page")
         after = f" after {delay.strip()}" if delay.strip() else ""
         return f"replayed {done.done} of {done.matched} parked message(s){after}"
     return _act(request, go)
 
 
-@pages.post("/actions/delete-parked")
-def delete_parked_action(request: Request, expect: str = Form(""), task: str = Form(""), exception: str = Form(""),
-                         parked_id: list[str] = Form([]), all: str = Form("")) -> Response:
-    svc = service(request)
-
+@router.post("/actions/delete-parked")
+def delete_parked_action(request: Request, svc: ServiceDep, who: Who, expect: str = Form(""),
+                         task: str = Form(""), exception: str = Form(""), parked_id: list[str] = Form([]),
+                         all: str = Form("")) -> Response:
     def go() -> str:
         done = svc.delete_parked(dict(task=task, exception=exception, ids=parked_id), everything=_flag(all, "all"),
-                                 dry_run=False, expect=_count(expect), who=actor(request), via="page")
+                                 dry_run=False, expect=_count(expect), who=who, via="page")
         return f"deleted {done.done} parked message(s)"
     # From a message's own page, back to the list (the message is gone).
     return _act(request, go, to=str(request.url_for("parked_page")) if parked_id else None)

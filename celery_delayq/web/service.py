@@ -5,7 +5,8 @@ Every number comes from what the CLI uses: ``delayq status``'s
 :func:`~celery_delayq.doctor.diagnose`, :func:`~celery_delayq.pending.pending`
 (through :mod:`celery_delayq.pending.browse`), the parking queue's own
 operations, :func:`~celery_delayq.cancel` and
-:func:`~celery_delayq.cancels.reschedule.reschedule`.
+:func:`~celery_delayq.cancels.reschedule.reschedule`. What it returns is
+what the API answers (:mod:`.schemas`), so a route only asks and hands on.
 """
 
 from __future__ import annotations
@@ -14,39 +15,32 @@ import contextlib
 import logging
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Iterator, Mapping, Sequence
 
+from ..telemetry.lasthour import last_hour
 from ..audit import audit
-from ..cancels import cancel
+from ..cancels import CancelResult, cancel
 from ..cancels.reschedule import Rescheduled, reschedule
-from ..doctor import Finding
+from ..cancels.requests import index_of
+from ..doctor import Finding, diagnose
 from ..errors import DelayqError
+from ..glue.integration import install
 from ..inputs import BadInput, check_id, describe_guard, parse_delay, parse_due, require_selection
 from ..ladder.moments import parse_moment
 from ..parking import ParkedFilter, ParkedMessage, ParkingQueue
+from ..index import IndexUnavailable
+from ..index.lookup import find_waiting
 from ..pending.browse import Page, Snapshot, WaitingFilter, page_of
 from ..index.query import PendingTask
+from ..rabbitmq.status import ladder_status
+from .schemas import Bulk, DueSoon, Overview
 from .settings import WebSettings
 from ..typing import CeleryApp
 
-__all__ = ["Service", "BulkResult", "SelectionChanged", "moment", "describe_parked"]
+__all__ = ["Service", "SelectionChanged", "moment", "describe_parked"]
 
 log = logging.getLogger("celery_delayq.web")
-
-
-@dataclass(frozen=True)
-class BulkResult:
-    """What a bulk action matched, and did (nothing on a dry run)."""
-
-    matched: int
-    done: int
-    dry_run: bool
-    ids: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        return {"matched": self.matched, "done": self.done, "dry_run": self.dry_run, "ids": self.ids[:100]}
 
 
 class Service:
@@ -66,17 +60,22 @@ class Service:
         self._lock = threading.Lock()
 
     # -- reading ---------------------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
-        """``delayq status --json``'s document."""
-        from ..rabbitmq.status import ladder_status
-
+    def overview(self) -> Overview:
+        """``delayq status --json``'s document, what is due soon (None, and why, when the index cannot be
+        read) and the last hour of telemetry (None when off)."""
         with self.context.connected() as raw:
-            return ladder_status(self.context, raw)
+            doc = ladder_status(self.context, raw)
+        try:
+            soon, index_error = self.due_soon(), None
+        except IndexUnavailable as exc:
+            soon, index_error = None, str(exc)
+        root = self.context.config.telemetry_dir
+        hour = last_hour(root) if root else None
+        return Overview.model_validate({**doc, "due_soon": soon, "index_error": index_error,
+                                        "last_hour": hour.as_dict() if hour is not None else None})
 
     def findings(self) -> list[Finding]:
         """The doctor's findings (reused for :attr:`DOCTOR_TTL` seconds)."""
-        from ..doctor import diagnose
-
         with self._lock:
             if self._doctor is not None and time.monotonic() - self._doctor[0] < self.DOCTOR_TTL:
                 return self._doctor[1]
@@ -91,24 +90,22 @@ class Service:
             self._doctor = (time.monotonic(), found)
         return found
 
-    def telemetry(self) -> Any:
-        """The last hour of telemetry (:class:`~celery_delayq.analytics.lasthour.LastHour`), None when off."""
-        from ..telemetry.lasthour import last_hour
-
-        root = self.context.config.telemetry_dir
-        return last_hour(root) if root else None
-
-    def due_soon(self, now: float | None = None) -> dict[str, int]:
+    def due_soon(self, now: float | None = None) -> DueSoon:
         """Waiting tasks due within the next minute and hour (from the index)."""
         now = time.time() if now is None else now
         every, _, _ = self.snapshot.get()
-        return {"next_minute": sum(1 for t in every if now < t.due <= now + 60),
-                "next_hour": sum(1 for t in every if now < t.due <= now + 3600),
-                "retries": sum(1 for t in every if t.attempt > 0 and t.due > now)}
+        return DueSoon(next_minute=sum(1 for t in every if now < t.due <= now + 60),
+                       next_hour=sum(1 for t in every if now < t.due <= now + 3600),
+                       retries=sum(1 for t in every if t.attempt > 0 and t.due > now))
 
     def waiting(self, match: WaitingFilter, *, offset: int = 0, limit: int = 50) -> Page:
         """One page of waiting tasks."""
         return page_of(self.app, match, offset=offset, limit=limit, snapshot=self.snapshot)
+
+    def waiting_one(self, task_id: str) -> PendingTask:
+        """The waiting task of this id (one index shard is read), or :class:`TaskNotWaiting`."""
+        task_id = check_id(task_id, what="task_id")
+        return find_waiting(*index_of(self.app), [task_id], now=time.time())[task_id]
 
     def parking(self) -> ParkingQueue:
         """The app's parking queue (the caller closes it)."""
@@ -130,9 +127,9 @@ class Service:
             return found[:limit], len(found), pq.count()
 
     def parked_one(self, parked_id: str) -> ParkedMessage:
-        """One parked message by id (prefix)."""
+        """One parked message by id (prefix), or :class:`ParkedMessageNotFound`."""
         with self.parking() as pq:
-            return pq.get(parked_id)
+            return pq.get(check_id(parked_id, what="parked_id"))
 
     # -- acting ----------------------------------------------------------------------------------
     # Every action takes the operator's input as given (text from a form or JSON) and reads it through
@@ -142,8 +139,6 @@ class Service:
         """Install the ladder on the app before the first action: a moved task or a delayed replay is
         published through it, and with ``delayq_telemetry_dir`` set the app's telemetry then records
         this process's replays (workers record the cancelled and superseded copies they drop)."""
-        from ..glue.integration import install
-
         install(self.app)
 
     @contextlib.contextmanager
@@ -167,7 +162,7 @@ class Service:
             self.snapshot.forget(ids_done)  # gone from the page now; the index is read again
             audit(action, who=who, via=via, ids=ids_done, **record)
 
-    def cancel(self, task_ids: Sequence[str], *, who: str, via: str) -> list[Any]:
+    def cancel(self, task_ids: Sequence[str], *, who: str, via: str) -> list[CancelResult]:
         """Cancel tasks by whole id (:func:`celery_delayq.cancel`).
 
         Every id must name a task waiting now (one read of their index shards and of the cancel log):
@@ -196,7 +191,7 @@ class Service:
                              retries_only=retries)
 
     def cancel_matching(self, fields: Mapping[str, Any], *, everything: bool, dry_run: bool, expect: int | None,
-                        who: str, via: str) -> BulkResult:
+                        who: str, via: str) -> Bulk:
         """Cancel every waiting task that matches ``fields`` (:meth:`waiting_filter`'s); a dry run only counts.
 
         Raises:
@@ -211,13 +206,13 @@ class Service:
             page = page_of(self.app, match, offset=0, limit=10**9)  # fresh: never act on a kept list
             ids = [t.task_id for t in page.items]
             if dry_run:
-                return BulkResult(len(ids), 0, True, ids)
+                return Bulk.of(ids, 0, dry_run=True)
             _guard(expect, len(ids), "waiting task")
             record["ids"] = ids
             if ids:
                 self._acting()
                 cancel(self.app, *ids, lookup=False)
-            return BulkResult(len(ids), len(ids), False, ids)
+            return Bulk.of(ids, len(ids), dry_run=False)
 
     def reschedule(self, task_id: str, due: str | float | None, *, who: str, via: str) -> Rescheduled:
         """Run now (``due`` None) or move a waiting task to ``due`` (text as typed, or epoch seconds).
@@ -243,7 +238,7 @@ class Service:
                             ids=tuple(check_id(i, what="ids") for i in ids))
 
     def replay(self, fields: Mapping[str, Any], *, everything: bool, delay: str | float | None, dry_run: bool,
-               expect: int | None, who: str, via: str) -> BulkResult:
+               expect: int | None, who: str, via: str) -> Bulk:
         """Replay the parked messages matching ``fields`` (:meth:`parked_filter`'s), after ``delay``
         (``parse_delay``'s forms; None: now); a dry run only counts them.
 
@@ -264,15 +259,15 @@ class Service:
             with self.parking() as pq:
                 found = [p.parked_id for p in pq.list(match)]
                 if dry_run:
-                    return BulkResult(len(found), 0, True, found)
+                    return Bulk.of(found, 0, dry_run=True)
                 _guard(expect, len(found), "parked message")
                 record["ids"] = found
                 # Exactly the messages counted: one parked since the count is left alone.
                 report = pq.replay(replace(match, exactly=frozenset(found)), delay=seconds or None) if found else None
-            return BulkResult(len(found), report.replayed if report else 0, False, found)
+            return Bulk.of(found, report.replayed if report else 0, dry_run=False)
 
     def delete_parked(self, fields: Mapping[str, Any], *, everything: bool, dry_run: bool, expect: int | None,
-                      who: str, via: str) -> BulkResult:
+                      who: str, via: str) -> Bulk:
         """Delete the parked messages matching ``fields`` (no undo); a dry run only counts them.
 
         Raises:
@@ -288,11 +283,11 @@ class Service:
             with self.parking() as pq:
                 found = [p.parked_id for p in pq.list(match)]
                 if dry_run:
-                    return BulkResult(len(found), 0, True, found)
+                    return Bulk.of(found, 0, dry_run=True)
                 _guard(expect, len(found), "parked message")
                 record["ids"] = found
                 deleted = pq.purge(replace(match, exactly=frozenset(found))) if found else 0
-            return BulkResult(len(found), deleted, False, found)
+            return Bulk.of(found, deleted, dry_run=False)
 
 
 class SelectionChanged(DelayqError):
@@ -322,13 +317,3 @@ def describe_parked(match: ParkedFilter) -> str:
     parts += [f"--id {i}" for i in match.ids]
     return " ".join(parts)
 
-
-def pending_dict(t: PendingTask, now: float, *, body_max: int) -> dict[str, Any]:
-    """A waiting task as the API shows it (argument text cut at ``body_max``)."""
-    doc = t.as_dict()
-    for key in ("args", "kwargs"):
-        if isinstance(doc.get(key), str) and len(doc[key]) > body_max:
-            doc[key] = doc[key][:body_max] + "…"
-    doc["in_s"] = round(t.due - now, 3)
-    doc["retry"] = t.attempt > 0
-    return doc

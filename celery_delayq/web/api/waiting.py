@@ -1,0 +1,60 @@
+"""``/api/waiting``: the tasks waiting in the ladder; cancel, run now or move one, cancel every match."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+
+from ..deps import Limit, ServiceDep, TaskId, WaitingQuery, Who
+from ..errors import READ, READ_ONE, WRITE
+from ..schemas import Bulk, CancelFilter, Cancelled, Moved, NewDue, Waiting, WaitingPage
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/api/waiting", tags=["waiting"])
+
+
+# A fixed path (/cancel) is declared before the id path it also fits (/{task_id}): the router tries
+# routes in order.
+@router.get("", responses=READ, summary="Waiting tasks, soonest first")
+def waiting(svc: ServiceDep, q: Annotated[WaitingQuery, Depends()], limit: Limit,
+            retries: bool = Query(False, description="Only retries."),
+            offset: int = Query(0, ge=0, le=10_000_000)) -> WaitingPage:
+    """One page of the tasks waiting in the ladder that match every filter given."""
+    page = svc.waiting(q.filter(svc, retries=retries), offset=offset, limit=limit)
+    return WaitingPage.of(page, body_max=svc.settings.body_max)
+
+
+@router.post("/cancel", responses=WRITE, summary="Cancel every matching task")
+def cancel_matching(svc: ServiceDep, who: Who, body: CancelFilter) -> Bulk:
+    """Count (``dry_run``, the default) or cancel every waiting task matching the filter (or ``all``)."""
+    return svc.cancel_matching(body.fields(), **body.how(), who=who, via="api")
+
+
+@router.get("/{task_id}", responses=READ_ONE, summary="One waiting task")
+def waiting_one(svc: ServiceDep, task_id: TaskId) -> Waiting:
+    """The waiting task of this id (one index shard is read)."""
+    return Waiting.of(svc.waiting_one(task_id), body_max=svc.settings.body_max)
+
+
+@router.post("/{task_id}/cancel", responses=WRITE, summary="Cancel one task")
+def cancel_one(svc: ServiceDep, who: Who, task_id: TaskId) -> Cancelled:
+    """Cancel this task: it will not run (recorded in the cancel log, confirmed). Unknown: 404, nothing recorded."""
+    return Cancelled.model_validate(svc.cancel([task_id], who=who, via="api")[0].as_dict())
+
+
+@router.post("/{task_id}/run-now", responses=WRITE, summary="Run one task now")
+def run_now(svc: ServiceDep, who: Who, task_id: TaskId) -> Moved:
+    """Publish the task again to run now and cancel its copy in the ladder: it runs once."""
+    return Moved.model_validate(svc.reschedule(task_id, None, who=who, via="api").as_dict())
+
+
+@router.post("/{task_id}/reschedule", responses=WRITE, summary="Move one task to a new due time")
+def reschedule_one(svc: ServiceDep, who: Who, body: NewDue, task_id: TaskId) -> Moved:
+    """Publish the task again with the new due time and cancel its copy in the ladder: it runs once.
+
+    The due time must be in the future (400 otherwise, naming run-now) and within the app's
+    longest delay (422, ``DelayTooLong``).
+    """
+    return Moved.model_validate(svc.reschedule(task_id, body.due, who=who, via="api").as_dict())

@@ -1,0 +1,128 @@
+"""The API's answers besides 200, each from one of the package's own exceptions.
+
+Bad input is a 4xx with ``{"error": ..., "status": ...}`` (:class:`~.schemas.Error`)
+and changes nothing; every route declares what it can answer (:data:`READ`,
+:data:`READ_ONE`, :data:`WRITE`), so the OpenAPI document is the contract a fuzzer
+(schemathesis, in the tests) checks.
+
+======  =====================================================================
+Status  When
+======  =====================================================================
+400     a value that passed its type but means nothing (:class:`BadInput`): a
+        due time that is empty, in the past or not a time (names ``run-now``),
+        a bad id, a bulk action without a filter or ``all`` or without
+        ``expect``, a page over ``delayq_web_page_max``; a malformed form or
+        ``Content-Length``
+401     authentication is configured and missing or wrong
+403     read-only, or a browser's write without the CSRF token
+404     no such waiting task (:class:`TaskNotWaiting`, :class:`TaskIdNotFound`)
+        or parked message (:class:`ParkedMessageNotFound`)
+405     a method the path does not take
+409     a bulk action whose filter now matches another count than ``expect``
+        (:class:`SelectionChanged`: nothing was done); a task whose arguments
+        cannot be moved (:class:`CannotReschedule`); a parking queue that is
+        not safe to read (:class:`UnsafeToBrowse`)
+413     a request body over ``delayq_web_body_limit`` (1 MiB)
+422     a request that does not fit its schema; a due time or delay beyond the
+        app's longest (:class:`DelayTooLong`)
+503     the broker or the index is not available (:class:`TopologyError`,
+        :class:`PublishError`, a stream read that broke, a connection error)
+======  =====================================================================
+
+Any other exception is a bug, and a 500.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.routing import Route
+
+from ..cancels.reschedule import CannotReschedule
+from ..errors import DelayTooLong, PublishError, TopologyError
+from ..inputs import BadInput
+from ..parking import ParkedMessageNotFound
+from ..parking.errors import UnsafeToBrowse
+from ..index import AmbiguousTaskId, TaskIdNotFound, TaskNotWaiting
+from ..index.stream import StreamReadError
+from .schemas import Error
+from .service import SelectionChanged
+
+__all__ = ["install_errors", "READ", "READ_ONE", "PARKED_READ", "PARKED_READ_ONE", "WRITE", "STATUS"]
+
+#: The status of each of the package's refusals (Starlette answers an exception by the nearest class in its MRO).
+STATUS: dict[type[Exception], int] = {
+    BadInput: 400,
+    TaskNotWaiting: 404, TaskIdNotFound: 404, ParkedMessageNotFound: 404,
+    SelectionChanged: 409, CannotReschedule: 409, AmbiguousTaskId: 409, UnsafeToBrowse: 409,
+    DelayTooLong: 422,
+}
+
+
+def _answers(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {code: {"model": Error} for code in codes}
+
+
+#: What a read can answer besides 200.
+READ = _answers(400, 401, 405, 422, 503)
+#: ... a read of one id.
+READ_ONE = _answers(400, 401, 404, 405, 422, 503)
+#: ... a read of the parking queue (which may not be safe to read: 409).
+PARKED_READ = _answers(400, 401, 405, 409, 422, 503)
+PARKED_READ_ONE = _answers(400, 401, 404, 405, 409, 422, 503)
+#: What an action can answer besides 200.
+WRITE = _answers(400, 401, 403, 404, 405, 409, 413, 422, 503)
+
+
+def _json(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message, "status": status}, status_code=status, headers=headers)
+
+
+def _allowed(request: Request) -> str:
+    """Every method of the path a 405 answers (Starlette names only the first route's: GET, not GET and DELETE)."""
+    path = request.scope.get("path", "")
+    routes = [r for r in request.app.routes if isinstance(r, Route) and r.path_regex.match(path)]
+    if not routes:
+        return ""
+    first = routes[0].path  # the route the router would pick, and its siblings of the same path
+    methods = {m for r in routes if r.path == first for m in (r.methods or ())}
+    return ", ".join(sorted(methods))
+
+
+def install_errors(app: FastAPI) -> None:
+    """Map bad input and the package's errors to 4xx JSON (and a broker that is down to 503)."""
+    import amqp
+    import kombu.exceptions
+
+    def answer(status: int) -> Any:
+        async def handler(_: Request, exc: Exception) -> JSONResponse:
+            return _json(status, str(exc))
+        return handler
+
+    async def invalid(_: Request, exc: Exception) -> JSONResponse:
+        errors: list[dict[str, Any]] = getattr(exc, "errors", lambda: [])()
+        text = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in errors)
+        return _json(422, text or "invalid request")
+
+    async def http(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = _allowed(request)
+        return _json(exc.status_code, str(exc.detail), headers)
+
+    async def unavailable(_: Request, exc: Exception) -> JSONResponse:
+        return _json(503, f"the broker or the index is not available: {exc}")
+
+    for refusal, status in STATUS.items():
+        app.add_exception_handler(refusal, answer(status))
+    app.add_exception_handler(RequestValidationError, invalid)
+    app.add_exception_handler(HTTPException, http)
+    for down in (TopologyError, PublishError, StreamReadError):  # IndexUnavailable is a TopologyError
+        app.add_exception_handler(down, unavailable)
+    for cls in (OSError, kombu.exceptions.OperationalError, amqp.exceptions.AMQPError):
+        app.add_exception_handler(cls, unavailable)
