@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 import threading
 import time
 import weakref
@@ -276,7 +277,8 @@ def _settings_changed(app: CeleryApp) -> None:
         refresh_ladder(app)
         activate(app)
     except SettingsError as exc:
-        log.error("celery_delayq: %s", exc)
+        if "celery_delayq.django.checks" not in sys.modules:  # Django's checks report it (E003), once
+            log.error("celery_delayq: %s", exc)
         _SETTINGS_ERRORS[app] = exc
         app.steps["worker"].add(SettingsRefusal)
         return
@@ -303,8 +305,6 @@ class SettingsRefusal(bootsteps.Step):
         super().__init__(w, **kwargs)
         found = _SETTINGS_ERRORS.get(w.app)
         if found is not None:
-            import sys
-
             sys.stderr.write(f"celery_delayq: the worker will not start: {found}\n")
             sys.stderr.flush()
             raise SystemExit(78)
