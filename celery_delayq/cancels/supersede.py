@@ -44,7 +44,7 @@ from ..ladder.index_layout import MARGIN_S
 from ..pending.query import PendingTask, iso, open_layout, read_index
 from ..pending.stream import reader_connection
 from ..rabbitmq.confirms import ConfirmChannel, Tracker
-from ..rabbitmq.index_writer import ARGS_CUT
+from ..index.writer import ARGS_CUT
 from ..rabbitmq.publisher import combine
 from .log import CANCEL_PASS, REASON, UNTIL
 from ..typing import CeleryApp

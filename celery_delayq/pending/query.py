@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from ..errors import TopologyMissing
 from ..ladder.index_layout import IndexLayout, index_layout
 from .stream import BODY, StreamReader, reader_connection as _connection
-from ..rabbitmq.index_writer import ENTRIES, decode_entries, flush_buffers
+from ..index.writer import ENTRIES, decode_entries, flush_buffers
 
 if TYPE_CHECKING:  # pragma: no cover
     import amqp

@@ -38,7 +38,7 @@ from ..errors import DelayqError
 from ..ladder.headers import ENTRY
 from .frames import BASIC_DELIVER, HeaderReader, delivery_tag
 from ..ladder.index_layout import MARKER
-from ..rabbitmq.index_writer import ENTRIES
+from ..index.writer import ENTRIES
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..glue.app_ladder import AppLadder
