@@ -143,6 +143,12 @@ class IndexWriter:
         if not self.config.index:
             return
         with self._lock:
+            if not self._ready:  # a new ladder's streams: created now, so a reader never finds them missing
+                try:
+                    self._open()
+                except Exception as exc:  # noqa: BLE001 - the task is scheduled; only its listing is missing
+                    _lost(1, exc)
+                    return
             self.pairs.append((receipt, headers))
             if len(self.pairs) >= CHUNK:
                 self.flush()
