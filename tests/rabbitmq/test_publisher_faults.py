@@ -78,6 +78,8 @@ def _url(vhost: str) -> str:
 
 
 def _setup(vhost: str, uid: str, **config: Any) -> tuple[LadderPublisher, amqp.Connection, str, str]:
+    """The publisher, a connection of the test's, the destination, and the name of the publisher's own
+    connection (the index writer has one of its own beside it, which the drops leave alone)."""
     name = f"faults-{uid}"
     conn = kombu.Connection(_url(vhost), transport_options={"client_properties": {"connection_name": name}})
     pub = LadderPublisher(conn, DelayqConfig(**{"prefix": f"f{uid}", "levels": 8, **config}))
@@ -86,7 +88,7 @@ def _setup(vhost: str, uid: str, **config: Any) -> tuple[LadderPublisher, amqp.C
     dest = f"dest.{uid}"
     raw.channel().queue_declare(dest, durable=True, auto_delete=False)
     pub.declare()
-    return pub, raw, dest, name
+    return pub, raw, dest, f"{name} / celery_delayq ladder publisher"
 
 
 class _BatchRun(threading.Thread):
