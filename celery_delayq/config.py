@@ -59,6 +59,7 @@ LONGEST_DELAY_S = 100 * 365.25 * 86400
 BACKEND_ALIASES: dict[str, str] = {
     "ladder": "celery_delayq.rabbitmq.publisher:LadderPublisher",
     "fixed": "celery_delayq.rabbitmq.fixed:FixedDelays",
+    "native": "celery_delayq.rabbitmq.native:NativeDelays",
 }
 
 
