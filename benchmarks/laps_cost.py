@@ -35,6 +35,8 @@ sys.path.insert(0, str(REPO))
 from celery_delayq.config import DelayqConfig  # noqa: E402
 from celery_delayq.rabbitmq.laps import LapRelay  # noqa: E402
 from celery_delayq.rabbitmq.publisher import LadderPublisher  # noqa: E402
+from celery_delayq.index.writer import index_writer_for  # noqa: E402
+from celery_delayq.scheduling import Scheduler  # noqa: E402
 
 HOST = "127.0.0.1:5672"
 
@@ -58,12 +60,13 @@ def main(per_lap: int, max_laps: int, out: Path) -> None:
         config = DelayqConfig(prefix="laps", levels=3, radix=4, unit_ms=10)
         span = config.spec.max_delay_s
         publisher = LadderPublisher(kombu.Connection(url), config)
+        scheduler = Scheduler(config, publisher, index=index_writer_for(publisher.template, config))
         conn = amqp.Connection(HOST, virtual_host=vhost)
         conn.connect()
         ch = conn.channel()
         ch.queue_declare("dest", durable=True, auto_delete=False)
         publisher.declare()
-        relay = LapRelay(publisher, kombu.Connection(url), config.spec.laps_queue)
+        relay = LapRelay(scheduler, kombu.Connection(url), config.spec.laps_queue)
         relay.start()
         arrivals: dict[str, float] = {}
 
@@ -73,12 +76,12 @@ def main(per_lap: int, max_laps: int, out: Path) -> None:
 
         ch.basic_consume("dest", callback=on)
         laps_of: dict[str, int] = {}
-        with publisher.batch():
+        with scheduler.batch():
             for k in range(max_laps + 1):
                 for i in range(per_lap):
                     task_id = f"{k}-{i}"
                     laps_of[task_id] = k
-                    publisher.schedule_body("x", delay=k * span + 0.3, queue="dest", headers={"id": task_id})
+                    scheduler.schedule_body("x", delay=k * span + 0.3, queue="dest", headers={"id": task_id})
         deadline = time.time() + max_laps * span + 30
         while len(arrivals) < len(laps_of) and time.time() < deadline:
             try:

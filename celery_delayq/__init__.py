@@ -26,7 +26,8 @@ from .glue.integration import install, is_installed, ladder_for, uninstall
 from .glue.app_ladder import AppLadder
 from .ladder.spec import LadderSpec
 from .glue.producer import LadderProducer
-from .rabbitmq.publisher import LadderPublisher, Scheduled, publisher_for
+from .rabbitmq.publisher import LadderPublisher, LadderReceipt, publisher_for
+from .scheduling import Scheduler
 from .glue.task import DelayedRetryTask
 from .glue.batching import batch
 from .parking import ParkedMessage, ParkedMessageNotFound, ParkingError, ParkingFailed, ParkingQueue, UnsafeToBrowse
@@ -36,6 +37,9 @@ from .index import AmbiguousTaskId, IndexUnavailable, PendingTask, TaskIdError, 
 from .pending import pending
 from .cancels import CancelResult, cancel
 
+#: Deprecated alias of :class:`LadderReceipt` (``Scheduled`` now names only the telemetry event).
+Scheduled = LadderReceipt
+
 # Grouped as docs/api.md is; tests/test_api.py checks that every name is documented there.
 __all__ = [
     # tasks and settings
@@ -43,7 +47,7 @@ __all__ = [
     # activation
     "install", "uninstall", "ladder_for", "is_installed", "AppLadder",
     # kombu-level publishing
-    "LadderProducer", "LadderPublisher", "Scheduled", "publisher_for", "LadderSpec",
+    "LadderProducer", "LadderPublisher", "Scheduler", "LadderReceipt", "Scheduled", "publisher_for", "LadderSpec",
     # policies
     "RetryPolicy", "RetryAfter",
     # parking

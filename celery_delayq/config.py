@@ -54,10 +54,12 @@ LONGEST_DELAY_S = 100 * 365.25 * 86400
 
 
 #: ``delayq_backend`` names -> ``"module:Class"`` of the backend, as kombu's
-#: ``TRANSPORT_ALIASES`` name transports. A new backend is one module and one row here.
+#: ``TRANSPORT_ALIASES`` name transports; checked here when the settings are read, built by
+#: :func:`celery_delayq.scheduling.backend_named`. A new backend is one module and one row here.
 BACKEND_ALIASES: dict[str, str] = {
     "ladder": "celery_delayq.rabbitmq.publisher:LadderPublisher",
     "fixed": "celery_delayq.rabbitmq.fixed:FixedDelays",
+    "native": "celery_delayq.rabbitmq.native:NativeDelays",
 }
 
 
@@ -138,7 +140,7 @@ class DelayqConfig:
             one hop, for apps whose delays take a few fixed values; see
             :mod:`celery_delayq.rabbitmq.fixed`). The delay check, the ``before_schedule`` and
             ``message_scheduled`` signals and the index entry that ``pending`` and ``cancel``
-            read are done once above every backend (:mod:`celery_delayq.rabbitmq.scheduling`).
+            read are done once above every backend (:mod:`celery_delayq.scheduling`).
         queue_backends: Backend per destination queue name, e.g. ``{"emails": "fixed"}``
             (names as for ``backend``); other queues use ``backend``. Stored as sorted pairs.
         fixed_resolution: Seconds a ``fixed`` queue's delay is rounded *up* to (never early;

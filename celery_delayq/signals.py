@@ -14,12 +14,13 @@ __all__ = [
     "retry_scheduled", "retry_exhausted", "message_parked", "message_replayed", "message_cancelled",
 ]
 
-#: Before a message enters the ladder. ``headers`` may still be changed.
-#: Args: ``plan`` (:class:`~celery_delayq.rabbitmq.publisher.Scheduled`), ``headers``.
+#: A backend placed a message (inside ``batch()`` before its confirm is known, else once confirmed); not sent
+#: for a message whose publish failed. Args: ``plan`` (the backend's receipt, e.g.
+#: :class:`~celery_delayq.rabbitmq.publisher.LadderReceipt`), ``headers`` (as sent).
 before_schedule = Signal(name="delayq.before_schedule", providing_args={"plan", "headers"})
 
 #: After the broker confirmed a message into the ladder.
-#: Args: ``plan`` (:class:`~celery_delayq.rabbitmq.publisher.Scheduled`), ``headers``.
+#: Args: ``plan`` (the backend's receipt, e.g. :class:`~celery_delayq.rabbitmq.publisher.LadderReceipt`), ``headers``.
 message_scheduled = Signal(name="delayq.message_scheduled", providing_args={"plan", "headers"})
 
 #: A message that waited in the ladder reached a worker.

@@ -9,13 +9,14 @@ One delayed publish crosses two seams, each one way:
    :class:`Scheduling` (:meth:`Scheduling.schedule`), the one place above every
    backend: it checks the delay, sends the signals, writes the index entry and
    asks the destination's :class:`DelayBackend` only to place the message
-   (:meth:`DelayBackend.place`). The TTL-queue ladder
+   (:meth:`DelayBackend.place`), which returns a receipt. The TTL-queue ladder
    (:class:`~celery_delayq.rabbitmq.publisher.LadderPublisher`) is the default backend,
-   ``fixed`` (:class:`~celery_delayq.rabbitmq.fixed.FixedDelays`) a second; a
-   broker-native delay (RabbitMQ's per-message quorum delays, DESIGN-NOTES §8)
-   would be a third, one module and one row in ``BACKEND_ALIASES``.
+   ``fixed`` (:class:`~celery_delayq.rabbitmq.fixed.FixedDelays`) a second,
+   ``native`` (:class:`~celery_delayq.rabbitmq.native.NativeDelays`, RabbitMQ's
+   per-message quorum delays, DESIGN-NOTES §8) a third: one module and one row in
+   ``BACKEND_ALIASES``.
 
-Nothing calls back down: the routing never touches the producer, and the
+Nothing calls back up: the routing never touches the producer, and the
 backend never touches either.
 
 :class:`CeleryApp` names the part of a Celery app the package uses, so that a
@@ -25,12 +26,12 @@ signature says "a Celery app" rather than ``Any``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:  # pragma: no cover
     from kombu.connection import Connection
 
-__all__ = ["Diversion", "DelayRouting", "DelayBackend", "Scheduling", "Announce", "Receipt", "WorkerService",
+__all__ = ["Diversion", "DelayRouting", "DelayBackend", "BackendFactory", "Scheduling", "Receipt", "WorkerService",
            "CeleryApp"]
 
 
@@ -124,7 +125,7 @@ class Diversion:
 
 class Receipt(Protocol):
     """What any backend tells about one message it accepted (the RabbitMQ backends' is
-    :class:`~celery_delayq.rabbitmq.publisher.Scheduled`, which adds its route).
+    :class:`~celery_delayq.rabbitmq.publisher.LadderReceipt`, which adds its route).
 
     Backend-neutral, so this module names no backend: the seam's types live
     below every implementation of it. The signals ``before_schedule`` and
@@ -178,11 +179,6 @@ class WorkerService(Protocol):
         ...
 
 
-#: Called by a backend once per message, with its receipt and the headers it will carry,
-#: just before the publish (the one place above the backends sends ``before_schedule`` from it).
-Announce = Callable[[Receipt, dict[str, Any]], None]
-
-
 @runtime_checkable
 class DelayBackend(Protocol):
     """Something that holds an already serialised message until ``due``, then delivers it.
@@ -190,14 +186,14 @@ class DelayBackend(Protocol):
     The whole contract a backend implements; everything else a delayed publish owes
     (the delay check, the signals, the index entry, the receipts of a ``batch()``)
     is done once, above every backend, by
-    :class:`~celery_delayq.rabbitmq.scheduling.Scheduler`. ``delayq_backend`` (per app) and
+    :class:`~celery_delayq.scheduling.Scheduler`. ``delayq_backend`` (per app) and
     ``delayq_queue_backends`` (per destination queue) choose one by name
-    (:data:`celery_delayq.config.BACKEND_ALIASES`); the class's
-    ``for_connection(connection, config)`` gives the process's instance.
+    (:data:`celery_delayq.config.BACKEND_ALIASES`); its class is a
+    :class:`BackendFactory`.
     """
 
     def place(self, body: bytes | str, *, entry: str, due: float, delay: float, exchange: str,
-              routing_key: str, headers: dict[str, Any], announce: Announce,
+              routing_key: str, headers: dict[str, Any],
               content_type: str | None = None, content_encoding: str | None = None,
               queue_hint: str | None = None, **properties: Any) -> tuple[Receipt, dict[str, Any]]:
         """Put ``body`` where it is delivered to ``exchange``/``routing_key`` at ``due``, never earlier.
@@ -205,7 +201,7 @@ class DelayBackend(Protocol):
         Returns the receipt and the headers the message carries. Confirmed before it
         returns, unless inside :meth:`confirming`. Raises
         :class:`~celery_delayq.errors.PublishError` naming (``entries``) every message
-        that may not be scheduled; calls ``announce`` just before it publishes.
+        that may not be scheduled.
         """
         ...
 
@@ -213,15 +209,25 @@ class DelayBackend(Protocol):
         """A block whose placements are confirmed together when it ends (nested blocks join)."""
         ...
 
-    def write_index(self, done: Sequence[tuple[Receipt, dict[str, Any]]], *, buffered: bool) -> None:
-        """Write the index entries of accepted messages (``buffered``: with the next few)."""
-        ...
-
-    def worker_service(self, connection_for: Callable[[str], "Connection"]) -> WorkerService | None:
+    def worker_service(self, connection_for: Callable[[str], "Connection"],
+                       scheduling: "Scheduling") -> WorkerService | None:
         """What each worker of the app runs for this backend (``None``: nothing).
 
-        ``connection_for(role)`` gives a new connection of the backend's own.
+        ``connection_for(role)`` gives a new connection of the backend's own;
+        ``scheduling`` is where it puts back what it takes out (the ladder's laps).
         """
+        ...
+
+
+#: The settings a backend is built from (``DelayqConfig``; a parameter here, so this module names no layer above it).
+ConfigT = TypeVar("ConfigT", contravariant=True)
+
+
+class BackendFactory(Protocol[ConfigT]):
+    """A backend class as ``BACKEND_ALIASES`` names it (``BackendFactory[DelayqConfig]``): it gives the process's instance."""
+
+    def for_connection(self, connection: "Connection", config: ConfigT) -> DelayBackend:
+        """The process-wide backend for a broker and settings (built on first use)."""
         ...
 
 

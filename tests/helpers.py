@@ -154,3 +154,13 @@ def delete_ladder(conn: amqp.Connection, spec: Any, *, exit_queues: list[str] | 
     topo = Topology(spec, "quorum", index=IndexLayout(spec))
     deleted = topo.delete(conn, if_empty=False, exit_queues=[*exit_queues, f"{spec.prefix}.parking"])
     return deleted
+
+
+def scheduler_of(publisher: Any) -> Any:
+    """The one place above a ladder publisher (delay check, signals, index, ``batch()``), for tests
+    that drive a publisher of their own (``Scheduler.for_connection`` builds the process's)."""
+    from celery_delayq.index.writer import index_writer_for
+    from celery_delayq.scheduling import Scheduler
+
+    return Scheduler(publisher.config, publisher, index=index_writer_for(publisher.template, publisher.config),
+                     clock=publisher.clock)

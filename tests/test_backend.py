@@ -1,15 +1,16 @@
 """``delayq_backend``: the delay backend chosen by name, and asked for everything backend-shaped.
 
 The producer schedules through ``AppLadder.scheduler``, which places each message
-with that backend; ``batch()`` pipelines that backend's confirms, and the worker step starts that backend's own worker
-services. The broker tests use a backend given by its ``"module:Class"`` path
-(a ladder that counts what it is asked), so they fail if any of the three
-reaches past the setting to the ladder publisher.
+with that backend; ``batch()`` pipelines that backend's confirms, and the worker step starts the worker
+services of every backend in use (the app's and each ``delayq_queue_backends`` queue's). The broker tests use
+a backend given by its ``"module:Class"`` path (a ladder that counts what it is asked), so they fail if any of
+the three reaches past the setting to the ladder publisher.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from typing import Any, Callable, Iterator
 
@@ -22,7 +23,7 @@ from celery_delayq.config import BACKEND_ALIASES, DelayqConfig
 from celery_delayq.glue.app_ladder import AppLadder
 from celery_delayq.rabbitmq.publisher import LadderPublisher
 from celery_delayq.rabbitmq.worker import LadderWorker
-from celery_delayq.typing import DelayBackend
+from celery_delayq.typing import DelayBackend, Scheduling
 from helpers import Collector, running_worker
 
 #: What the counting backend was asked, by call.
@@ -47,12 +48,43 @@ class CountingLadder(LadderPublisher):
         with super().confirming():
             yield
 
-    def worker_service(self, connection_for: Callable[[str], Connection]) -> LadderWorker:
+    def worker_service(self, connection_for: Callable[[str], Connection], scheduling: Scheduling) -> LadderWorker:
         ASKED.append("worker_service")
-        return super().worker_service(connection_for)
+        return super().worker_service(connection_for, scheduling)
 
 
 PATH = f"{__name__}:CountingLadder"
+
+#: What the per-queue backend's own worker service was asked.
+SERVICE: list[str] = []
+
+
+class _OwnService:
+    """A worker service of its own (not the ladder's), recording its life."""
+
+    def start(self) -> str:
+        SERVICE.append("start")
+        return "test backend's own service started"
+
+    def stop(self) -> None:
+        SERVICE.append("stop")
+
+    def shutdown(self) -> None:
+        SERVICE.append("shutdown")
+
+
+class ServicedLadder(LadderPublisher):
+    """A per-queue backend (a ladder publisher of its own) whose workers run a service of its own."""
+
+    @classmethod
+    def for_connection(cls, connection: Connection, config: DelayqConfig) -> "ServicedLadder":
+        return cls(connection, config)
+
+    def worker_service(self, connection_for: Callable[[str], Connection], scheduling: Scheduling) -> Any:
+        return _OwnService()
+
+
+SERVICED = f"{__name__}:ServicedLadder"
 
 
 def _ladder(**conf: Any) -> AppLadder:
@@ -69,7 +101,8 @@ def test_the_default_backend_is_the_ladder_publisher_itself() -> None:
 
 
 def test_an_unknown_backend_name_is_refused_with_the_choices() -> None:
-    with pytest.raises(ValueError, match=r"delayq_backend must be one of \['fixed', 'ladder'\] or a 'module:Class' path"):
+    choices = re.escape(str(sorted(BACKEND_ALIASES)))  # ['fixed', 'ladder', ...]: every row of the table
+    with pytest.raises(ValueError, match=rf"delayq_backend must be one of {choices} or a 'module:Class' path"):
         DelayqConfig(backend="nope")
 
 
@@ -100,3 +133,23 @@ def test_the_producer_batch_and_worker_ask_the_chosen_backend(make_app, collecto
     assert all(run["at"] >= run["due"] for run in runs)  # never early
     assert ASKED.count("place") == 4 and ASKED.count("confirming") == 1
     assert ASKED.count("for_connection") == 1
+
+
+def test_the_worker_starts_the_service_of_every_backend_in_use_once(make_app, collector: Collector) -> None:
+    """The app's backend and a ``delayq_queue_backends`` queue's each get their service started, once."""
+    ASKED.clear()
+    SERVICE.clear()
+    app = make_app(delayq_enabled=True, delayq_backend=PATH,
+                   delayq_queue_backends={"elsewhere": SERVICED, "again": SERVICED, "same": PATH})
+    celery_delayq.install(app)
+
+    @app.task
+    def probe(due: float) -> None:
+        collector.add(due=due)
+
+    with running_worker(app):
+        assert SERVICE == ["start"]  # the per-queue backend's own service (two queues, one backend: once)
+        assert ASKED.count("worker_service") == 1  # the default's too, once though a queue names it again
+        probe.apply_async((time.time() + 0.3,), countdown=0.3)
+        collector.wait_for(1, timeout=20)
+    assert SERVICE[0] == "start" and SERVICE[-1] == "shutdown"

@@ -25,7 +25,7 @@ from celery.utils.serialization import strtobool
 from helpers import drain, running_worker
 
 import celery_delayq
-from celery_delayq.config import CONVERTERS, SETTINGS, DelayqConfig, _lookup, mask_url, setting, unknown_settings
+from celery_delayq.config import BACKEND_ALIASES, CONVERTERS, SETTINGS, DelayqConfig, _lookup, mask_url, setting, unknown_settings
 from celery_delayq.errors import SettingsError
 
 
@@ -153,9 +153,9 @@ def test_every_numeric_setting_is_covered() -> None:
     ("queue_type", "Quorum", "'auto', 'quorum', 'classic'"),
     ("parking_queue_type", "stream", "'auto', 'quorum', 'classic'"),
     ("leader_placement", "everywhere", "'spread', 'broker'"),
-    ("backend", "ladders", "['fixed', 'ladder'] or a 'module:Class' path"),
+    ("backend", "ladders", f"{sorted(BACKEND_ALIASES)} or a 'module:Class' path"),  # every row of the table
     ("disabled_extensions", ["takeovers"], "['takeover', 'cancels', 'parking', 'telemetry', 'metrics']"),
-    ("queue_backends", {"emails": "fixd"}, "['fixed', 'ladder'] or a 'module:Class' path"),
+    ("queue_backends", {"emails": "fixd"}, f"{sorted(BACKEND_ALIASES)} or a 'module:Class' path"),
     ("queue_delays", "slow=30", "a mapping of queue name to seconds"),
     ("park_on", [42], "exception classes or 'module.Name' strings"),
     ("prefix", "", "a string (not empty)"),

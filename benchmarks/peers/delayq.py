@@ -5,10 +5,10 @@ Modes:
 * ``apply_async``        - ``task.apply_async(eta=...)``; each call waits for its own confirm.
 * ``apply_async_batch``  - the same inside ``celery_delayq.batch(app)``: confirms pipelined,
   awaited (and a nack raised) at block exit.
-* ``publish_batch``      - kombu level: ``LadderPublisher.schedule_body(body, eta=..., queue=...)``
-  inside ``publisher.batch()``.
-* ``schedule_batch``     - kombu level, pre-serialised body: ``LadderPublisher.schedule(...)``
-  inside ``publisher.batch()``.
+* ``publish_batch``      - kombu level: ``Scheduler.schedule_body(body, eta=..., queue=...)``
+  inside ``scheduler.batch()``.
+* ``schedule_batch``     - kombu level, pre-serialised body: ``Scheduler.schedule(...)``
+  inside ``scheduler.batch()``.
 * ``schedule_task_batch`` - a complete Celery task message (headers and body built by
   ``app.amqp.as_task_v2``) put into the ladder with ``LadderPublisher.schedule``: what a
   bulk producer would do. Used to drive a real worker at high rates without the
@@ -114,10 +114,10 @@ class DelayqPeer(Peer):
         celery_delayq.install(app).publisher.declare()
 
     def kombu_publisher(self) -> Any:
-        """The process-wide :class:`LadderPublisher` for this broker and ladder."""
-        from celery_delayq import publisher_for
+        """The :class:`~celery_delayq.Scheduler` over this broker's and ladder's process-wide backend."""
+        from celery_delayq import Scheduler
 
-        return publisher_for(kombu.Connection(self.url), self.config())
+        return Scheduler.for_connection(kombu.Connection(self.url), self.config())
 
     def publisher(self, mode: str) -> Publisher:
         if mode in ("apply_async", "apply_async_batch"):
@@ -174,7 +174,7 @@ class _KombuPublish(Publisher):
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
-            self.pub.close()
+            self.pub.default.close()
 
 
 class _KombuSchedule(_KombuPublish):

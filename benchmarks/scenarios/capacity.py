@@ -1,7 +1,7 @@
 """Item 6 (full mode only): 1,000,000 pending delayed messages.
 
 Several processes publish through the kombu-level batch path
-(``LadderPublisher.schedule`` in ``publisher.batch()``, confirms pipelined)
+(``Scheduler.schedule`` in ``scheduler.batch()``, confirms pipelined)
 with delays long enough that every message is still pending when the last
 one is published. Measured: time to publish, broker memory
 (``erlang:memory(total)``) before, with everything pending and after, the

@@ -3,7 +3,7 @@
 * **Cost.** Two ladders of the shipped shape in one vhost, one with the index
   (``delayq_index = True``: the publisher also appends an entry for every
   confirmed ladder message to one of 16 stream shards, see
-  :mod:`celery_delayq.rabbitmq.index_writer`) and one without. Durable delayed publishes through ``LadderPublisher.schedule``,
+  :mod:`celery_delayq.index.writer`) and one without. Durable delayed publishes through ``Scheduler.schedule``,
   one confirm at a time and pipelined in ``batch()``, in interleaved rounds
   (A B A B ...), delays 600-610 s so nothing moves while publishing. The
   kombu-level path is where a fixed per-message cost shows most; the ratio
@@ -66,11 +66,15 @@ def _rate(pub: Any, queue: str, n: int, *, batched: bool, seconds: float) -> dic
     now = time.time()
     done = 0
     t0 = time.perf_counter()
-    with pub.batch() if batched else contextlib.nullcontext():
+    from celery_delayq import Scheduler
+    from celery_delayq.index.writer import index_writer_for
+
+    scheduler = Scheduler(pub.config, pub, index=index_writer_for(pub.template, pub.config))
+    with scheduler.batch() if batched else contextlib.nullcontext():
         while done < n and time.perf_counter() - t0 < seconds:
             task_id = str(uuid.uuid4())
             due = now + 600 + (done % 1000) / 100
-            pub.schedule(_BODY, due=due, delay=due - time.time(), exchange="", routing_key=queue,
+            scheduler.schedule(_BODY, due=due, delay=due - time.time(), exchange="", routing_key=queue,
                          headers=_celery_headers(task_id, due, now), content_type="application/json",
                          content_encoding="utf-8", queue_hint=queue)
             done += 1
@@ -148,7 +152,7 @@ def _one_shard(ctx: Ctx, vh: Any, entries: int) -> dict[str, Any]:
     from celery_delayq.rabbitmq.confirms import ConfirmChannel, Tracker
     from celery_delayq.glue.integration import ladder_for
     from celery_delayq.ladder.index_layout import IndexLayout
-    from celery_delayq.rabbitmq.index_writer import _messages
+    from celery_delayq.index.writer import _messages
 
     shape = {f"delayq_{k}": v for k, v in DEFAULT_LADDER.items() if k in ("radix", "unit_ms", "levels", "queue_type")}
     app = Celery("dqbench_shard", broker=vh.url, set_as_current=False)

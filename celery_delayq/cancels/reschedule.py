@@ -18,7 +18,7 @@ twice: the documented at-least-once, never lost.
 Limits: the new copy is rebuilt from the index entry: task name,
 destination, attempt and the arguments as Celery's ``argsrepr`` /
 ``kwargsrepr`` headers wrote them. Arguments that are not Python literals,
-or that were cut (longer than :data:`~celery_delayq.rabbitmq.index_writer.ARGS_MAX`),
+or that were cut (longer than :data:`~celery_delayq.index.writer.ARGS_MAX`),
 cannot be rebuilt and the task is left as it is (:class:`CannotReschedule`).
 Workers older than this module ignore pass cancels and would run both copies.
 """
@@ -41,7 +41,7 @@ from ..index.query import PendingTask, iso
 from ..index.stream import reader_connection
 from ..inputs import parse_due
 from ..ladder.index_layout import MARGIN_S
-from ..rabbitmq.index_writer import ARGS_CUT
+from ..index.writer import ARGS_CUT
 from .requests import index_of
 from ..typing import CeleryApp
 

@@ -23,17 +23,16 @@ from typing import Any, Callable, Iterable
 
 from kombu import Exchange
 from kombu.connection import Connection
-from kombu.utils.imports import symbol_by_name
 
 from ..ladder import headers as H
-from ..config import BACKEND_ALIASES, DelayqConfig
+from ..config import DelayqConfig
 from ..ladder.delays import parse_eta
 from ..ladder.spec import check_name
 from ..rabbitmq.management import key_matches
 from ..rabbitmq.owned import dedicated_copy
 from ..ladder.plugin_compat import DELAY_HEADER, delay_of, plain_entities
 from ..rabbitmq.publisher import LadderPublisher, publisher_for
-from ..rabbitmq.scheduling import Scheduler
+from ..scheduling import Scheduler
 from .extensions import Extensions
 from .queue_delays import default_delay, queue_delays_of
 from ..typing import CeleryApp, DelayBackend, Diversion
@@ -80,7 +79,6 @@ class AppLadder:
         #: (the :class:`~celery_delayq.DelayedRetryTask` tasks of the app).
         self.tasks: set[str] = set()
         self._publisher: LadderPublisher | None = None
-        self._backend: DelayBackend | None = None
         self._scheduler: Scheduler | None = None
         self._queue_delays: dict[str, float] | None = None
         #: The app's active extensions by name (:mod:`celery_delayq.glue.extensions`); each keeps
@@ -124,20 +122,9 @@ class AppLadder:
 
     @property
     def backend(self) -> DelayBackend:
-        """The app's :class:`~celery_delayq.typing.DelayBackend` (``delayq_backend``).
-
-        The ladder's is this app's :attr:`publisher` itself.
-        """
-        if self._backend is None:
-            self._backend = self._backend_named(self.config.backend)
-        return self._backend
-
-    def _backend_named(self, name: str) -> DelayBackend:
-        if name == "ladder":
-            return self.publisher
-        cls = symbol_by_name(BACKEND_ALIASES.get(name, name))
-        backend: DelayBackend = cls.for_connection(self.connection(), self.config)
-        return backend
+        """The app's :class:`~celery_delayq.typing.DelayBackend` (``delayq_backend``; the ladder's
+        is this app's :attr:`publisher` itself)."""
+        return self.scheduler.default
 
     @property
     def scheduler(self) -> Scheduler:
@@ -146,8 +133,7 @@ class AppLadder:
         It takes the app's :attr:`backend`, and each ``delayq_queue_backends`` queue's own.
         """
         if self._scheduler is None:
-            by_queue = {queue: self._backend_named(name) for queue, name in self.config.queue_backends}
-            self._scheduler = Scheduler(self.config, self.backend, by_queue, clock=self.clock)
+            self._scheduler = Scheduler.for_connection(self.connection(), self.config, clock=self.clock)
         return self._scheduler
 
     @property
@@ -185,8 +171,7 @@ class AppLadder:
             return
         fresh = DelayqConfig.from_app(self.app)
         if fresh != self._config:
-            self._config, self._publisher, self._backend, self._queue_delays = fresh, None, None, None
-            self._scheduler = None
+            self._config, self._publisher, self._scheduler, self._queue_delays = fresh, None, None, None
 
     def wants(self, headers: dict[str, Any]) -> bool:
         """Does this task's delay belong in the ladder (``delayq_enabled``, or a ladder task)?"""

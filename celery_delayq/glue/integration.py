@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 import threading
 import time
 import weakref
@@ -276,7 +277,8 @@ def _settings_changed(app: CeleryApp) -> None:
         refresh_ladder(app)
         activate(app)
     except SettingsError as exc:
-        log.error("celery_delayq: %s", exc)
+        if "celery_delayq.django.checks" not in sys.modules:  # Django's checks report it (E003), once
+            log.error("celery_delayq: %s", exc)
         _SETTINGS_ERRORS[app] = exc
         app.steps["worker"].add(SettingsRefusal)
         return
@@ -303,8 +305,6 @@ class SettingsRefusal(bootsteps.Step):
         super().__init__(w, **kwargs)
         found = _SETTINGS_ERRORS.get(w.app)
         if found is not None:
-            import sys
-
             sys.stderr.write(f"celery_delayq: the worker will not start: {found}\n")
             sys.stderr.flush()
             raise SystemExit(78)
@@ -333,12 +333,14 @@ def _register_fixup() -> None:
 
 # -- worker side -----------------------------------------------------------------------
 class DelayqWorkerStep(bootsteps.StartStopStep):
-    """Worker bootstep: starts the delay backend's own worker services before consuming, then the extensions'.
+    """Worker bootstep: starts the delay backends' own worker services before consuming, then the extensions'.
 
     What a backend needs from each worker is its own
     (:meth:`~celery_delayq.typing.DelayBackend.worker_service`): for the ladder,
     the topology declared, laps relayed and held queues set moving
-    (:class:`~celery_delayq.rabbitmq.worker.LadderWorker`). Each extension's
+    (:class:`~celery_delayq.rabbitmq.worker.LadderWorker`). Every backend in use
+    has its service run, once: the app's and each ``delayq_queue_backends`` queue's
+    (:meth:`~celery_delayq.scheduling.Scheduler.worker_services`). Each extension's
     ``worker_*`` hooks follow (the metrics exporter, in the worker's main process).
     """
 
@@ -346,7 +348,7 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
 
     def __init__(self, c: Any, **kwargs: Any) -> None:
         super().__init__(c, **kwargs)
-        self.service: WorkerService | None = None
+        self.services: list[WorkerService] | None = None
         self.ladder: AppLadder | None = None
 
     def start(self, c: Any) -> None:  # c: Celery's worker Consumer (untyped)
@@ -356,10 +358,10 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
         if ladder is None:
             return
         self.ladder = ladder
-        if self.service is None:
-            self.service = ladder.backend.worker_service(ladder.dedicated_connection)
-        if self.service is not None:
-            log.info("delayq: %s", self.service.start())
+        if self.services is None:
+            self.services = ladder.scheduler.worker_services(ladder.dedicated_connection)
+        for service in self.services:
+            log.info("delayq: %s", service.start())
         ladder.extensions.each("worker_start", ladder, c)
 
     def stop(self, c: Any) -> None:
@@ -367,12 +369,12 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
         pause, the extensions keep what outlives a connection (the metrics' counters) until :meth:`shutdown`."""
         if self.ladder is not None:
             self.ladder.extensions.each("worker_stop", self.ladder, c)
-        if self.service is not None:
-            self.service.stop()
+        for service in self.services or ():
+            service.stop()
 
     def shutdown(self, c: Any) -> None:
-        if self.service is not None:
-            self.service.shutdown()
+        for service in self.services or ():
+            service.shutdown()
         if self.ladder is not None:
             self.ladder.extensions.each("worker_shutdown", self.ladder, c)
 

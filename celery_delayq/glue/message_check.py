@@ -75,7 +75,7 @@ class CheckedTaskMessage:
             countdown, eta, due = checked_delay(countdown, eta, now=now)
             if due is not None and due > now:
                 # DelayTooLong before a message exists, so not even Celery's before_task_publish
-                # fires; every other delayed publish is checked by the scheduler (rabbitmq.scheduling).
+                # fires; every other delayed publish is checked by the scheduler (celery_delayq.scheduling).
                 self.routing.config.check_delay(due - now)
         build = self.amqp.task_protocols[self.amqp.app.conf.task_protocol]
         return build(task_id, name, args, kwargs, countdown, eta, *rest, **options)

@@ -1,7 +1,7 @@
 """Reading the index: the delayed tasks and retries waiting in the ladder now.
 
 The index holds one entry per pass through the ladder (see
-:mod:`~celery_delayq.rabbitmq.index_writer`). A task is waiting when the *latest*
+:mod:`~celery_delayq.index.writer`). A task is waiting when the *latest*
 pass of its id is not due yet: a pass that is due (``due <= now``) has been
 delivered or is in its last hop, so it is never reported early; a retry
 adds a later pass, which then wins. What is left out on top of that (the ids
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from ..ladder.index_layout import IndexLayout
 from .stream import BODY, IndexUnavailable, StreamReader, reader_connection
-from ..rabbitmq.index_writer import ENTRIES, decode_entries, flush_buffers
+from .writer import ENTRIES, decode_entries, flush_buffers
 
 if TYPE_CHECKING:  # pragma: no cover
     import kombu
@@ -57,7 +57,7 @@ class PendingTask:
         due: Epoch seconds at which it is due.
         attempt: 0 for the first run, n for the n-th retry.
         entry: Id of this pass through the ladder.
-        argsrepr: Celery's ``argsrepr`` header, cut at :data:`~celery_delayq.rabbitmq.index_writer.ARGS_MAX`
+        argsrepr: Celery's ``argsrepr`` header, cut at :data:`~celery_delayq.index.writer.ARGS_MAX`
             characters (``None``: not a Celery task, or listed by an older version).
         kwargsrepr: Celery's ``kwargsrepr`` header, cut the same way.
         last_error: A retry's last exception, ``Type: message`` (short).

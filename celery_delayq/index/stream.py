@@ -43,7 +43,7 @@ from ..errors import DelayqError, PublishError, TopologyMissing
 from ..ladder.headers import ENTRY
 from .frames import BASIC_DELIVER, HeaderReader, delivery_tag
 from ..ladder.index_layout import MARKER, STREAM_VERSION
-from ..rabbitmq.index_writer import ENTRIES
+from .writer import ENTRIES
 from ..rabbitmq.owned import dedicated_copy
 from ..rabbitmq.topology import broker_version
 

@@ -8,7 +8,7 @@
   where queue leaders go, the management API, the broker's file-handle budget;
 * :mod:`.recovery`, :mod:`.laps`, :mod:`.following`, :mod:`.registry`: a ladder
   that lost queues, messages that went round again, followers, per-process state;
-* :mod:`.index_writer`: the entries of the index of waiting tasks;
+* :mod:`.fixed`, :mod:`.native`: the other delay backends (one TTL queue per delay; the broker's own delays);
 * :mod:`.delivery_limit`: how a parking queue is declared on each RabbitMQ version;
 * :mod:`.context`, :mod:`.status`: a read-only view of an app's ladder on its broker;
 * :mod:`.export`: the ladder as a definitions file.

@@ -33,7 +33,7 @@ Design, and why:
   with at-least-once dead-lettering and reject-publish overflow, so nothing
   is lost); the publish is the ladder publisher's own (confirms, mandatory,
   failures named, batches), on its connection. The index, signals and delay
-  check are done above every backend (:mod:`.scheduling`), so ``delayq
+  check are done above every backend (:mod:`celery_delayq.scheduling`), so ``delayq
   pending`` and ``cancel`` see these tasks as any other.
 
 Not done (cheap to add where needed): leader placement of a new fixed queue
@@ -47,7 +47,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from typing import Any, Callable, ContextManager, Sequence
+from typing import Any, Callable, ContextManager
 
 import amqp
 from kombu.connection import Connection
@@ -55,8 +55,8 @@ from kombu.connection import Connection
 from ..config import DelayqConfig
 from ..errors import DelayqError
 from ..ladder.spec import LadderSpec
-from ..typing import Announce
-from .publisher import LadderPublisher, Scheduled, plan, publisher_for
+from ..typing import Scheduling
+from .publisher import LadderPublisher, LadderReceipt, plan, publisher_for
 from .registry import ProcessRegistry
 from .topology import Destination
 from .worker import LadderWorker
@@ -121,12 +121,12 @@ class FixedDelays:
 
     # -- the backend contract -----------------------------------------------------
     def place(self, body: bytes | str, *, entry: str, due: float, delay: float, exchange: str,
-              routing_key: str, headers: dict[str, Any], announce: Announce,
+              routing_key: str, headers: dict[str, Any],
               content_type: str | None = None, content_encoding: str | None = None,
-              queue_hint: str | None = None, **properties: Any) -> tuple[Scheduled, dict[str, Any]]:
+              queue_hint: str | None = None, **properties: Any) -> tuple[LadderReceipt, dict[str, Any]]:
         """Into the fixed queue of the destination and delay, or, if it does not fit, the ladder."""
         return self.ladder.place_on(self._route, body, entry=entry, due=due, delay=delay, exchange=exchange,
-                                    routing_key=routing_key, headers=headers, announce=announce,
+                                    routing_key=routing_key, headers=headers,
                                     content_type=content_type, content_encoding=content_encoding,
                                     queue_hint=queue_hint, **properties)
 
@@ -134,13 +134,9 @@ class FixedDelays:
         """The ladder publisher's: the same connection carries both."""
         return self.ladder.confirming()
 
-    def write_index(self, done: Sequence[tuple[Any, dict[str, Any]]], *, buffered: bool) -> None:
-        """The ladder publisher's index writer (same streams)."""
-        self.ladder.write_index(done, buffered=buffered)
-
-    def worker_service(self, connection_for: Callable[[str], Connection]) -> LadderWorker:
-        """The ladder's: declared, laps relayed (a delay that does not fit goes through it)."""
-        return self.ladder.worker_service(connection_for)
+    def worker_service(self, connection_for: Callable[[str], Connection], scheduling: Scheduling) -> LadderWorker:
+        """The ladder's (the same one): declared, laps relayed (a delay that does not fit goes through it)."""
+        return self.ladder.worker_service(connection_for, scheduling)
 
     # -- routing ------------------------------------------------------------------
     def _route(self, dest: Destination, due: float, now: float, shard: int) -> tuple[int, str, str, int]:

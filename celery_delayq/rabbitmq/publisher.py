@@ -5,13 +5,16 @@ connection (:class:`~celery_delayq.rabbitmq.owned.OwnedConnection`) whose channe
 in confirm mode, so the app's own publishes keep whatever ``confirm_publish``
 setting they had and pay nothing extra.
 
-Two ways to wait for confirms:
+It is the default delay backend (:class:`~celery_delayq.typing.DelayBackend`):
+the :class:`~celery_delayq.scheduling.Scheduler` above it asks it to
+:meth:`~LadderPublisher.place` a serialised message and gets a
+:class:`LadderReceipt` back. Two ways to wait for confirms:
 
-* **one by one** (default): :meth:`~LadderPublisher.schedule` returns only
+* **one by one** (default): :meth:`~LadderPublisher.place` returns only
   once the broker has confirmed the message, or raises
   :class:`~celery_delayq.errors.PublishError`.
-* **pipelined** inside :meth:`LadderPublisher.batch` (or :func:`celery_delayq.batch`):
-  publishes return at once, up to ``batch_window`` stay unconfirmed, and
+* **pipelined** inside :meth:`LadderPublisher.confirming` (which the scheduler's
+  ``batch()``, :func:`celery_delayq.batch`, opens): publishes return at once, up to ``batch_window`` stay unconfirmed, and
   leaving the block waits for the rest and raises if any was nacked or
   returned. Confirms stay on; they are only awaited together.
 
@@ -26,23 +29,20 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import functools
 import logging
 import threading
 import time
 import uuid
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import amqp
 from kombu.connection import Connection
-from kombu.serialization import dumps
 
 from ..ladder import headers as H
 from ..config import DelayqConfig
 from .confirms import ConfirmChannel, Pending, Tracker, fail
-from ..ladder.delays import due_from
 from ..errors import BrokerUnavailable, PublishError, PublishTimeout
 from ..ladder.spec import LadderSpec
 from .owned import OwnedConnection
@@ -52,12 +52,10 @@ from .management import ManagementAPI
 from .placement import LeaderPlacement
 from .topology import Destination, Topology, broker_version, resolve_queue_type
 from ..ladder.index_layout import index_layout
-from .index_writer import IndexBuffer, index_batch
 from .worker import LadderWorker
-from .scheduling import Scheduler
-from ..typing import Announce
+from ..typing import Scheduling
 
-__all__ = ["LadderPublisher", "Scheduled", "publisher_for", "plan"]
+__all__ = ["LadderPublisher", "LadderReceipt", "publisher_for", "plan"]
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +70,9 @@ R = TypeVar("R")
 
 
 @dataclass(frozen=True)
-class Scheduled:
-    """What the ladder did with one message. Returned by every publish."""
+class LadderReceipt:
+    """What the ladder (or ``fixed``) did with one message: a :class:`~celery_delayq.typing.Receipt`
+    with its route. Returned by every delayed publish, carried by the signals as ``plan``."""
 
     entry: str
     due: float
@@ -149,8 +148,7 @@ class LadderPublisher:
         self.topology: Topology | None = None
         #: Set by :meth:`declare` for an explicit creation (see there).
         self._explicit = False
-        #: Index entries of single publishes, written a few at a time.
-        self._index = IndexBuffer(self)
+        self._worker: LadderWorker | None = None
 
     # -- connection ---------------------------------------------------------------
     @property
@@ -193,7 +191,6 @@ class LadderPublisher:
     def close(self) -> None:
         """Wait for outstanding confirms, then close the ladder connection."""
         with self._lock:
-            self._index.flush()
             confirm = self._link.confirm
             if confirm is not None and confirm.pending:
                 with contextlib.suppress(PublishError, *_RECOVERABLE):
@@ -205,7 +202,6 @@ class LadderPublisher:
         self._lock = threading.RLock()
         self._local = threading.local()
         self._orphans = collections.deque()
-        self._index.forget()
         self._link.after_fork_in_child()
 
     def _live(self) -> ConfirmChannel:
@@ -306,27 +302,6 @@ class LadderPublisher:
         return tracker.take_failures()
 
     # -- publishing ------------------------------------------------------------------
-    def schedule_body(self, body: Any, *, delay: float | None = None, eta: Any = None,
-                      exchange: str = "", routing_key: str = "", queue: str | None = None,
-                      serializer: str = "json", headers: Mapping[str, Any] | None = None,
-                      **properties: Any) -> Scheduled | None:
-        """Serialise ``body`` and schedule it with a delay, to an exchange and routing key or a queue.
-
-        This is the plain-kombu entry point; Celery tasks reach :meth:`schedule`
-        through the producer hook. Returns ``None`` (and publishes nothing)
-        when the delay is zero or negative: the caller should then publish
-        normally, as Celery does with a past eta.
-        """
-        if queue is not None:
-            exchange, routing_key = "", queue
-        due = due_from(delay, eta, now=self.clock())
-        if due is None:
-            return None
-        content_type, content_encoding, payload = dumps(body, serializer=serializer)
-        return self.schedule(payload, due=due, delay=delay if delay is not None else due - self.clock(),
-                             exchange=exchange, routing_key=routing_key, headers=dict(headers or {}),
-                             content_type=content_type, content_encoding=content_encoding, **properties)
-
     def plan_pass(self, exchange: str, routing_key: str, headers: dict[str, Any], *, delay: float) -> tuple[str, str]:
         """Plan one ladder pass to ``exchange``/``routing_key``, ``delay`` seconds from now, for a
         caller that publishes the message itself; stamps ``headers`` (in place).
@@ -351,32 +326,10 @@ class LadderPublisher:
             headers["eta"] = datetime.fromtimestamp(due, tz=timezone.utc).isoformat()
         return entry_exchange, ladder_key
 
-    @functools.cached_property
-    def scheduler(self) -> Scheduler:
-        """The one place above this backend (delay check, signals, index) for direct use."""
-        return Scheduler(self.config, self, clock=self.clock)
-
-    def schedule(self, body: bytes | str, *, due: float, delay: float, exchange: str, routing_key: str,
-                 headers: dict[str, Any], content_type: str | None = None,
-                 content_encoding: str | None = None, queue_hint: str | None = None,
-                 **properties: Any) -> Scheduled:
-        """Put an already serialised message into the ladder (confirmed, mandatory), through :attr:`scheduler`.
-
-        Raises:
-            DelayTooLong: beyond ``delayq_max_delay`` or 100 years; nothing is sent.
-            PublishError: the message (and, inside ``batch()``, every other one
-                that may not be scheduled) is named in ``failed`` by task id.
-        """
-        receipt = self.scheduler.schedule(body, due=due, delay=delay, exchange=exchange, routing_key=routing_key,
-                                          headers=headers, content_type=content_type,
-                                          content_encoding=content_encoding, queue_hint=queue_hint, **properties)
-        assert isinstance(receipt, Scheduled)
-        return receipt
-
     def place(self, body: bytes | str, *, entry: str, due: float, delay: float, exchange: str,
-              routing_key: str, headers: dict[str, Any], announce: Announce,
+              routing_key: str, headers: dict[str, Any],
               content_type: str | None = None, content_encoding: str | None = None,
-              queue_hint: str | None = None, **properties: Any) -> tuple[Scheduled, dict[str, Any]]:
+              queue_hint: str | None = None, **properties: Any) -> tuple[LadderReceipt, dict[str, Any]]:
         """The backend contract (:meth:`~celery_delayq.typing.DelayBackend.place`): into the ladder.
 
         Raises:
@@ -385,14 +338,14 @@ class LadderPublisher:
         """
         return self.place_on(lambda dest, due, now, shard: plan(self.spec, dest, due=due, now=now, shard=shard),
                              body, entry=entry, due=due, delay=delay, exchange=exchange, routing_key=routing_key,
-                             headers=headers, announce=announce, content_type=content_type,
+                             headers=headers, content_type=content_type,
                              content_encoding=content_encoding, queue_hint=queue_hint, **properties)
 
     def place_on(self, route: Callable[[Destination, float, float, int], tuple[int, str, str, int]],
                  body: bytes | str, *, entry: str, due: float, delay: float, exchange: str,
-                 routing_key: str, headers: dict[str, Any], announce: Announce,
+                 routing_key: str, headers: dict[str, Any],
                  content_type: str | None = None, content_encoding: str | None = None,
-                 queue_hint: str | None = None, **properties: Any) -> tuple[Scheduled, dict[str, Any]]:
+                 queue_hint: str | None = None, **properties: Any) -> tuple[LadderReceipt, dict[str, Any]]:
         """:meth:`place` with the route chosen by ``route(destination, due, now, shard)`` ->
         ``(units, exchange, routing key, hops)``, read after connecting (the fixed queues use it).
 
@@ -436,14 +389,13 @@ class LadderPublisher:
                                                         now=now, shard=shard)
             else:
                 units, entry_x, ladder_key, hops = route(dest, due, now, shard)
-            sched = Scheduled(entry, due, delay, units, hops, entry_x, ladder_key, dest)
+            sched = LadderReceipt(entry, due, delay, units, hops, entry_x, ladder_key, dest)
             hdrs = H.stamp_pass(H.strip_broker_headers(headers), due=due, delay=delay, entry=entry, hops=hops,
                                 exchange=exchange, routing_key=routing_key)
             if lapping:
                 hdrs[H.LAPS] = int(hdrs.get(H.LAPS) or 0) + 1
             if queue_hint:
                 hdrs[H.QUEUE] = queue_hint
-            announce(sched, hdrs)
             properties.setdefault("delivery_mode", 2)
             message = amqp.Message(body, content_type=content_type, content_encoding=content_encoding,
                                    application_headers=hdrs, **properties)
@@ -461,28 +413,17 @@ class LadderPublisher:
             self._raise_failures(tracker)
         return sched, hdrs
 
-    def write_index(self, done: Sequence[tuple[Any, dict[str, Any]]], *, buffered: bool) -> None:
-        """Index entries of confirmed messages: a single publish's with the next few, a batch's now."""
-        if not buffered:
-            index_batch(self, done)
-            return
-        with self._lock:
-            for receipt, hdrs in done:
-                self._index.add(receipt, hdrs)  # written with the next few (index_writer)
-
     def _raise_failures(self, tracker: Tracker) -> None:
         failures = self._take(tracker)
         if failures:
             raise combine(failures)
 
-    def worker_service(self, connection_for: Callable[[str], Connection]) -> LadderWorker:
-        """Each worker declares the ladder, relays laps and sets held queues moving (:mod:`.worker`)."""
-        return LadderWorker(self, connection_for)
-
-    def batch(self) -> ContextManager[None]:
-        """Pipeline confirms for every publish in the block (same thread); see
-        :meth:`Scheduler.batch <celery_delayq.rabbitmq.scheduling.Scheduler.batch>`."""
-        return self.scheduler.batch()
+    def worker_service(self, connection_for: Callable[[str], Connection], scheduling: Scheduling) -> LadderWorker:
+        """Each worker declares the ladder, relays laps (through ``scheduling``) and sets held
+        queues moving (:mod:`.worker`); one per publisher, however many backends ride it."""
+        if self._worker is None:
+            self._worker = LadderWorker(self, connection_for, scheduling)
+        return self._worker
 
     @contextlib.contextmanager
     def confirming(self) -> Iterator[None]:

@@ -6,7 +6,8 @@ worker step starts and stops them without knowing what they are. The ladder's:
 
 * the ladder is declared (or verified) before the worker consumes;
 * delays longer than the ladder wait in its laps queue between laps, and
-  every worker puts them back (:class:`~.laps.LapRelay`);
+  every worker puts them back (:class:`~.laps.LapRelay`), through the
+  scheduler above the backends (so each lap gets its signals and index entry);
 * on RabbitMQ < 4.3, ladder queues that a broker restart left holding
   messages are found and set moving (:class:`~.recovery.HeldWatcher`; 4.3
   recovers exchanges first, so it needs none).
@@ -31,7 +32,7 @@ from ..typing import DelayBackend, Scheduling
 __all__ = ["LadderWorker"]
 
 
-class _Ladder(DelayBackend, Scheduling, Protocol):
+class _Ladder(DelayBackend, Protocol):
     """What the worker's services use of :class:`~.publisher.LadderPublisher` (which imports this module)."""
 
     config: DelayqConfig
@@ -44,11 +45,17 @@ class _Ladder(DelayBackend, Scheduling, Protocol):
 
 
 class LadderWorker:
-    """The ladder's services in one worker; started at each consumer start, stopped at each stop."""
+    """The ladder's services in one worker; started at each consumer start, stopped at each stop.
 
-    def __init__(self, publisher: _Ladder, connection_for: Callable[[str], Connection]) -> None:
+    One per publisher (``fixed`` shares the ladder's), so a worker whose backends share a
+    ladder runs its services once.
+    """
+
+    def __init__(self, publisher: _Ladder, connection_for: Callable[[str], Connection],
+                 scheduling: Scheduling) -> None:
         self.publisher = publisher
         self.connection_for = connection_for
+        self.scheduling = scheduling
         self.relay: LapRelay | None = None
         self.watcher: HeldWatcher | None = None
         self.started_before = False
@@ -72,7 +79,7 @@ class LadderWorker:
             self.watcher.poke()
         self.started_before = True
         if self.relay is None:
-            self.relay = LapRelay(self.publisher, self.connection_for("lap relay"), self.publisher.spec.laps_queue)
+            self.relay = LapRelay(self.scheduling, self.connection_for("lap relay"), self.publisher.spec.laps_queue)
         self.relay.start()
         return ready
 
@@ -82,8 +89,10 @@ class LadderWorker:
             self.relay.stop()
 
     def shutdown(self) -> None:
-        """The worker shuts down: nothing keeps running."""
+        """The worker shuts down: nothing keeps running (a later worker of this process starts afresh)."""
         self.stop()
+        self.relay = None
+        self.started_before = False
         if self.watcher is not None:
             self.watcher.stop()
             self.watcher = None

@@ -19,7 +19,7 @@ from celery_delayq.ladder.spec import LadderSpec
 from celery_delayq.rabbitmq.publisher import LadderPublisher
 from celery_delayq.rabbitmq.topology import Topology
 from celery_delayq.rabbitmq.fixed import FixedDelays
-from celery_delayq.rabbitmq.scheduling import Scheduler
+from celery_delayq.scheduling import Scheduler
 from helpers import drain, management_url
 
 APP = textwrap.dedent('''

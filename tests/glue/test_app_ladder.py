@@ -63,7 +63,7 @@ def test_due_header_alone_is_a_delay_and_sets_celerys_eta() -> None:
 
 
 def test_a_too_long_delay_fails_in_the_scheduler_before_any_broker_call() -> None:
-    """divert() leaves the length to the one check above the backends (rabbitmq.scheduling)."""
+    """divert() leaves the length to the one check above the backends (celery_delayq.scheduling)."""
     long = ladder(max_delay=30 * 86400)
     assert long.divert({"task": "t", "eta": eta(40 * 86400)}, "", "q", ()) is not None
     with pytest.raises(DelayTooLong, match="delayq_max_delay"):

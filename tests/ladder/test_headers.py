@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery_delayq.ladder import headers as H
-from celery_delayq.rabbitmq.index_writer import batch_entry
+from celery_delayq.index.writer import batch_entry
 
 
 def _stamp(headers: dict[str, Any]) -> dict[str, Any]:

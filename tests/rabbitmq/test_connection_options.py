@@ -28,7 +28,7 @@ from celery_delayq.config import DelayqConfig
 from celery_delayq.errors import BrokerUnavailable, PublishError
 from celery_delayq.rabbitmq.owned import USER_TIMEOUT_MS, dedicated_copy
 from celery_delayq.rabbitmq.publisher import LadderPublisher
-from helpers import Collector, drain, running_worker
+from helpers import Collector, drain, running_worker, scheduler_of
 
 BROKER_HOST = os.environ.get("DELAYQ_TEST_BROKER_HOST", "127.0.0.1:5672")
 
@@ -120,7 +120,7 @@ def test_a_broker_that_stops_reading_for_3_s_loses_no_publish(broker_url, make_p
     publishers on 2 cores); the dedicated connection waits as long as the confirm timeout."""
     pid = _broker_os_pid()
     pub = make_publisher(kombu.Connection(broker_url, transport_options=_named(uid)))
-    pub.schedule_body("warm-up", delay=0.05, queue=dest)
+    scheduler_of(pub).schedule_body("warm-up", delay=0.05, queue=dest)
     raw = pub.raw_connection()
     assert raw.transport.sock.getsockopt(socket.SOL_TCP, socket.TCP_USER_TIMEOUT) == USER_TIMEOUT_MS
     body = "x" * 20_000
@@ -129,10 +129,10 @@ def test_a_broker_that_stops_reading_for_3_s_loses_no_publish(broker_url, make_p
     resumer = threading.Timer(3.0, os.kill, (pid, signal.SIGCONT))
     resumer.start()
     try:
-        with pub.batch():
+        with scheduler_of(pub).batch():
             start = time.time()
             while time.time() - start < 5:  # the socket buffers fill within the pause
-                pub.schedule_body(body, delay=0.05, queue=dest, headers={"id": f"{uid}-{sent}"})
+                scheduler_of(pub).schedule_body(body, delay=0.05, queue=dest, headers={"id": f"{uid}-{sent}"})
                 sent += 1
     finally:
         resumer.join()
@@ -147,11 +147,11 @@ def test_confirm_publish_in_transport_options_still_schedules(broker_url, make_p
     options = {"confirm_publish": True, **_named(uid)}
     pub = make_publisher(kombu.Connection(broker_url, transport_options=options), confirm_timeout=5)
     start = time.time()
-    sched = pub.schedule_body("x", delay=0.1, queue=dest, headers={"id": f"task-{uid}"})
+    sched = scheduler_of(pub).schedule_body("x", delay=0.1, queue=dest, headers={"id": f"task-{uid}"})
     assert sched is not None and time.time() - start < 3  # not a confirm timeout
-    with pub.batch():
+    with scheduler_of(pub).batch():
         for i in range(50):
-            pub.schedule_body(i, delay=0.1, queue=dest)
+            scheduler_of(pub).schedule_body(i, delay=0.1, queue=dest)
     assert len(drain(amqp_conn, dest, 51, timeout=15)) >= 51
     assert "confirm_publish" not in pub.link.describe()["transport_options"]
 
@@ -177,18 +177,18 @@ def test_celery_app_with_confirm_publish_runs_delayed_task(make_app, collector: 
 def test_heartbeat_is_negotiated_and_an_idle_connection_is_replaced(broker_url, make_publisher, amqp_conn,
                                                                     dest, uid) -> None:
     pub = make_publisher(kombu.Connection(broker_url, heartbeat=2, transport_options=_named(uid)))
-    assert pub.schedule_body("first", delay=0.05, queue=dest) is not None
+    assert scheduler_of(pub).schedule_body("first", delay=0.05, queue=dest) is not None
     rows = broker_connections(f"t-{uid}")
     assert [r["heartbeat"] for r in rows] == [2], rows
     time.sleep(5.5)  # well past two heartbeat intervals with nobody sending on it
-    assert pub.schedule_body("second", delay=0.05, queue=dest) is not None
+    assert scheduler_of(pub).schedule_body("second", delay=0.05, queue=dest) is not None
     assert sorted(str(m.body) for m in drain(amqp_conn, dest, 2, timeout=10)) == ['"first"', '"second"']
 
 
 @pytest.mark.parametrize("method", ["AMQPLAIN", "PLAIN"])
 def test_login_method_is_passed_through(broker_url, make_publisher, dest, uid, method) -> None:
     pub = make_publisher(kombu.Connection(broker_url, login_method=method, transport_options=_named(uid)))
-    assert pub.schedule_body("x", delay=0.05, queue=dest) is not None
+    assert scheduler_of(pub).schedule_body("x", delay=0.05, queue=dest) is not None
     rows = broker_connections(f"t-{uid}")
     assert [r["auth_mechanism"] for r in rows] == [method], rows
 
@@ -202,7 +202,7 @@ def test_ssl_against_a_plain_listener_fails_loudly_naming_the_url(broker_url, ma
     pub = make_publisher(kombu.Connection(_plain_port_url(broker_url), ssl=True, connect_timeout=5))
     assert pub.link.describe()["ssl"] is True
     with pytest.raises(BrokerUnavailable) as err:
-        pub.schedule_body("x", delay=1, queue=dest, headers={"id": f"task-{uid}"})
+        scheduler_of(pub).schedule_body("x", delay=1, queue=dest, headers={"id": f"task-{uid}"})
     msg = str(err.value)
     assert BROKER_HOST in msg and "s3cret" not in msg, msg
     assert "SSL" in msg or "ssl" in msg, msg
@@ -215,7 +215,7 @@ def test_ssl_options_reach_the_dedicated_connection(broker_url, make_publisher, 
     pub = make_publisher(kombu.Connection(broker_url, ssl=options, connect_timeout=5))
     assert pub.link.describe()["ssl"] == options
     with pytest.raises(BrokerUnavailable, match="ca.pem|No such file"):
-        pub.schedule_body("x", delay=1, queue=dest)
+        scheduler_of(pub).schedule_body("x", delay=1, queue=dest)
 
 
 # -- a stopped broker -----------------------------------------------------------------------
@@ -226,7 +226,7 @@ def test_stopped_broker_fails_fast_and_names_url_cause_and_message(make_publishe
     pub = make_publisher(kombu.Connection(CLOSED))
     start = time.monotonic()
     with pytest.raises(BrokerUnavailable) as err:
-        pub.schedule_body("x", delay=5, queue="q", headers={"id": f"task-{uid}"})
+        scheduler_of(pub).schedule_body("x", delay=5, queue="q", headers={"id": f"task-{uid}"})
     took = time.monotonic() - start
     assert took < 2.0, f"took {took:.2f} s"
     msg = str(err.value)
@@ -235,8 +235,8 @@ def test_stopped_broker_fails_fast_and_names_url_cause_and_message(make_publishe
     assert isinstance(err.value, PublishError) and isinstance(err.value, OperationalError)
     # batches name every message too, and nothing lingers for the next call
     with pytest.raises(BrokerUnavailable) as err2:
-        with pub.batch():
-            pub.schedule_body("y", delay=5, queue="q", headers={"id": f"second-{uid}"})
+        with scheduler_of(pub).batch():
+            scheduler_of(pub).schedule_body("y", delay=5, queue="q", headers={"id": f"second-{uid}"})
     assert err2.value.failed == [f"second-{uid}"]
 
 

@@ -18,7 +18,7 @@ from celery_delayq import cancel, pending, signals
 from celery_delayq.config import DelayqConfig
 from celery_delayq.ladder.spec import LadderSpec
 from celery_delayq.rabbitmq.fixed import FixedDelays, fixed_queue_name, fixed_queue_prefix, fixed_ttl_ms
-from celery_delayq.rabbitmq.scheduling import Scheduler
+from celery_delayq.scheduling import Scheduler
 from celery_delayq.rabbitmq.topology import Topology
 from helpers import Collector, queue_depth, running_worker
 

@@ -16,7 +16,7 @@ from celery_delayq.errors import (
     DelayTooLong, InvalidDelay, PublishNacked, PublishReturned, TopologyMissing, UnroutableDestination,
 )
 from celery_delayq.rabbitmq.publisher import LadderPublisher
-from helpers import drain, queue_depth
+from helpers import drain, queue_depth, scheduler_of
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def dest(amqp_conn: amqp.Connection, uid: str) -> str:
 def test_publish_to_queue_waits_and_is_never_early(publisher: LadderPublisher, amqp_conn, dest: str) -> None:
     delays = [0.05, 0.5, 1.9, 0.31, 1.0]
     for d in delays:
-        publisher.schedule_body({"d": d, "sent": time.time()}, delay=d, queue=dest)
+        scheduler_of(publisher).schedule_body({"d": d, "sent": time.time()}, delay=d, queue=dest)
     got = drain(amqp_conn, dest, len(delays), timeout=10)
     for m in got:
         due = m.headers[H.DUE]
@@ -52,7 +52,7 @@ def test_publish_to_exchange_and_routing_key(publisher: LadderPublisher, amqp_co
     ch.queue_declare(f"b.{uid}", durable=True, auto_delete=False)
     ch.queue_bind(f"a.{uid}", f"x.{uid}", "orders.*")
     ch.queue_bind(f"b.{uid}", f"x.{uid}", "#")
-    publisher.schedule_body("hello", delay=0.2, exchange=f"x.{uid}", routing_key="orders.eu")
+    scheduler_of(publisher).schedule_body("hello", delay=0.2, exchange=f"x.{uid}", routing_key="orders.eu")
     a = drain(amqp_conn, f"a.{uid}", 1, timeout=5)
     b = drain(amqp_conn, f"b.{uid}", 1, timeout=5)
     assert a[0].body == b[0].body and '"hello"' in str(a[0].body)
@@ -60,7 +60,7 @@ def test_publish_to_exchange_and_routing_key(publisher: LadderPublisher, amqp_co
 
 
 def test_headers_properties_and_priority_survive(publisher: LadderPublisher, amqp_conn, dest: str) -> None:
-    publisher.schedule_body({"x": 1}, delay=0.1, queue=dest, headers={"custom": "v", "n": 7},
+    scheduler_of(publisher).schedule_body({"x": 1}, delay=0.1, queue=dest, headers={"custom": "v", "n": 7},
                       priority=5, correlation_id="cid-1", reply_to="replies")
     m = drain(amqp_conn, dest, 1, timeout=5)[0]
     assert m.headers["custom"] == "v" and m.headers["n"] == 7
@@ -72,7 +72,7 @@ def test_headers_properties_and_priority_survive(publisher: LadderPublisher, amq
 def test_a_per_message_ttl_is_dropped_so_it_cannot_expire_the_message_in_the_ladder(
         publisher: LadderPublisher, amqp_conn, dest: str) -> None:
     """``expiration`` reaches the backend (the producer hands it on); the ladder is the one place that drops it."""
-    publisher.schedule_body({"x": 1}, delay=0.5, queue=dest, expiration="50")
+    scheduler_of(publisher).schedule_body({"x": 1}, delay=0.5, queue=dest, expiration="50")
     m = drain(amqp_conn, dest, 1, timeout=5)[0]
     assert m.arrived >= m.headers[H.DUE] and "expiration" not in m.properties
 
@@ -85,7 +85,7 @@ def test_client_x_death_is_stripped_so_retries_are_not_cycle_dropped(publisher, 
                             "exchange": "", "routing-keys": ["k"]}],
                "x-first-death-queue": "whatever", "x-first-death-reason": "expired"}
     for _ in range(3):
-        publisher.schedule_body("again", delay=0.08, queue=dest, headers=headers)
+        scheduler_of(publisher).schedule_body("again", delay=0.08, queue=dest, headers=headers)
         m = drain(amqp_conn, dest, 1, timeout=5)[0]
         headers = dict(m.headers)
     assert m is not None
@@ -96,17 +96,17 @@ def test_client_x_death_is_stripped_so_retries_are_not_cycle_dropped(publisher, 
 
 def test_unroutable_destination_fails_at_publish(publisher: LadderPublisher, uid: str) -> None:
     with pytest.raises(UnroutableDestination, match="no-such-queue"):
-        publisher.schedule_body("x", delay=1, queue=f"no-such-queue.{uid}")
+        scheduler_of(publisher).schedule_body("x", delay=1, queue=f"no-such-queue.{uid}")
     with pytest.raises(UnroutableDestination, match="no-such-exchange"):
-        publisher.schedule_body("x", delay=1, exchange=f"no-such-exchange.{uid}", routing_key="k")
+        scheduler_of(publisher).schedule_body("x", delay=1, exchange=f"no-such-exchange.{uid}", routing_key="k")
 
 
 def test_bad_delays_fail_before_publishing(publisher: LadderPublisher, dest: str, amqp_conn) -> None:
     with pytest.raises(InvalidDelay):
-        publisher.schedule_body("x", delay=float("nan"), queue=dest)
+        scheduler_of(publisher).schedule_body("x", delay=float("nan"), queue=dest)
     with pytest.raises(DelayTooLong, match="never truncates"):
-        publisher.schedule_body("x", delay=10**12, queue=dest)  # longer than laps may go (100 years)
-    assert publisher.schedule_body("x", delay=-1, queue=dest) is None  # caller publishes now, as Celery
+        scheduler_of(publisher).schedule_body("x", delay=10**12, queue=dest)  # longer than laps may go (100 years)
+    assert scheduler_of(publisher).schedule_body("x", delay=-1, queue=dest) is None  # caller publishes now, as Celery
     assert queue_depth(amqp_conn, dest) == 0
 
 
@@ -139,11 +139,11 @@ def test_unroutable_ladder_publish_is_returned_and_raised(private_publisher, amq
     _break_level(publisher, amqp_conn, 4)
     # The destination's exit is ready first, so the publish below spends no time before it reads
     # the clock, and its delay (exactly one unit at level 4) stays exact.
-    publisher.schedule_body("warm", delay=0.02, queue=dest)
+    scheduler_of(publisher).schedule_body("warm", delay=0.02, queue=dest)
     with pytest.raises(PublishReturned, match="NOT scheduled"):
-        publisher.schedule_body("x", delay=spec.radix**4 * spec.unit_ms / 1000, queue=dest)  # digit 1 at level 4
+        scheduler_of(publisher).schedule_body("x", delay=spec.radix**4 * spec.unit_ms / 1000, queue=dest)  # digit 1 at level 4
     # the publisher is still usable afterwards
-    assert publisher.schedule_body("y", delay=0.02, queue=dest) is not None
+    assert scheduler_of(publisher).schedule_body("y", delay=0.02, queue=dest) is not None
 
 
 def test_nacked_publish_raises_to_the_caller(private_publisher, vhost: str, dest: str) -> None:
@@ -159,23 +159,23 @@ def test_nacked_publish_raises_to_the_caller(private_publisher, vhost: str, dest
         deadline = time.time() + 15
         while True:  # the policy takes a moment to apply
             try:
-                publisher.schedule_body("x", delay=spec.radix**3 * spec.unit_ms / 1000, queue=dest)  # level 3
+                scheduler_of(publisher).schedule_body("x", delay=spec.radix**3 * spec.unit_ms / 1000, queue=dest)  # level 3
             except PublishNacked as exc:
                 assert exc.failed and "NOT scheduled" in str(exc)
                 break
             assert time.time() < deadline, "the broker never nacked"
             time.sleep(0.3)
         # other levels still work on the same publisher
-        assert publisher.schedule_body("y", delay=2 * spec.unit_ms / 1000, queue=dest) is not None
+        assert scheduler_of(publisher).schedule_body("y", delay=2 * spec.unit_ms / 1000, queue=dest) is not None
     finally:
         subprocess.run(["rabbitmqctl", "-q", "clear_policy", "-p", vhost, policy], capture_output=True, timeout=60)
 
 
 def test_batch_pipelines_confirms_and_delivers_all(publisher, amqp_conn, dest: str) -> None:
     n = 2000
-    with publisher.batch():
+    with scheduler_of(publisher).batch():
         for i in range(n):
-            publisher.schedule_body(i, delay=0.2 + (i % 50) / 100, queue=dest)
+            scheduler_of(publisher).schedule_body(i, delay=0.2 + (i % 50) / 100, queue=dest)
     got = drain(amqp_conn, dest, n, timeout=30)
     assert sorted(int(m.body) for m in got) == list(range(n))
     assert all(m.arrived >= m.headers[H.DUE] for m in got)
@@ -186,10 +186,10 @@ def test_batch_raises_on_exit_when_a_message_was_refused(private_publisher, amqp
     spec = publisher.spec
     _break_level(publisher, amqp_conn, 5)
     with pytest.raises(PublishReturned) as err:
-        with publisher.batch():
-            publisher.schedule_body("ok", delay=0.01, queue=dest)
-            publisher.schedule_body("bad", delay=spec.radix**5 * spec.unit_ms / 1000, queue=dest)  # level 5
-            publisher.schedule_body("ok2", delay=0.02, queue=dest)
+        with scheduler_of(publisher).batch():
+            scheduler_of(publisher).schedule_body("ok", delay=0.01, queue=dest)
+            scheduler_of(publisher).schedule_body("bad", delay=spec.radix**5 * spec.unit_ms / 1000, queue=dest)  # level 5
+            scheduler_of(publisher).schedule_body("ok2", delay=0.02, queue=dest)
     assert len(err.value.failed) == 1
     assert len(drain(amqp_conn, dest, 2, timeout=5)) == 2
 
@@ -197,7 +197,7 @@ def test_batch_raises_on_exit_when_a_message_was_refused(private_publisher, amqp
 def test_verify_only_publisher_refuses_a_missing_ladder(broker_url: str, dest: str, uid: str) -> None:
     pub = LadderPublisher(kombu.Connection(broker_url), DelayqConfig(prefix=f"absent{uid}", declare=False))
     with pytest.raises(TopologyMissing, match=f"absent{uid}"):
-        pub.schedule_body("x", delay=1, queue=dest)
+        scheduler_of(pub).schedule_body("x", delay=1, queue=dest)
     pub.close()
 
 
@@ -205,14 +205,14 @@ def test_verify_only_publisher_works_on_a_declared_ladder(publisher, broker_url:
     publisher.declare()
     verifying = LadderPublisher(kombu.Connection(broker_url), DelayqConfig(prefix=publisher.spec.prefix, declare=False))
     # the exit queue is part of what verify-only needs; the declaring publisher makes it
-    publisher.schedule_body("first", delay=0.01, queue=dest)
-    assert verifying.schedule_body("second", delay=0.02, queue=dest) is not None
+    scheduler_of(publisher).schedule_body("first", delay=0.01, queue=dest)
+    assert scheduler_of(verifying).schedule_body("second", delay=0.02, queue=dest) is not None
     assert len(drain(amqp_conn, dest, 2, timeout=5)) == 2
     verifying.close()
 
 
 def test_exit_queue_uses_the_ladder_queue_type(publisher, amqp_conn, dest: str) -> None:
-    sched = publisher.schedule_body("x", delay=0.05, queue=dest)
+    sched = scheduler_of(publisher).schedule_body("x", delay=0.05, queue=dest)
     assert sched is not None and sched.destination.exit_queue.startswith(publisher.spec.prefix + ".exit.")
     # redeclaring with the same quorum arguments succeeds only if it is a quorum queue already
     args = publisher.topology.exit_queue_args("", dest)

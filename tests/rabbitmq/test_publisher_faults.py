@@ -20,6 +20,7 @@ import pytest
 from celery_delayq.config import DelayqConfig
 from celery_delayq.errors import BrokerUnavailable, PublishError, PublishTimeout
 from celery_delayq.rabbitmq.publisher import LadderPublisher
+from helpers import scheduler_of
 from test_connection_options import BROKER_HOST, close_broker_connections
 
 
@@ -77,6 +78,8 @@ def _url(vhost: str) -> str:
 
 
 def _setup(vhost: str, uid: str, **config: Any) -> tuple[LadderPublisher, amqp.Connection, str, str]:
+    """The publisher, a connection of the test's, the destination, and the name of the publisher's own
+    connection (the index writer has one of its own beside it, which the drops leave alone)."""
     name = f"faults-{uid}"
     conn = kombu.Connection(_url(vhost), transport_options={"client_properties": {"connection_name": name}})
     pub = LadderPublisher(conn, DelayqConfig(**{"prefix": f"f{uid}", "levels": 8, **config}))
@@ -85,7 +88,7 @@ def _setup(vhost: str, uid: str, **config: Any) -> tuple[LadderPublisher, amqp.C
     dest = f"dest.{uid}"
     raw.channel().queue_declare(dest, durable=True, auto_delete=False)
     pub.declare()
-    return pub, raw, dest, name
+    return pub, raw, dest, f"{name} / celery_delayq ladder publisher"
 
 
 class _BatchRun(threading.Thread):
@@ -104,10 +107,10 @@ class _BatchRun(threading.Thread):
 
     def run(self) -> None:
         try:
-            with self.pub.batch():
+            with scheduler_of(self.pub).batch():
                 for i, tid in enumerate(self.ids):
                     self.attempted.append(tid)
-                    self.pub.schedule_body(i, delay=0.05 + (i % 20) / 100, queue=self.dest, headers={"id": tid})
+                    scheduler_of(self.pub).schedule_body(i, delay=0.05 + (i % 20) / 100, queue=self.dest, headers={"id": tid})
                     if i == self.signal_at:
                         self.midway.set()
                     time.sleep(0.002 if i < self.signal_at or self.faulted.is_set() else 0.02)
@@ -146,9 +149,9 @@ def test_connection_dropped_mid_batch_every_message_arrives_or_is_named(own_vhos
 
         # the next batch starts clean: no error, nothing named from before, all delivered
         nxt = [f"next-{uid}-{i}" for i in range(20)]
-        with pub.batch():
+        with scheduler_of(pub).batch():
             for i, tid in enumerate(nxt):
-                pub.schedule_body(i, delay=0.05, queue=dest, headers={"id": tid})
+                scheduler_of(pub).schedule_body(i, delay=0.05, queue=dest, headers={"id": tid})
         assert set(nxt) <= arrived_ids(raw, dest, set(nxt), timeout=15)
     finally:
         pub.close()
@@ -179,9 +182,9 @@ def test_failed_reconnect_names_every_unconfirmed_message(own_vhost: str, uid: s
         assert len(run.error.entries) == len(run.error.failed)
 
         nxt = [f"next-{uid}-{i}" for i in range(20)]
-        with pub.batch():
+        with scheduler_of(pub).batch():
             for i, tid in enumerate(nxt):
-                pub.schedule_body(i, delay=0.05, queue=dest, headers={"id": tid})
+                scheduler_of(pub).schedule_body(i, delay=0.05, queue=dest, headers={"id": tid})
         assert set(nxt) <= arrived_ids(raw, dest, set(nxt), timeout=15)
     finally:
         pub.close()
@@ -191,10 +194,10 @@ def test_failed_reconnect_names_every_unconfirmed_message(own_vhost: str, uid: s
 def test_single_publish_after_a_drop_reconnects_and_republishes(own_vhost: str, uid: str) -> None:
     pub, raw, dest, name = _setup(own_vhost, uid)
     try:
-        pub.schedule_body("a", delay=0.05, queue=dest, headers={"id": f"a-{uid}"})
+        scheduler_of(pub).schedule_body("a", delay=0.05, queue=dest, headers={"id": f"a-{uid}"})
         assert close_broker_connections(name) == 1
         time.sleep(0.5)  # let the close reach the client socket
-        pub.schedule_body("b", delay=0.05, queue=dest, headers={"id": f"b-{uid}"})
+        scheduler_of(pub).schedule_body("b", delay=0.05, queue=dest, headers={"id": f"b-{uid}"})
         want = {f"a-{uid}", f"b-{uid}"}
         assert want <= arrived_ids(raw, dest, want, timeout=15)
     finally:
@@ -208,27 +211,27 @@ def test_timed_out_batch_names_task_ids_and_leaks_nothing_into_the_next(own_vhos
     try:
         first = [f"first-{uid}-{i}" for i in range(50)]
         with pytest.raises(PublishTimeout) as err:
-            with pub.batch():
+            with scheduler_of(pub).batch():
                 for i, tid in enumerate(first):
-                    pub.schedule_body(i, delay=0.05, queue=dest, headers={"id": tid})
+                    scheduler_of(pub).schedule_body(i, delay=0.05, queue=dest, headers={"id": tid})
         # py-amqp reads confirms before each publish, so the last ones are what is still open
         assert first[-1] in err.value.failed and set(err.value.failed) <= set(first)
         assert "may or may not" in str(err.value)
 
         second = [f"second-{uid}-{i}" for i in range(10)]
         with pytest.raises(PublishTimeout) as err2:
-            with pub.batch():
+            with scheduler_of(pub).batch():
                 for i, tid in enumerate(second):
-                    pub.schedule_body(i, delay=0.05, queue=dest, headers={"id": tid})
+                    scheduler_of(pub).schedule_body(i, delay=0.05, queue=dest, headers={"id": tid})
         assert second[-1] in err2.value.failed
         assert set(err2.value.failed) <= set(second)  # nothing of the first batch
 
         pub.config = dataclasses.replace(pub.config, confirm_timeout=30)
         third = [f"third-{uid}-{i}" for i in range(10)]
-        with pub.batch():
+        with scheduler_of(pub).batch():
             for i, tid in enumerate(third):
-                pub.schedule_body(i, delay=0.05, queue=dest, headers={"id": tid})
-        assert pub.schedule_body("single", delay=0.05, queue=dest, headers={"id": f"single-{uid}"})
+                scheduler_of(pub).schedule_body(i, delay=0.05, queue=dest, headers={"id": tid})
+        assert scheduler_of(pub).schedule_body("single", delay=0.05, queue=dest, headers={"id": f"single-{uid}"})
         want = set(third) | {f"single-{uid}"}
         assert want <= arrived_ids(raw, dest, want, timeout=15)
     finally:
@@ -241,9 +244,9 @@ def test_a_batch_that_raised_inside_still_waits_and_names_nothing_twice(own_vhos
     try:
         ids = [f"t-{uid}-{i}" for i in range(30)]
         with pytest.raises(KeyError):  # the caller's own error wins when every publish was confirmed
-            with pub.batch():
+            with scheduler_of(pub).batch():
                 for i, tid in enumerate(ids):
-                    pub.schedule_body(i, delay=0.05, queue=dest, headers={"id": tid})
+                    scheduler_of(pub).schedule_body(i, delay=0.05, queue=dest, headers={"id": tid})
                 raise KeyError("caller")
         assert set(ids) <= arrived_ids(raw, dest, set(ids), timeout=15)
     finally:
