@@ -456,8 +456,7 @@ def _allowed(request: Request) -> str:
 
 def install_errors(app: FastAPI) -> None:
     """Map bad input and the package's errors to 4xx JSON (and a broker that is down to 503)."""
-    import amqp
-    import kombu.exceptions
+    from ..rabbitmq.client import CONNECTION_ERRORS, AMQPError
 
     def answer(status: int) -> Any:
         async def handler(_: Request, exc: Exception) -> JSONResponse:
@@ -491,5 +490,5 @@ def install_errors(app: FastAPI) -> None:
     app.add_exception_handler(HTTPException, http)
     app.add_exception_handler(IndexUnavailable, unavailable)
     app.add_exception_handler(DelayqError, answer(409))
-    for cls in (OSError, kombu.exceptions.OperationalError, amqp.exceptions.AMQPError):
+    for cls in (*CONNECTION_ERRORS, AMQPError):
         app.add_exception_handler(cls, unavailable)
