@@ -53,11 +53,14 @@ DEBUG_ENV = "DELAYQ_DEBUG"
 
 
 def app_context(ctx: click.Context) -> AppLadder:
-    """The :class:`AppLadder` of this CLI run (from Celery's ``-A``), without installing it."""
+    """The :class:`AppLadder` of this CLI run (from Celery's ``-A``), without installing it,
+    with the app's settings as they are now (a command reads them afresh)."""
     app = getattr(ctx.obj, "app", None)
     if app is None:
         raise click.UsageError("no Celery app: run as `celery -A YOUR_APP delayq ...`")
-    return ladder_for(app)
+    ladder = ladder_for(app)
+    ladder.reread()
+    return ladder
 
 
 def app_name(ctx: click.Context | None) -> str:
