@@ -9,7 +9,6 @@ otherwise it raises :class:`~celery_delayq.errors.ParkingFailed`.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 import traceback as tb
@@ -21,7 +20,7 @@ import kombu
 
 from ..ladder import headers as H
 from .. import signals
-from ..rabbitmq.client import Connection, Message, RecoverableConnectionError
+from ..rabbitmq.client import Connection, Message, RecoverableConnectionError, declare_queue
 from ..rabbitmq.confirms import ConfirmChannel
 from ..rabbitmq.probe import queue_exists
 from ..rabbitmq.owned import OwnedConnection
@@ -144,12 +143,7 @@ class Parker:
             args = declare_arguments(qtype, version)
             if self.spread and qtype == "quorum":
                 self._place(raw, queue, args)
-            ch = raw.channel()
-            try:
-                ch.queue_declare(queue, durable=True, auto_delete=False, arguments=args)
-            finally:
-                with contextlib.suppress(Exception):
-                    ch.close()
+            declare_queue(raw, queue, args)
         self._declared.add(queue)
 
     def _place(self, raw: Connection, queue: str, args: dict[str, Any]) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ..rabbitmq.client import Connection, Message
+from ..rabbitmq.client import Connection, Message, declare_queue
 from ..rabbitmq.topology import broker_version
 from .errors import ParkingError
 from ..rabbitmq.delivery_limit import declare_arguments
@@ -54,15 +54,6 @@ def _move(connection: Connection, source: str, target: str, batch_size: int) -> 
                 scan.commit()
         scan.commit()
     return moved
-
-
-def _declare(connection: Connection, queue: str, args: dict[str, object]) -> None:
-    ch = connection.channel()
-    try:
-        ch.queue_declare(queue, durable=True, auto_delete=False, arguments=args)
-    finally:
-        with contextlib.suppress(Exception):
-            ch.close()
 
 
 def _drain_and_delete(connection: Connection, source: str, target: str, batch_size: int) -> int:
@@ -102,9 +93,9 @@ def redeclare(connection: Connection, queue: str, *, queue_type: str = "quorum",
     version = broker_version(connection)
     args = declare_arguments(queue_type, version)
     hold = queue + SUFFIX
-    _declare(connection, hold, args)
+    declare_queue(connection, hold, args)
     if queue_depth(connection, queue) is not None:
         _drain_and_delete(connection, queue, hold, batch_size)
-    _declare(connection, queue, args)
+    declare_queue(connection, queue, args)
     _drain_and_delete(connection, hold, queue, batch_size)
     return queue_depth(connection, queue) or 0

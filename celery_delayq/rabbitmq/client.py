@@ -20,7 +20,7 @@ from amqp.exceptions import AMQPError, ConnectionError as AMQPConnectionError, R
 from ..errors import UnsupportedTransport
 
 __all__ = ["Connection", "Channel", "Message", "NotFound", "PreconditionFailed", "AccessRefused", "AMQPError",
-           "RecoverableConnectionError", "CONNECTION_ERRORS", "raw_connection", "connected", "nack"]
+           "RecoverableConnectionError", "CONNECTION_ERRORS", "raw_connection", "connected", "nack", "declare_queue"]
 
 #: Failures to reach or log in to the broker, whichever layer (socket, kombu, py-amqp) raises them.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (OSError, kombu.exceptions.OperationalError, AMQPConnectionError)
@@ -59,3 +59,13 @@ def connected(connection: kombu.Connection) -> Iterator[Connection]:
 def nack(channel: Channel, delivery_tag: int, *, multiple: bool = False) -> None:
     """``basic.nack`` with requeue (py-amqp has no method for it)."""
     channel.send_method(amqp.spec.Basic.Nack, "Lbb", (delivery_tag, multiple, True))
+
+
+def declare_queue(raw: Connection, queue: str, arguments: dict[str, object]) -> None:
+    """Declare the durable ``queue`` on a throwaway channel (a refused declare closes its channel)."""
+    ch = raw.channel()
+    try:
+        ch.queue_declare(queue, durable=True, auto_delete=False, arguments=arguments)
+    finally:
+        with contextlib.suppress(Exception):
+            ch.close()

@@ -10,22 +10,29 @@ exchange is probed whatever its type.
 from __future__ import annotations
 
 import contextlib
+from typing import Any, Callable
 
 import amqp
 
 __all__ = ["queue_depth", "queue_exists", "exchange_exists", "destination_exists"]
 
 
-def queue_depth(raw: amqp.Connection, queue: str) -> int | None:
-    """Ready messages in ``queue``, or ``None`` when the queue does not exist."""
+def _passive(raw: amqp.Connection, declare: Callable[[amqp.Channel], Any]) -> tuple[Any] | None:
+    """``(the declare's answer,)``, or ``None`` when the entity does not exist; on a throwaway channel."""
     ch = raw.channel()
     try:
-        return int(ch.queue_declare(queue, passive=True).message_count)
+        return (declare(ch),)
     except amqp.NotFound:
         return None
     finally:
         with contextlib.suppress(Exception):
             ch.close()
+
+
+def queue_depth(raw: amqp.Connection, queue: str) -> int | None:
+    """Ready messages in ``queue``, or ``None`` when the queue does not exist."""
+    found = _passive(raw, lambda ch: ch.queue_declare(queue, passive=True))
+    return None if found is None else int(found[0].message_count)
 
 
 def queue_exists(raw: amqp.Connection, queue: str) -> bool:
@@ -35,17 +42,7 @@ def queue_exists(raw: amqp.Connection, queue: str) -> bool:
 
 def exchange_exists(raw: amqp.Connection, exchange: str) -> bool:
     """Does ``exchange`` exist? (The default exchange, ``""``, always does.)"""
-    if not exchange:
-        return True
-    ch = raw.channel()
-    try:
-        ch.exchange_declare(exchange, "direct", passive=True)
-        return True
-    except amqp.NotFound:
-        return False
-    finally:
-        with contextlib.suppress(Exception):
-            ch.close()
+    return not exchange or _passive(raw, lambda ch: ch.exchange_declare(exchange, "direct", passive=True)) is not None
 
 
 def destination_exists(raw: amqp.Connection, exchange: str, routing_key: str) -> bool:
