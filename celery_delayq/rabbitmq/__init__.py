@@ -11,7 +11,7 @@
 * :mod:`.index_writer`: the entries of the index of waiting tasks;
 * :mod:`.delivery_limit`: how a parking queue is declared on each RabbitMQ version;
 * :mod:`.status`, :mod:`.probe`: a read-only view of an app's ladder on its broker, passive declares;
-* :mod:`.client`: py-amqp's names for the layers above (the only import of ``amqp`` outside this folder's modules);
+* :mod:`.client`: py-amqp's names for the layers above, so that ``amqp`` is imported in this folder only;
 * :mod:`.export`: the ladder as a definitions file.
 
 It builds on :mod:`celery_delayq.ladder` and the root modules (config,
