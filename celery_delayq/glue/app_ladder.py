@@ -110,7 +110,7 @@ class AppLadder:
             return self.app.connection_for_write(self.config.broker_url)
         return self.app.connection_for_write()
 
-    def dedicated_connection(self, role: str) -> Any:
+    def dedicated_connection(self, role: str) -> Connection:
         """A (not yet connected) connection of the ladder's own for ``role``.
 
         It keeps the app's connection options (credentials, SSL, heartbeat, failover)
