@@ -237,6 +237,11 @@ class DelayqConfig:
         return LadderSpec(prefix=self.prefix, unit_ms=self.unit_ms, levels=self.levels, radix=self.radix,
                           shards=self.shards)
 
+    @property
+    def parking_queue_name(self) -> str:
+        """The parking queue: ``delayq_parking_queue``, else ``<prefix>.parking``."""
+        return self.parking_queue or f"{self.prefix}.parking"
+
     @classmethod
     def from_app(cls, app: CeleryApp) -> "DelayqConfig":
         """Read ``delayq_*`` settings from a Celery app (Django's ``CELERY_DELAYQ_*`` too)."""

@@ -81,19 +81,10 @@ def running_worker(app: Any, **kwargs: Any) -> Iterator[Any]:
 
 
 def entity_exists(conn: amqp.Connection, kind: str, name: str) -> bool:
-    """Whether a queue or (topic) exchange exists (passive declare on a channel of its own)."""
-    ch = conn.channel()
-    try:
-        if kind == "queue":
-            ch.queue_declare(name, passive=True)
-        else:
-            ch.exchange_declare(name, "topic", passive=True)
-        return True
-    except amqp.NotFound:
-        return False
-    finally:
-        if ch.is_open:
-            ch.close()
+    """Whether a queue or exchange exists (the package's passive-declare probes)."""
+    from celery_delayq.rabbitmq.probe import exchange_exists, queue_exists
+
+    return queue_exists(conn, name) if kind == "queue" else exchange_exists(conn, name)
 
 
 def queue_depth(conn: amqp.Connection, name: str) -> int:

@@ -8,8 +8,8 @@
   UTF-8, and, as a last resort, any other error by its type (``DELAYQ_DEBUG=1``
   shows the traceback). Commands just let errors rise.
 * :func:`app_context` gives commands the app's
-  :class:`~celery_delayq.rabbitmq.context.AppContext` (settings and a
-  connection without the ladder hook, so reading commands cannot write).
+  :class:`~celery_delayq.glue.app_ladder.AppLadder` (settings and a
+  connection; the ladder hook is not installed, so reading commands cannot write).
 * :func:`confirm` is the one confirmation rule of every destructive command;
   :func:`check_bulk` and :func:`confirm_bulk` add the bulk rule
   (:func:`celery_delayq.inputs.require_selection`): a filter or ``--all``, and
@@ -35,36 +35,32 @@ import re
 import sys
 from typing import Any, Callable, Iterable, Iterator
 
-import amqp
 import click
-import kombu.exceptions
 from rich.console import Console
 
 from ..audit import LOGGER as AUDIT_LOGGER
 from ..audit import audit, cli_actor
 from ..errors import DelayqError
+from ..glue.app_ladder import AppLadder, ladder_for
 from ..inputs import BadInput, describe_guard, require_selection
-from ..rabbitmq.context import AppContext
+from ..rabbitmq.client import CONNECTION_ERRORS, AMQPError
 
 __all__ = ["DelayqGroup", "Action", "app_context", "app_name", "audit_action", "bulk_options", "check_bulk",
            "confirm", "confirm_bulk", "console", "named", "yes_option", "DEBUG_ENV"]
 
-#: Failures to reach or log in to the broker, whichever layer raises them.
-_CONNECTION_ERRORS = (OSError, kombu.exceptions.OperationalError, amqp.exceptions.ConnectionError)
 #: Set to 1 to see the traceback of an unexpected error instead of its one line.
 DEBUG_ENV = "DELAYQ_DEBUG"
 
 
-def app_context(ctx: click.Context) -> AppContext:
-    """The :class:`AppContext` of this CLI run (from Celery's ``-A``), made once."""
-    root = ctx.find_root()
-    found = root.meta.get("delayq.app")
-    if found is None:
-        app = getattr(ctx.obj, "app", None)
-        if app is None:
-            raise click.UsageError("no Celery app: run as `celery -A YOUR_APP delayq ...`")
-        found = root.meta["delayq.app"] = AppContext(app)
-    return found
+def app_context(ctx: click.Context) -> AppLadder:
+    """The :class:`AppLadder` of this CLI run (from Celery's ``-A``), without installing it,
+    with the app's settings as they are now (a command reads them afresh)."""
+    app = getattr(ctx.obj, "app", None)
+    if app is None:
+        raise click.UsageError("no Celery app: run as `celery -A YOUR_APP delayq ...`")
+    ladder = ladder_for(app)
+    ladder.reread()
+    return ladder
 
 
 def app_name(ctx: click.Context | None) -> str:
@@ -118,9 +114,9 @@ class DelayqGroup(click.Group):
                 if getattr(exc, "filename", None):  # a file (report --out, export): not the broker
                     raise click.ClickException(f"{exc.filename}: {_cause(exc)}") from None
                 raise click.ClickException(_unreachable(ctx, exc)) from None
-            except _CONNECTION_ERRORS as exc:
+            except CONNECTION_ERRORS as exc:
                 raise click.ClickException(_unreachable(ctx, exc)) from None
-            except amqp.exceptions.AMQPError as exc:
+            except AMQPError as exc:
                 # Login and permission refusals are channel errors in py-amqp (403 ACCESS_REFUSED).
                 raise click.ClickException(f"RabbitMQ at {_uri(ctx)} refused: {_cause(exc)}") from None
             except UnicodeError as exc:  # a surrogate-escaped argument ($'\xff') reached text that must be UTF-8

@@ -79,8 +79,7 @@ def doctor(ctx: click.Context, as_json: bool, timeout: float) -> None:
     """
     app = app_context(ctx)
     with app.connected() as raw:
-        findings = diagnose(app.app, app.connection(), raw, app.config, parking_queue=app.parking_queue,
-                            inspect_timeout=timeout, app_spec=_app_spec(ctx))
+        findings = diagnose(app, raw, inspect_timeout=timeout, app_spec=_app_spec(ctx))
     if as_json:
         docs = [{**f.as_dict(), "next_step": named(ctx, f.next_step)} for f in findings]
         click.echo(json.dumps(docs, indent=2, default=str))

@@ -6,7 +6,7 @@ import click
 
 from ..ladder.index_layout import index_layout
 from ..rabbitmq.topology import Topology, broker_version, resolve_queue_type
-from ..rabbitmq.context import AppContext
+from ..glue.app_ladder import AppLadder
 from .base import app_context
 from .topology import parse_destinations
 
@@ -31,18 +31,18 @@ def export(ctx: click.Context, fmt: str, vhost: str | None, destination: tuple[s
     app = app_context(ctx)
     requested = app.config.queue_type
     # No broker to ask: "auto" means quorum, which every supported broker (3.10+) has.
-    topo = Topology(app.spec, "quorum" if requested == "auto" else resolve_queue_type(requested, (99,)))
+    topo = Topology(app.config.spec, "quorum" if requested == "auto" else resolve_queue_type(requested, (99,)))
     dests = parse_destinations(topo, destination)
     vhost = vhost or app.connection().virtual_host or "/"
     render = exporters.definitions if fmt == "definitions" else exporters.terraform
     target = _target_version(app, broker_version)
     # The streams of the index and the cancel log are part of the ladder (RabbitMQ 3.9+).
-    topo.index = index_layout(app.spec, index=app.config.index, version=target or (3, 10))
+    topo.index = index_layout(app.config.spec, index=app.config.index, version=target or (3, 10))
     parking = exporters.parking_queue_def(app.config, topo.queue_type, target)
     click.echo(render(topo, vhost=vhost, exits=dests, parking=parking))
 
 
-def _target_version(app: AppContext, given: str | None) -> tuple[int, ...] | None:
+def _target_version(app: AppLadder, given: str | None) -> tuple[int, ...] | None:
     if given:
         try:
             return tuple(int(part) for part in given.split("."))

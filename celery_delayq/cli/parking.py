@@ -16,12 +16,10 @@ each action is an audit line (:mod:`celery_delayq.audit`).
 
 from __future__ import annotations
 
-import contextlib
 import json
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
-import amqp
 import click
 from rich import box
 from rich.console import Console
@@ -31,7 +29,7 @@ from rich.table import Table
 
 from ..parking import ParkedFilter, ParkedMessage, ParkingQueue
 from ..parking import record as R
-from ..rabbitmq.context import AppContext
+from ..rabbitmq.probe import destination_exists, queue_exists
 from .base import Action, app_context, audit_action, bulk_options, check_bulk, confirm_bulk, console, yes_option
 from .when import Delay, Id, Moment
 
@@ -63,35 +61,6 @@ def _filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def _match(task: str | None, exception: str | None, since: float | None, until: float | None,
            ids: tuple[str, ...]) -> ParkedFilter:
     return ParkedFilter(task=task, exception=exception, ids=tuple(ids), since=since, until=until)
-
-
-def _open(app: AppContext, queue: str | None) -> ParkingQueue:
-    """The parking queue, without installing the ladder hook (only a delayed replay needs the ladder)."""
-    def ladder() -> Any:
-        from ..glue.integration import install
-
-        return install(app.app).publisher
-
-    return ParkingQueue(app.connection(), queue or app.parking_queue, ladder=ladder)
-
-
-def _exists(pq: ParkingQueue, kind: str, name: str) -> bool:
-    """Passive declare of a queue or exchange (the default exchange always exists)."""
-    if kind == "exchange" and not name:
-        return True
-    ch = pq.connection.channel()
-    try:
-        if kind == "queue":
-            ch.queue_declare(name, passive=True)
-        else:
-            ch.exchange_declare(name, "direct", passive=True)
-        return True
-    except amqp.NotFound:
-        return False
-    finally:
-        with contextlib.suppress(Exception):
-            if ch.is_open:
-                ch.close()
 
 
 def _described(task: str | None, exception: str | None, since: float | None, until: float | None,
@@ -192,8 +161,8 @@ def list_(ctx: click.Context, queue: str | None, task: str | None, exception: st
           since: float | None, until: float | None, ids: tuple[str, ...], limit: int, as_json: bool) -> None:
     """List parked messages, oldest first. The queue is left as it was."""
     app = app_context(ctx)
-    with _open(app, queue) as pq:
-        exists = _exists(pq, "queue", pq.name)
+    with ParkingQueue.for_app(app.app, queue) as pq:
+        exists = queue_exists(pq.connection, pq.name)
         found = pq.list(_match(task, exception, since, until, ids), limit=limit) if exists else []
         total = pq.count() if exists else 0
     if as_json:
@@ -237,7 +206,7 @@ def inspect_(ctx: click.Context, parked_id: str, queue: str | None, as_json: boo
     ID is the parked id or the task id (`list` shows both), or the start of
     either; when it fits several messages they are listed.
     """
-    with _open(app_context(ctx), queue) as pq:
+    with ParkingQueue.for_app(app_context(ctx).app, queue) as pq:
         found = pq.list(ParkedFilter(ids=(parked_id,), task_ids=(parked_id,)), limit=_CANDIDATES + 1)
     if not found:
         raise click.ClickException(f"no parked message in {pq.name!r} has a parked id or a task id starting with "
@@ -283,7 +252,7 @@ def _dry_run(ctx: click.Context, pq: ParkingQueue, found: list[ParkedMessage], d
     for p in found:
         key = (p.exchange, p.routing_key)
         if key not in routable:
-            routable[key] = _exists(pq, "queue", p.routing_key) if not p.exchange else _exists(pq, "exchange", p.exchange)
+            routable[key] = destination_exists(pq.connection, *key)
     table = Table(title=f"dry run: {len(found)} of {pq.count()} parked message(s) in {pq.name} would be replayed",
                   title_justify="left")
     for column in ("id", "task", "task id", "attempts", "to", "destination"):
@@ -328,7 +297,7 @@ def replay_(ctx: click.Context, queue: str | None, task: str | None, exception: 
     """
     out = console(ctx)
     described, expect = _guard(task, exception, since, until, ids, everything, expect, dry_run, yes)
-    with _open(app_context(ctx), queue) as pq:
+    with ParkingQueue.for_app(app_context(ctx).app, queue) as pq:
         found = _select(pq, _match(task, exception, since, until, ids), ids, described, limit)
         if dry_run:
             _dry_run(ctx, pq, found, delay)
@@ -366,7 +335,7 @@ def purge_(ctx: click.Context, queue: str | None, task: str | None, exception: s
     out = console(ctx)
     yes = yes or force
     described, expect = _guard(task, exception, since, until, ids, everything, expect, dry_run, yes)
-    with _open(app_context(ctx), queue) as pq:
+    with ParkingQueue.for_app(app_context(ctx).app, queue) as pq:
         found = _select(pq, _match(task, exception, since, until, ids), ids, described)
         if dry_run:
             out.print(f"dry run: {len(found)} of {pq.count()} parked message(s) in {pq.name} match "

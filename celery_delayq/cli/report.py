@@ -24,7 +24,7 @@ from typing import Any
 
 import click
 
-from ..rabbitmq.context import AppContext
+from ..glue.app_ladder import AppLadder, ladder_for
 from .base import app_name as named_app, named
 from .when import Moment
 from ..typing import CeleryApp
@@ -72,7 +72,7 @@ def live_state(app: CeleryApp, name: str = "APP") -> dict[str, Any]:
     """
     from ..rabbitmq.status import ladder_status
 
-    context = AppContext(app)
+    context = ladder_for(app)
     try:
         with context.connected() as raw:
             doc = ladder_status(context, raw)
@@ -81,7 +81,7 @@ def live_state(app: CeleryApp, name: str = "APP") -> dict[str, Any]:
     return {**doc, "app": name}
 
 
-def _safe_uri(context: AppContext) -> str:
+def _safe_uri(context: AppLadder) -> str:
     try:
         return context.uri
     except Exception:

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from ..ladder.humanize import describe_ladder, human_duration
 from ..ladder.spec import LadderSpec
-from ..rabbitmq.context import AppContext
+from ..glue.app_ladder import AppLadder
 from ..rabbitmq.status import ladder_status
 from .base import app_context, console, named
 from .topology import no_ladder
@@ -94,7 +94,7 @@ def _render(doc: dict[str, Any], ctx: click.Context) -> None:
                   "`celery -A APP delayq topology verify` names them all")
 
 
-def _cancelled_waiting(app: AppContext) -> int | None:
+def _cancelled_waiting(app: AppLadder) -> int | None:
     """Cancelled tasks still in the ladder's queues (found waiting, not due yet); None when unreadable."""
     from ..cancels.requests import index_of
     from ..index.lookup import read_cancel_book

@@ -17,15 +17,16 @@ import time
 from collections import Counter
 from typing import Any, Iterator, Sequence
 
-import amqp
 import click
 
 from ..errors import InvalidName
 from ..inputs import BadInput, check_id, ID_MAX
 from ..ladder.humanize import describe_ladder
 from ..rabbitmq.topology import Destination, Owned, OwnedSelection, ROLES, Topology, select_owned
+from ..rabbitmq.client import Connection
 from ..rabbitmq.management import ManagementAPI
-from ..rabbitmq.context import AppContext
+from ..rabbitmq.probe import exchange_exists
+from ..glue.app_ladder import AppLadder
 from .base import Action, app_context, audit_action, confirm, yes_option
 
 __all__ = ["topology", "no_ladder", "parse_destinations", "destination_parts"]
@@ -73,20 +74,11 @@ def parse_destinations(topo: Topology, values: tuple[str, ...] | list[str]) -> l
     return dests
 
 
-def no_ladder(app: AppContext, raw: amqp.Connection) -> str:
+def no_ladder(app: AppLadder, raw: Connection) -> str:
     """Why there is nothing to show: no ladder of this name and shape, and what to check."""
-    spec = app.spec
+    spec = app.config.spec
     text = f"no ladder named {spec.prefix!r} ({spec.namespace}) on {app.uri}; nothing was created."
-    ch = raw.channel()
-    try:
-        ch.exchange_declare(spec.unroutable_exchange, "fanout", passive=True)
-        other_shape = True
-    except amqp.NotFound:
-        other_shape = False
-    finally:
-        if ch.is_open:
-            ch.close()
-    if other_shape:
+    if exchange_exists(raw, spec.unroutable_exchange):
         return (f"{text} A ladder with prefix {spec.prefix!r} exists in another shape: this app expects "
                 f"{spec.levels} levels of radix {spec.radix}; check delayq_levels and delayq_radix.")
     return f"{text} Check delayq_prefix, or create it with `celery -A APP delayq topology declare`."
@@ -138,7 +130,7 @@ def verify(ctx: click.Context) -> None:
         click.echo(f"warning: {leaders}", err=True)
 
 
-def _leaders_warning(app: AppContext, raw: amqp.Connection) -> str | None:
+def _leaders_warning(app: AppLadder, raw: Connection) -> str | None:
     """On a multi-node cluster: why and how to spread a ladder whose leaders are not (``None``: fine or unknown)."""
     from ..doctor.checks import leaders_finding
     from ..doctor.finding import WARN, ApiReach
@@ -146,12 +138,12 @@ def _leaders_warning(app: AppContext, raw: amqp.Connection) -> str | None:
     api = app.api(raw)
     if api is None:
         return None
-    names = [q.name for q in app.spec.level_queues()]
+    names = [q.name for q in app.config.spec.level_queues()]
     rows, nodes = api.queues(names), api.running_nodes()
     if rows is None or nodes is None or len(nodes) < 2:
         return None
     found = leaders_finding(rows, nodes, names, ApiReach(api.base_url, "ok"),
-                            vhost=api.vhost, namespace=app.spec.namespace)
+                            vhost=api.vhost, namespace=app.config.spec.namespace)
     return f"{found.summary} {found.next_step}" if found.status == WARN else None
 
 
@@ -185,19 +177,19 @@ def recover(ctx: click.Context, held_for: float) -> None:
     if api is None or not api.same_broker:
         raise click.ClickException("cannot look for held messages: RabbitMQ's management API is not "
                                    "reachable (set delayq_management_url)")
-    recovery = Recovery(api, app.spec.prefix)
+    recovery = Recovery(api, app.config.spec.prefix)
     stuck = recovery.stuck(held_for=held_for)
     if stuck is None:
         raise click.ClickException(f"the management API at {api.base_url} did not list the queues")
     if not stuck:
-        click.echo(f"no ladder queue of {app.spec.prefix!r} holds messages on {app.uri}: nothing to do")
+        click.echo(f"no ladder queue of {app.config.spec.prefix!r} holds messages on {app.uri}: nothing to do")
         return
     if not recovery.touch():
         raise click.ClickException(f"{sum(stuck.values())} message(s) are held in {len(stuck)} queue(s), and "
                                    "the broker refused the policy that moves them: the management user needs "
                                    "the 'policymaker' (or 'administrator') tag")
     still = recovery.still_held(stuck)
-    audit_action(ctx, prefix=app.spec.prefix, held=sum(stuck.values()), queues=len(stuck), still=len(still))
+    audit_action(ctx, prefix=app.config.spec.prefix, held=sum(stuck.values()), queues=len(stuck), still=len(still))
     moved = {name: n for name, n in stuck.items() if name not in still}
     if moved:
         shown = ", ".join(f"{name} ({n})" for name, n in sorted(moved.items()))
@@ -320,7 +312,7 @@ def delete(ctx: click.Context, discard_messages: bool, with_parking: bool, keep_
 
         def survey() -> tuple[OwnedSelection, list[Owned], list[str]]:
             queues, exchanges = broker_listing(app.api(raw), app.uri)
-            selection = select_owned(spec, queues, exchanges, parking_queue=app.parking_queue,
+            selection = select_owned(spec, queues, exchanges, parking_queue=app.config.parking_queue_name,
                                      with_parking=with_parking, keep_shared=keep_shared)
             return (selection, topo.look(raw, selection.delete),
                     _describe_kept(selection, topo.look(raw, selection.kept), keep_shared))

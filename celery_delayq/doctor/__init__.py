@@ -14,10 +14,8 @@ summary and the next step.
 
 from __future__ import annotations
 
-import amqp
-import kombu
-
-from ..config import DelayqConfig
+from ..glue.app_ladder import AppLadder
+from ..rabbitmq.client import Connection
 from .checks import (
     NATIVE_DELIVERY_EXCHANGE, NATIVE_LEVELS, PLUGIN_MAX_DELAY_MS, activation_finding, broker_finding,
     feature_flags_finding, file_handles_finding, ladder_finding, leaders_finding, native_finding, native_queue_names,
@@ -26,7 +24,6 @@ from .checks import (
 )
 from .finding import ACTIVATION_RULE, CHECKS, ERROR, OK, WARN, ApiReach, Finding
 from .observe import Observations, classify, observe, probe_plain_process
-from ..typing import CeleryApp
 
 __all__ = [
     "Finding", "ApiReach", "Observations", "CHECKS", "ACTIVATION_RULE", "OK", "WARN", "ERROR",
@@ -39,8 +36,7 @@ __all__ = [
 ]
 
 
-def diagnose(app: CeleryApp, connection: kombu.Connection, raw: amqp.Connection, config: DelayqConfig, *, parking_queue: str,
-             inspect_timeout: float = 1.0, app_spec: str | None = None) -> list[Finding]:
-    """Observe (read-only) and classify: the doctor's findings for ``app``."""
-    return classify(observe(app, connection, raw, config, parking_queue=parking_queue,
-                            inspect_timeout=inspect_timeout, app_spec=app_spec))
+def diagnose(ladder: AppLadder, raw: Connection, *, inspect_timeout: float = 1.0,
+             app_spec: str | None = None) -> list[Finding]:
+    """Observe (read-only) and classify: the doctor's findings for the ladder's app."""
+    return classify(observe(ladder, raw, inspect_timeout=inspect_timeout, app_spec=app_spec))

@@ -10,7 +10,6 @@ the :class:`Observations` into findings without further I/O.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -19,16 +18,15 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-import amqp
-import kombu
-
 from ..errors import TopologyMismatch
-from ..config import DelayqConfig
+from ..glue.app_ladder import AppLadder
 from ..ladder.spec import LadderSpec
 from ..rabbitmq.management import ManagementAPI
 from ..ladder.plugin_compat import PLUGIN_TYPE
 from ..rabbitmq.topology import LadderState, Topology, broker_version, resolve_queue_type
 from ..rabbitmq.budget import RESERVATIONS_GONE_FROM
+from ..rabbitmq.client import Connection
+from ..rabbitmq.probe import exchange_exists, queue_depth
 from .checks import (
     NATIVE_DELIVERY_EXCHANGE, activation_finding, broker_finding, feature_flags_finding,
     file_handles_finding, ladder_finding, leaders_finding, native_finding, node_loss_finding, native_queue_names, parking_finding,
@@ -90,7 +88,7 @@ class _DoctorAPI(ManagementAPI):
         return f"/api/{kind}/{urllib.parse.quote(self.vhost, safe='')}"
 
 
-def _reach(api: _DoctorAPI | None, raw: amqp.Connection) -> tuple[ApiReach, dict[str, Any] | None]:
+def _reach(api: _DoctorAPI | None, raw: Connection) -> tuple[ApiReach, dict[str, Any] | None]:
     """Ask the API's overview, and check that it speaks for the broker the AMQP connection reached.
 
     The same check the package makes everywhere (:meth:`ManagementAPI.identify`):
@@ -106,32 +104,6 @@ def _reach(api: _DoctorAPI | None, raw: amqp.Connection) -> tuple[ApiReach, dict
         return ApiReach(api.base_url, "other_broker", found.how), None
     return ApiReach(api.base_url, "ok", f"cluster {found.api_cluster} (matched by {found.how})"), \
         api.get_dict("/api/overview")
-
-
-def _passive_queue(raw: amqp.Connection, name: str) -> int | None:
-    """Ready messages of queue ``name`` by passive declare; ``None`` when it does not exist."""
-    ch = raw.channel()
-    try:
-        return int(ch.queue_declare(name, passive=True).message_count)
-    except amqp.NotFound:
-        return None
-    finally:
-        if ch.is_open:
-            with contextlib.suppress(Exception):
-                ch.close()
-
-
-def _passive_exchange(raw: amqp.Connection, name: str) -> bool:
-    ch = raw.channel()
-    try:
-        ch.exchange_declare(name, "topic", passive=True)
-        return True
-    except amqp.NotFound:
-        return False
-    finally:
-        if ch.is_open:
-            with contextlib.suppress(Exception):
-                ch.close()
 
 
 _PROBE = r"""
@@ -184,21 +156,20 @@ def _has_quorum_queue(app: CeleryApp) -> bool:
     return False
 
 
-def observe(app: CeleryApp, connection: kombu.Connection, raw: amqp.Connection, config: DelayqConfig, *, parking_queue: str,
-            inspect_timeout: float = 1.0, app_spec: str | None = None) -> Observations:
+def observe(ladder: AppLadder, raw: Connection, *, inspect_timeout: float = 1.0,
+            app_spec: str | None = None) -> Observations:
     """Look at everything the checks need. Creates nothing on the broker (see the module docstring).
 
     Args:
-        app: The Celery app.
-        connection: The kombu connection ``raw`` belongs to (for the management API's host and vhost).
+        ladder: The app's ladder (its settings and broker; nothing is hooked).
         raw: A connected py-amqp connection to the ladder's broker.
-        config: The app's :class:`~celery_delayq.config.DelayqConfig`.
-        parking_queue: The parking queue's name.
         inspect_timeout: Seconds to wait for workers' ``inspect scheduled`` replies.
         app_spec: The ``-A`` value, to probe a fresh process that only imports the app (``None``: skip).
     """
-    from ..glue.integration import enabled_in, is_installed, ladder_for
+    from ..glue.integration import enabled_in, is_installed
 
+    app, config, connection = ladder.app, ladder.config, ladder.connection()
+    parking_queue = config.parking_queue_name
     version = broker_version(raw)
     spec = config.spec
     queue_type = resolve_queue_type(config.queue_type, version)
@@ -231,7 +202,7 @@ def observe(app: CeleryApp, connection: kombu.Connection, raw: amqp.Connection, 
         if isinstance(types, list):
             plugin_enabled = any(t.get("name") == PLUGIN_TYPE for t in types if isinstance(t, dict))
 
-    parking_messages = _passive_queue(raw, parking_queue)
+    parking_messages = queue_depth(raw, parking_queue)
     risk = None
     if parking_messages is not None and config.park:
         from ..parking.limits import browse_risk
@@ -239,10 +210,10 @@ def observe(app: CeleryApp, connection: kombu.Connection, raw: amqp.Connection, 
         risk = browse_risk(raw, parking_queue, version)  # an existing queue: nothing is created
 
     native: dict[str, int | None] = {
-        name: n for name in native_queue_names() if (n := _passive_queue(raw, name)) is not None}
+        name: n for name in native_queue_names() if (n := queue_depth(raw, name)) is not None}
     enabled = enabled_in(app)
     installed = is_installed(app)
-    ladder_tasks = len(ladder_for(app).tasks)
+    ladder_tasks = len(ladder.tasks)
     plain = probe_plain_process(app_spec) if app_spec and enabled and installed else None
     try:
         scheduled = app.control.inspect(timeout=inspect_timeout).scheduled()
@@ -256,7 +227,7 @@ def observe(app: CeleryApp, connection: kombu.Connection, raw: amqp.Connection, 
         parking_exists=parking_messages is not None, parking_messages=parking_messages, parking_risk=risk,
         enabled=enabled, installed=installed, ladder_tasks=ladder_tasks, plain_process=plain, scheduled=scheduled,
         inspect_timeout=inspect_timeout, native=native,
-        native_delivery=_passive_exchange(raw, NATIVE_DELIVERY_EXCHANGE),
+        native_delivery=exchange_exists(raw, NATIVE_DELIVERY_EXCHANGE),
         quorum_app=_has_quorum_queue(app))
 
 

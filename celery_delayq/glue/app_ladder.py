@@ -19,7 +19,7 @@ import re
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, ContextManager, Iterable
 
 from kombu import Exchange
 from kombu.connection import Connection
@@ -27,12 +27,17 @@ from kombu.connection import Connection
 from ..ladder import headers as H
 from ..config import DelayqConfig
 from ..ladder.delays import parse_eta
+from ..ladder.index_layout import index_layout
 from ..ladder.spec import check_name
-from ..rabbitmq.management import key_matches
+from ..rabbitmq import client
+from ..rabbitmq.budget import BudgetCheck
+from ..rabbitmq.management import ManagementAPI, key_matches
 from ..rabbitmq.owned import dedicated_copy
 from ..ladder.plugin_compat import DELAY_HEADER, delay_of, plain_entities
+from ..rabbitmq.placement import LeaderPlacement
 from ..rabbitmq.publisher import LadderPublisher, publisher_for
 from ..scheduling import Scheduler
+from ..rabbitmq.topology import Topology, broker_version, resolve_queue_type
 from .extensions import Extensions
 from .queue_delays import default_delay, queue_delays_of
 from ..typing import CeleryApp, DelayBackend, Diversion
@@ -103,7 +108,7 @@ class AppLadder:
             return self.app.connection_for_write(self.config.broker_url)
         return self.app.connection_for_write()
 
-    def dedicated_connection(self, role: str) -> Any:
+    def dedicated_connection(self, role: str) -> Connection:
         """A (not yet connected) connection of the ladder's own for ``role``.
 
         It keeps the app's connection options (credentials, SSL, heartbeat, failover)
@@ -112,6 +117,36 @@ class AppLadder:
         times out) and cannot share a channel with a transaction.
         """
         return dedicated_copy(self.connection(), role)
+
+    # -- the read side: what commands, the page and the metrics read (nothing declared, no hook) --
+    @property
+    def uri(self) -> str:
+        """The broker URL with the password masked, for messages."""
+        return str(self.connection().as_uri())
+
+    def connected(self) -> ContextManager[client.Connection]:
+        """A connected py-amqp connection to the ladder's broker, closed afterwards (one try, no back-off)."""
+        return client.connected(self.connection())
+
+    def topology(self, raw: client.Connection) -> Topology:
+        """The app's ladder as the broker behind ``raw`` would have it (nothing is declared).
+
+        A :meth:`Topology.declare` of a new ladder spreads its leaders (``delayq_leader_placement``).
+        """
+        version = broker_version(raw)
+        topo = Topology(self.config.spec, resolve_queue_type(self.config.queue_type, version),
+                        index=index_layout(self.config.spec, index=self.config.index, version=version))
+        api = self.api(raw)
+        spread = self.config.leader_placement == "spread"
+        if api is not None and spread:
+            topo.placement = LeaderPlacement(api, self.connection()).place
+        # An operator's command is the explicit way to create a ladder the budget check cannot see.
+        topo.budget = BudgetCheck(version, api, spread=spread, explicit=True)
+        return topo
+
+    def api(self, raw: client.Connection) -> ManagementAPI | None:
+        """The management API of the broker behind ``raw`` (``None`` when switched off)."""
+        return ManagementAPI.for_broker(self.connection(), raw, self.config.management_url)
 
     @property
     def publisher(self) -> LadderPublisher:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from .errors import ParkedMessageNotFound, ParkingError, ParkingFailed, UnsafeToBrowse
 from .park import Parker, failure_headers, parker_for, parking_message
-from .queue import ParkingQueue, default_parking_queue
+from .queue import ParkingQueue
 from .record import ParkedFilter, ParkedMessage
 from .replay import ReplayReport, replay
 
 __all__ = [
-    "ParkingQueue", "default_parking_queue", "ParkedMessage", "ParkedFilter", "ReplayReport", "replay",
+    "ParkingQueue", "ParkedMessage", "ParkedFilter", "ReplayReport", "replay",
     "Parker", "parker_for", "failure_headers", "parking_message",
     "ParkingError", "ParkingFailed", "ParkedMessageNotFound", "UnsafeToBrowse",
 ]

@@ -29,8 +29,7 @@ import contextlib
 import re
 from typing import Any
 
-import amqp
-
+from ..rabbitmq.client import AccessRefused, Connection, PreconditionFailed
 from ..rabbitmq.delivery_limit import DEFAULT_LIMIT_FROM, NACK_UNCOUNTED_FROM, declare_arguments
 from .errors import UnsafeToBrowse
 
@@ -39,7 +38,7 @@ __all__ = ["browse_risk", "check_browsable"]
 _INEQUIVALENT = re.compile(r"inequivalent arg '([^']+)'")
 
 
-def browse_risk(connection: amqp.Connection, queue: str, version: tuple[int, ...]) -> str | None:
+def browse_risk(connection: Connection, queue: str, version: tuple[int, ...]) -> str | None:
     """Why handing a message of the existing ``queue`` back could count towards a drop; ``None`` if it cannot.
 
     On 4.3+ a nack never counts. Before, the queue is declared again (on a
@@ -56,10 +55,10 @@ def browse_risk(connection: amqp.Connection, queue: str, version: tuple[int, ...
     try:
         ch.queue_declare(queue, durable=True, auto_delete=False, arguments=expected)
         return None
-    except amqp.PreconditionFailed as exc:
+    except PreconditionFailed as exc:
         found = _INEQUIVALENT.search(str(exc))
         arg = found.group(1) if found else None
-    except amqp.AccessRefused:
+    except AccessRefused:
         arg = "permission"  # a read-only user cannot declare: the limit is unknown
     finally:
         with contextlib.suppress(Exception):
@@ -79,7 +78,7 @@ def browse_risk(connection: amqp.Connection, queue: str, version: tuple[int, ...
     return None
 
 
-def check_browsable(connection: amqp.Connection, queue: str, version: tuple[int, ...]) -> None:
+def check_browsable(connection: Connection, queue: str, version: tuple[int, ...]) -> None:
     """Raise :class:`UnsafeToBrowse` when a look at ``queue`` could make the broker drop a parked message."""
     risk = browse_risk(connection, queue, version)
     if risk is None:

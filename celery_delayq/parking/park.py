@@ -9,7 +9,6 @@ otherwise it raises :class:`~celery_delayq.errors.ParkingFailed`.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 import traceback as tb
@@ -17,12 +16,13 @@ import uuid
 import logging
 from typing import TYPE_CHECKING, Any
 
-import amqp
 import kombu
 
 from ..ladder import headers as H
 from .. import signals
+from ..rabbitmq.client import Connection, Message, RecoverableConnectionError, declare_queue
 from ..rabbitmq.confirms import ConfirmChannel
+from ..rabbitmq.probe import queue_exists
 from ..rabbitmq.owned import OwnedConnection
 from ..rabbitmq.registry import ProcessRegistry
 from ..errors import BrokerUnavailable, PublishError
@@ -63,12 +63,12 @@ def failure_headers(*, task: str, task_id: str, attempts: int, first_attempt: fl
     }
 
 
-def parking_message(raw: RawMessage, failure: dict[str, Any]) -> amqp.Message:
+def parking_message(raw: RawMessage, failure: dict[str, Any]) -> Message:
     """The parked copy of ``raw``: same body, headers and properties, plus ``failure`` (pure)."""
     headers = H.strip_broker_headers(raw.headers)
     headers.update(failure)
     props = {k: raw.properties[k] for k in _KEPT_PROPERTIES if raw.properties.get(k) is not None}
-    return amqp.Message(raw.body, application_headers=headers, delivery_mode=2, **props)
+    return Message(raw.body, application_headers=headers, delivery_mode=2, **props)
 
 
 class Parker:
@@ -95,7 +95,7 @@ class Parker:
         self._lock = threading.Lock()
         self._link.after_fork_in_child()
 
-    def park(self, queue: str, message: amqp.Message) -> None:
+    def park(self, queue: str, message: Message) -> None:
         """Publish ``message`` into ``queue`` and wait for the broker's confirm.
 
         Raises:
@@ -115,7 +115,7 @@ class Parker:
                             "the message was NOT parked. Check the parking queue (length limits, "
                             "a deleted queue) and the broker's alarms.")
                     return
-                except (amqp.exceptions.RecoverableConnectionError, ConnectionError, OSError,
+                except (RecoverableConnectionError, ConnectionError, OSError,
                         BrokerUnavailable) as exc:
                     self._link.drop()
                     if attempt:
@@ -137,23 +137,16 @@ class Parker:
         if queue in self._declared:
             return
         raw = self._link.raw
-        ch = raw.channel()
-        try:
-            ch.queue_declare(queue, passive=True)  # an existing queue is used as it is
-        except amqp.NotFound:
-            ch = raw.channel()  # the failed passive declare closed the channel
+        if not queue_exists(raw, queue):  # an existing queue is used as it is
             version = broker_version(raw)
             qtype = resolve_queue_type(self.queue_type, version)
             args = declare_arguments(qtype, version)
             if self.spread and qtype == "quorum":
                 self._place(raw, queue, args)
-            ch.queue_declare(queue, durable=True, auto_delete=False, arguments=args)
-        finally:
-            with contextlib.suppress(Exception):
-                ch.close()
+            declare_queue(raw, queue, args)
         self._declared.add(queue)
 
-    def _place(self, raw: amqp.Connection, queue: str, args: dict[str, Any]) -> None:
+    def _place(self, raw: Connection, queue: str, args: dict[str, Any]) -> None:
         """Declare a new parking queue through the node that leads the fewest of the vhost's queues (best effort)."""
         from ..rabbitmq.management import ManagementAPI
         from ..rabbitmq.placement import LeaderPlacement

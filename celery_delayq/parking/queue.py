@@ -3,27 +3,22 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable
+from typing import Callable
 
 import kombu
 
-from ..errors import UnsupportedTransport
 from ..glue.app_ladder import ladder_for
+from ..rabbitmq.client import Connection, raw_connection
+from ..rabbitmq.probe import queue_depth
 from ..rabbitmq.publisher import LadderPublisher
 from .errors import ParkedMessageNotFound
 from .record import ParkedFilter, ParkedMessage
 from .redeclare import redeclare
 from .replay import ReplayReport, replay
-from .scan import Scan, queue_depth
+from .scan import Scan
 from ..typing import CeleryApp
 
-__all__ = ["ParkingQueue", "default_parking_queue"]
-
-
-def default_parking_queue(app: CeleryApp) -> str:
-    """The app's parking queue: ``delayq_parking_queue``, else ``<delayq_prefix>.parking``."""
-    config = ladder_for(app).config
-    return config.parking_queue or f"{config.prefix}.parking"
+__all__ = ["ParkingQueue"]
 
 
 class ParkingQueue:
@@ -40,19 +35,16 @@ class ParkingQueue:
 
     @classmethod
     def for_app(cls, app: CeleryApp, name: str | None = None) -> "ParkingQueue":
-        """The app's parking queue (or ``name``), on the app's ladder broker."""
+        """The app's parking queue (or ``name``) on the app's ladder broker: the one way the CLI and the
+        page open it. Nothing is hooked; only a delayed replay reaches for the app's ladder publisher."""
         ladder = ladder_for(app)
-        return cls(ladder.dedicated_connection("parking"), name or default_parking_queue(app),
+        return cls(ladder.dedicated_connection("parking"), name or ladder.config.parking_queue_name,
                    ladder=lambda: ladder.publisher)
 
     @property
-    def connection(self) -> Any:
+    def connection(self) -> Connection:
         """The py-amqp connection (connected on first use)."""
-        if self._kombu.transport.driver_type != "amqp":
-            raise UnsupportedTransport("parking queues live on RabbitMQ (AMQP 0-9-1); the broker "
-                                       f"transport is {self._kombu.transport.driver_type!r}")
-        self._kombu.ensure_connection(max_retries=1)
-        return self._kombu.connection
+        return raw_connection(self._kombu, retries=1)
 
     def count(self) -> int:
         """Messages in the queue (0 when it does not exist yet)."""

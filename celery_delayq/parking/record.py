@@ -13,8 +13,7 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-import amqp
-
+from ..rabbitmq.client import Message
 from ..ladder import headers as H
 
 __all__ = [
@@ -91,7 +90,7 @@ class ParkedMessage:
     body: bytes = field(repr=False)
 
     @classmethod
-    def from_amqp(cls, message: amqp.Message) -> "ParkedMessage":
+    def from_amqp(cls, message: Message) -> "ParkedMessage":
         """Decode a message read from a parking queue."""
         hdrs = {k: v for k, v in (message.headers or {}).items() if k not in LOOK_HEADERS}
         props = {k: v for k, v in message.properties.items() if k != "application_headers"}

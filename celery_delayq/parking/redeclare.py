@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import contextlib
 
-import amqp
-
+from ..rabbitmq.client import Connection, Message, declare_queue
 from ..rabbitmq.topology import broker_version
 from .errors import ParkingError
 from ..rabbitmq.delivery_limit import declare_arguments
 from .record import LOOK_HEADERS
-from .scan import Scan, queue_depth
+from ..rabbitmq.probe import queue_depth
+from .scan import Scan
 
 __all__ = ["redeclare", "SUFFIX"]
 
@@ -37,13 +37,13 @@ SUFFIX = ".redeclare"
 _ROUNDS = 20
 
 
-def _copy(message: amqp.Message) -> amqp.Message:
+def _copy(message: Message) -> Message:
     props = dict(message.properties)
     props["application_headers"] = {k: v for k, v in (message.headers or {}).items() if k not in LOOK_HEADERS}
-    return amqp.Message(message.body, **props)
+    return Message(message.body, **props)
 
 
-def _move(connection: amqp.Connection, source: str, target: str, batch_size: int) -> int:
+def _move(connection: Connection, source: str, target: str, batch_size: int) -> int:
     moved = 0
     with Scan(connection, source, transactional=True, check_limit=False) as scan:
         for message, _parked in scan:
@@ -56,16 +56,7 @@ def _move(connection: amqp.Connection, source: str, target: str, batch_size: int
     return moved
 
 
-def _declare(connection: amqp.Connection, queue: str, args: dict[str, object]) -> None:
-    ch = connection.channel()
-    try:
-        ch.queue_declare(queue, durable=True, auto_delete=False, arguments=args)
-    finally:
-        with contextlib.suppress(Exception):
-            ch.close()
-
-
-def _drain_and_delete(connection: amqp.Connection, source: str, target: str, batch_size: int) -> int:
+def _drain_and_delete(connection: Connection, source: str, target: str, batch_size: int) -> int:
     """Move everything from ``source`` to ``target``, then delete ``source``; returns messages moved.
 
     Quorum queues refuse ``queue.delete(if_empty)``, so the delete follows a
@@ -92,7 +83,7 @@ def _drain_and_delete(connection: amqp.Connection, source: str, target: str, bat
                        "message is in one of the two queues. Run redeclare again when parking is quieter.")
 
 
-def redeclare(connection: amqp.Connection, queue: str, *, queue_type: str = "quorum",
+def redeclare(connection: Connection, queue: str, *, queue_type: str = "quorum",
               batch_size: int = 500) -> int:
     """Recreate ``queue`` as a parking queue of ``queue_type`` without a delivery limit; returns messages kept.
 
@@ -102,9 +93,9 @@ def redeclare(connection: amqp.Connection, queue: str, *, queue_type: str = "quo
     version = broker_version(connection)
     args = declare_arguments(queue_type, version)
     hold = queue + SUFFIX
-    _declare(connection, hold, args)
+    declare_queue(connection, hold, args)
     if queue_depth(connection, queue) is not None:
         _drain_and_delete(connection, queue, hold, batch_size)
-    _declare(connection, queue, args)
+    declare_queue(connection, queue, args)
     _drain_and_delete(connection, hold, queue, batch_size)
     return queue_depth(connection, queue) or 0

@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import amqp
-
 from .. import signals
+from ..rabbitmq.client import Connection, Message
+from ..rabbitmq.probe import destination_exists
 from ..rabbitmq.publisher import LadderPublisher
 from . import record as R
 from .record import ParkedFilter, ParkedMessage
@@ -48,33 +48,22 @@ class ReplayReport:
 class _Destinations:
     """Is a destination routable? Checked once per destination, on a scratch channel."""
 
-    def __init__(self, connection: amqp.Connection) -> None:
+    def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self.known: dict[tuple[str, str], bool] = {}
 
     def routable(self, exchange: str, routing_key: str) -> bool:
         key = (exchange, routing_key)
         if key not in self.known:
-            ch = self.connection.channel()
-            try:
-                if exchange == "":
-                    ch.queue_declare(routing_key, passive=True)
-                else:
-                    ch.exchange_declare(exchange, "direct", passive=True)
-                self.known[key] = bool(routing_key or exchange)
-            except amqp.NotFound:
-                self.known[key] = False
-            finally:
-                if ch.is_open:
-                    ch.close()
+            self.known[key] = bool(routing_key or exchange) and destination_exists(self.connection, *key)
         return self.known[key]
 
 
-def _copy(parked: ParkedMessage, headers: dict[str, Any]) -> amqp.Message:
-    return amqp.Message(parked.body, application_headers=headers, **dict(parked.properties))
+def _copy(parked: ParkedMessage, headers: dict[str, Any]) -> Message:
+    return Message(parked.body, application_headers=headers, **dict(parked.properties))
 
 
-def replay(connection: amqp.Connection, queue: str, *, match: ParkedFilter | None = None,
+def replay(connection: Connection, queue: str, *, match: ParkedFilter | None = None,
            delay: float | None = None, limit: int | None = None, reset_attempts: bool = False,
            batch_size: int = 100, ladder: LadderPublisher | None = None,
            progress: Progress | None = None) -> ReplayReport:

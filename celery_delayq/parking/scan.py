@@ -38,14 +38,13 @@ import time
 from collections import deque
 from typing import Iterator
 
-import amqp
-import amqp.spec
-
+from ..rabbitmq.client import Connection, Message, nack
+from ..rabbitmq.probe import queue_depth
 from ..rabbitmq.topology import broker_version
 from .limits import check_browsable
 from .record import ParkedMessage
 
-__all__ = ["Scan", "queue_depth", "nack"]
+__all__ = ["Scan"]
 
 #: Longest wait for handed-back messages to be ready again (it takes milliseconds).
 RETURN_WAIT = 5.0
@@ -53,23 +52,6 @@ RETURN_WAIT = 5.0
 MAX_PREFETCH = 65535
 #: Seconds without a delivery after which ``basic.get`` asks whether anything is left.
 IDLE = 0.5
-
-
-def queue_depth(connection: amqp.Connection, queue: str) -> int | None:
-    """Ready messages in ``queue``, or ``None`` when the queue does not exist."""
-    ch = connection.channel()
-    try:
-        return int(ch.queue_declare(queue, passive=True).message_count)
-    except amqp.NotFound:
-        return None
-    finally:
-        with contextlib.suppress(Exception):
-            ch.close()
-
-
-def nack(channel: amqp.Channel, delivery_tag: int, *, multiple: bool = False) -> None:
-    """``basic.nack`` with requeue (py-amqp has no method for it)."""
-    channel.send_method(amqp.spec.Basic.Nack, "Lbb", (delivery_tag, multiple, True))
 
 
 class Scan:
@@ -84,7 +66,7 @@ class Scan:
             towards (``check_limit=False`` skips the check, for a scan that acks everything).
     """
 
-    def __init__(self, connection: amqp.Connection, queue: str, *, transactional: bool = False,
+    def __init__(self, connection: Connection, queue: str, *, transactional: bool = False,
                  check_limit: bool = True) -> None:
         self.connection = connection
         self.queue = queue
@@ -99,14 +81,14 @@ class Scan:
         self._held: set[int] = set()
         self._uncommitted: list[int] = []
         self._left = self.total
-        self._arrived: deque[amqp.Message] = deque()
+        self._arrived: deque[Message] = deque()
         self._got: set[int] = set()  # tags taken by basic.get rather than delivered to the consumer
         self._consumer: str | None = None
         if self.total:
             self.channel.basic_qos(0, min(self.total, MAX_PREFETCH), False)
             self._consumer = self.channel.basic_consume(queue, no_ack=False, callback=self._arrived.append)
 
-    def _take(self) -> amqp.Message | None:
+    def _take(self) -> Message | None:
         if self._left <= 0:
             return None
         if not self._arrived:
@@ -132,11 +114,11 @@ class Scan:
         self._held.update(m.delivery_tag for m in self._arrived)
         self._arrived.clear()
 
-    def __iter__(self) -> Iterator[tuple[amqp.Message, ParkedMessage]]:
+    def __iter__(self) -> Iterator[tuple[Message, ParkedMessage]]:
         while (message := self._take()) is not None:
             yield message, ParkedMessage.from_amqp(message)
 
-    def ack(self, message: amqp.Message) -> None:
+    def ack(self, message: Message) -> None:
         """Take ``message`` off the queue (at the next :meth:`commit` in a transactional scan)."""
         self.channel.basic_ack(message.delivery_tag)
         self._held.discard(message.delivery_tag)

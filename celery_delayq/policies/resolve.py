@@ -81,7 +81,7 @@ def resolve_options(task: Any, config: DelayqConfig, call: Mapping[str, Any] | N
         max_delay=float(max_delay),
         park=bool(pick("park", config.park)),
         park_on=_exception_types(pick("park_on", config.park_on)),
-        parking_queue=pick("parking_queue", config.parking_queue) or f"{config.prefix}.parking",
+        parking_queue=pick("parking_queue") or config.parking_queue_name,
         dedup=bool(pick("dedup", config.dedup)),
     )
 

@@ -10,7 +10,8 @@
   that lost queues, messages that went round again, followers, per-process state;
 * :mod:`.fixed`, :mod:`.native`: the other delay backends (one TTL queue per delay; the broker's own delays);
 * :mod:`.delivery_limit`: how a parking queue is declared on each RabbitMQ version;
-* :mod:`.context`, :mod:`.status`: a read-only view of an app's ladder on its broker;
+* :mod:`.status`, :mod:`.probe`: a read-only view of an app's ladder on its broker, passive declares;
+* :mod:`.client`: py-amqp's names for the layers above, so that ``amqp`` is imported in this folder only;
 * :mod:`.export`: the ladder as a definitions file.
 
 It builds on :mod:`celery_delayq.ladder` and the root modules (config,

@@ -63,8 +63,7 @@ def parking_queue_def(config: "DelayqConfig", ladder_queue_type: str,
     the parking commands refuse to browse such a queue and name the fix.
     """
     qtype = ladder_queue_type if config.parking_queue_type == "auto" else config.parking_queue_type
-    name = config.parking_queue or f"{config.prefix}.parking"
-    return ParkingQueueDef(name, declare_arguments(qtype, broker_version or (3,)))
+    return ParkingQueueDef(config.parking_queue_name, declare_arguments(qtype, broker_version or (3,)))
 
 
 @dataclass(frozen=True)

@@ -75,18 +75,33 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
 
 import amqp
 
+from ..config import DelayqConfig
 from ..ladder.humanize import human_duration
 from ..ladder.spec import LadderSpec
-from .context import AppContext
+from .management import ManagementAPI
 from .placement import leader_counts, owned_leaders
 from .recovery import held_on_two_looks
-from .topology import LadderState
+from .topology import LadderState, Topology
 
-__all__ = ["ladder_status", "SCHEMA", "iso"]
+__all__ = ["ladder_status", "LadderView", "SCHEMA", "iso"]
+
+
+class LadderView(Protocol):
+    """What :func:`ladder_status` reads of an app's ladder (the glue's ``AppLadder`` is one)."""
+
+    @property
+    def config(self) -> DelayqConfig: ...
+
+    @property
+    def uri(self) -> str: ...
+
+    def topology(self, raw: amqp.Connection) -> Topology: ...
+
+    def api(self, raw: amqp.Connection) -> ManagementAPI | None: ...
 
 #: Version of the ``--json`` document.
 SCHEMA = 1
@@ -108,12 +123,12 @@ def _queue_doc(state: LadderState, name: str) -> dict[str, Any]:
     return {"queue": name, "exists": found.exists, "messages": found.messages or 0}
 
 
-def ladder_status(app: AppContext, raw: amqp.Connection, *, now: float | None = None) -> dict[str, Any]:
+def ladder_status(app: LadderView, raw: amqp.Connection, *, now: float | None = None) -> dict[str, Any]:
     """The ``--json`` document (see the module docstring) for the app's ladder, by passive declares."""
     now = time.time() if now is None else now
-    spec = app.spec
+    spec, parking_queue = app.config.spec, app.config.parking_queue_name
     topo = app.topology(raw)
-    state = topo.inspect(raw, extra_queues=[app.parking_queue])
+    state = topo.inspect(raw, extra_queues=[parking_queue])
     api = app.api(raw) if state.exists else None
     level_names = [q.name for q in spec.level_queues()]
     every = api.queues() if api is not None else None
@@ -123,7 +138,7 @@ def ladder_status(app: AppContext, raw: amqp.Connection, *, now: float | None = 
     nodes = api.running_nodes() if rows is not None and api is not None else None
     leader_of = {str(r.get("name")): str(r.get("leader") or r.get("node")) for r in rows or []}
     kinds = {name: kind for kind, name, _args in topo.owned_queues()}
-    kinds[app.parking_queue] = "parking"
+    kinds[parking_queue] = "parking"
     by_kind = owned_leaders(every, kinds, f"{spec.prefix}.exit.") if every is not None else None
     levels: list[dict[str, Any]] = []
     for k in range(spec.levels - 1, -1, -1):
@@ -139,7 +154,7 @@ def ladder_status(app: AppContext, raw: amqp.Connection, *, now: float | None = 
         levels.append({"level": k, "messages": sum(q["messages"] for q in queues),
                        "due_within_s": max(busy) if busy else None, "queues": queues})
     bounds = [lv["due_within_s"] for lv in levels if lv["due_within_s"] is not None]
-    parking = _queue_doc(state, app.parking_queue)
+    parking = _queue_doc(state, parking_queue)
     unroutable = _queue_doc(state, spec.unroutable_queue)
     ladder_parts = state.entities[: len(state.entities) - 1]  # the parking queue is not part of the ladder
     return {

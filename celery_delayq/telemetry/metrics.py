@@ -55,7 +55,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from .. import signals
-from ..glue.app_ladder import AppLadder
+from ..glue.app_ladder import AppLadder, ladder_for
 from ..glue.extensions import Extension
 from ..typing import CeleryApp
 
@@ -72,9 +72,7 @@ class BrokerCollector(Collector):
     """Reads the ladder's queue depths from the broker at every scrape (passive declares only)."""
 
     def __init__(self, app: CeleryApp) -> None:
-        from ..rabbitmq.context import AppContext
-
-        self.context = AppContext(app)
+        self.ladder = ladder_for(app)
 
     def collect(self) -> Iterator[Metric]:
         """One ``delayq status --json`` document, as gauges."""
@@ -82,10 +80,10 @@ class BrokerCollector(Collector):
 
         up = GaugeMetricFamily("delayq_broker_up", "1 when this scrape could read the ladder's broker.")
         try:
-            with self.context.connected() as raw:
-                doc = ladder_status(self.context, raw)
+            with self.ladder.connected() as raw:
+                doc = ladder_status(self.ladder, raw)
         except Exception as exc:  # a scrape must answer: report the broker as down
-            log.warning("delayq metrics: cannot read the broker at %s: %s", self.context.uri, exc)
+            log.warning("delayq metrics: cannot read the broker at %s: %s", self.ladder.uri, exc)
             up.add_metric([], 0)
             yield up
             return

@@ -72,10 +72,7 @@ class TelemetryConfig(Protocol):
     def telemetry_dir(self) -> str | None: ...
 
     @property
-    def prefix(self) -> str: ...
-
-    @property
-    def parking_queue(self) -> str | None: ...
+    def parking_queue_name(self) -> str: ...
 
 
 def _log_failure(event: str) -> None:  # pragma: no cover - telemetry must never break a task
@@ -426,10 +423,6 @@ def _extension(app: CeleryApp, *, add: bool = False) -> TelemetryExtension | Non
     return extension if isinstance(extension, TelemetryExtension) else None
 
 
-def _parking_queue(config: TelemetryConfig) -> str:
-    return getattr(config, "parking_queue", None) or f"{getattr(config, 'prefix', 'delayq')}.parking"
-
-
 def attach(app: CeleryApp, config: TelemetryConfig | None = None) -> Subscription:
     """Record ``app``'s delayed-task events under ``config.telemetry_dir``; returns the subscription.
 
@@ -450,7 +443,7 @@ def attach(app: CeleryApp, config: TelemetryConfig | None = None) -> Subscriptio
         raise ValueError("telemetry needs a directory: set delayq_telemetry_dir "
                          "(attach() is only for apps that record telemetry)")
     root = str(root)
-    queue = _parking_queue(config)
+    queue = config.parking_queue_name
     extension = _extension(app, add=True)
     assert extension is not None
     with _LOCK:

@@ -95,8 +95,7 @@ def _allowed(request: Request) -> str:
 
 def install_errors(app: FastAPI) -> None:
     """Map bad input and the package's errors to 4xx JSON (and a broker that is down to 503)."""
-    import amqp
-    import kombu.exceptions
+    from ..rabbitmq.client import CONNECTION_ERRORS, AMQPError
 
     def answer(status: int) -> Any:
         async def handler(_: Request, exc: Exception) -> JSONResponse:
@@ -124,5 +123,5 @@ def install_errors(app: FastAPI) -> None:
     app.add_exception_handler(HTTPException, http)
     for down in (TopologyError, PublishError, StreamReadError):  # IndexUnavailable is a TopologyError
         app.add_exception_handler(down, unavailable)
-    for cls in (OSError, kombu.exceptions.OperationalError, amqp.exceptions.AMQPError):
+    for cls in (*CONNECTION_ERRORS, AMQPError):
         app.add_exception_handler(cls, unavailable)

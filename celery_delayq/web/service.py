@@ -25,6 +25,7 @@ from ..cancels.reschedule import Rescheduled, reschedule
 from ..cancels.requests import index_of
 from ..doctor import Finding, diagnose
 from ..errors import DelayqError
+from ..glue.app_ladder import ladder_for
 from ..glue.integration import install
 from ..inputs import BadInput, check_id, describe_guard, parse_delay, parse_due, require_selection
 from ..ladder.moments import parse_moment
@@ -50,11 +51,9 @@ class Service:
     DOCTOR_TTL = 30.0
 
     def __init__(self, app: CeleryApp, settings: WebSettings) -> None:
-        from ..rabbitmq.context import AppContext
-
         self.app = app
         self.settings = settings
-        self.context = AppContext(app)
+        self.context = ladder_for(app)
         self.snapshot = Snapshot(app)
         self._doctor: tuple[float, list[Finding]] | None = None
         self._lock = threading.Lock()
@@ -79,13 +78,8 @@ class Service:
         with self._lock:
             if self._doctor is not None and time.monotonic() - self._doctor[0] < self.DOCTOR_TTL:
                 return self._doctor[1]
-        conn = self.context.connection()
-        try:
-            with self.context.connected() as raw:
-                found = diagnose(self.app, conn, raw, self.context.config,
-                                 parking_queue=self.context.parking_queue, inspect_timeout=0.5)
-        finally:
-            conn.release()
+        with self.context.connected() as raw:
+            found = diagnose(self.context, raw, inspect_timeout=0.5)
         with self._lock:
             self._doctor = (time.monotonic(), found)
         return found
@@ -109,12 +103,7 @@ class Service:
 
     def parking(self) -> ParkingQueue:
         """The app's parking queue (the caller closes it)."""
-        def ladder() -> Any:
-            from ..glue.integration import install
-
-            return install(self.app).publisher
-
-        return ParkingQueue(self.context.connection(), self.context.parking_queue, ladder=ladder)
+        return ParkingQueue.for_app(self.app)
 
     def parked(self, match: ParkedFilter, *, limit: int = 50) -> tuple[list[ParkedMessage], int, int]:
         """Parked messages that match (oldest first, at most ``limit``), how many match, and how many are parked.

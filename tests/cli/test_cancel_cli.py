@@ -23,7 +23,7 @@ from typing import Any, Iterator
 import amqp
 import pytest
 
-from celery_delayq.rabbitmq.context import AppContext
+from celery_delayq.glue.app_ladder import ladder_for
 from helpers import BROKER_HOST
 
 pytestmark = pytest.mark.timeout(240)
@@ -110,7 +110,7 @@ def op(tmp_path: Path, broker_url: str, uid: str, vhost: str, make_app: Any) -> 
     conn.connect()
     try:
         with contextlib.suppress(Exception):
-            topo = AppContext(app).topology(conn)  # the worker's exit queue for cc.<uid> too
+            topo = ladder_for(app).topology(conn)  # the worker's exit queue for cc.<uid> too
             topo.delete(conn, if_empty=False, keep_shared=False, exit_queues=[topo.destination("", f"cc.{uid}").exit_queue])
         with contextlib.suppress(Exception):
             conn.channel().queue_delete(f"cc.{uid}")

@@ -77,7 +77,7 @@ def test_telemetry_attached_without_install_adds_its_extension(tmp_path: Path) -
 
     class Config:
         telemetry_dir = str(tmp_path)
-        prefix = "delayq"
+        parking_queue_name = "delayq.parking"
 
     subscription = attach(app, Config())  # type: ignore[arg-type]
     try:

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from celery_delayq import DelayedRetryTask
-from celery_delayq.rabbitmq.context import AppContext
+from celery_delayq.glue.app_ladder import ladder_for
 from helpers import BROKER_HOST, Collector, running_worker
 
 pytestmark = pytest.mark.timeout(90)
@@ -68,7 +68,7 @@ def ladder_cleanup(app: Any, vhost: str, *queues: str) -> Iterator[None]:
         conn = amqp.Connection(BROKER_HOST, virtual_host=vhost)
         conn.connect()
         try:
-            ctx = AppContext(app)
+            ctx = ladder_for(app)
             with contextlib.suppress(Exception):
                 ctx.topology(conn).delete(conn, if_empty=False, keep_shared=False)
             for name in queues:
@@ -86,17 +86,17 @@ def test_cli_serves_the_broker_state(make_app: Callable[..., Any], broker_url: s
         f"app = Celery('m', broker={broker_url!r})\n"
         f"app.conf.update(delayq_prefix={prefix!r}, delayq_levels=3, delayq_unit_ms=1000, broker_heartbeat=0)\n")
     app = make_app(delayq_prefix=prefix, delayq_levels=3, delayq_unit_ms=1000)
-    ctx = AppContext(app)
-    with ladder_cleanup(app, vhost, ctx.parking_queue):
+    ctx = ladder_for(app)
+    with ladder_cleanup(app, vhost, ctx.config.parking_queue_name):
         ctx.topology(amqp_conn).declare(amqp_conn)
-        spec = ctx.spec
+        spec = ctx.config.spec
         ch = amqp_conn.channel()
-        ch.queue_declare(ctx.parking_queue, durable=True, auto_delete=False)
+        ch.queue_declare(ctx.config.parking_queue_name, durable=True, auto_delete=False)
         ch.confirm_select()
         for _ in range(3):  # level 2, digit 2: waits 32 s there
             ch.basic_publish_confirm(amqp.Message("w"), spec.level_exchange(2), "2.0.0.tok")
         for _ in range(2):
-            ch.basic_publish_confirm(amqp.Message("p"), "", ctx.parking_queue)
+            ch.basic_publish_confirm(amqp.Message("p"), "", ctx.config.parking_queue_name)
         ch.basic_publish_confirm(amqp.Message("u"), spec.unroutable_exchange, "")
 
         port = _free_port()

@@ -78,8 +78,8 @@ def new_app():
 
 
 def config(root: Path | None, prefix: str = "delayq", parking_queue: str | None = None) -> Any:
-    return SimpleNamespace(telemetry_dir=str(root) if root else None, prefix=prefix,
-                           parking_queue=parking_queue)
+    return SimpleNamespace(telemetry_dir=str(root) if root else None,
+                           parking_queue_name=parking_queue or f"{prefix}.parking")
 
 
 def worker_request(app: Any, task: Any, *, retries: int = 0, task_id: str = "req-1") -> Any:

@@ -1,0 +1,71 @@
+"""The AMQP client the package speaks (py-amqp), named once for the layers above the edge.
+
+A feature that holds a raw connection, a channel or a message, or tells a
+broker error from another, takes the name from here: the client library is
+imported under ``rabbitmq/`` only. :func:`connected` is the one way a
+reading command, the web page or the metrics endpoint opens the broker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import kombu
+import kombu.exceptions
+import amqp.spec
+from amqp import AccessRefused, Channel, Connection, Message, NotFound, PreconditionFailed
+from amqp.exceptions import AMQPError, ConnectionError as AMQPConnectionError, RecoverableConnectionError
+
+from ..errors import UnsupportedTransport
+
+__all__ = ["Connection", "Channel", "Message", "NotFound", "PreconditionFailed", "AccessRefused", "AMQPError",
+           "RecoverableConnectionError", "CONNECTION_ERRORS", "raw_connection", "connected", "nack", "declare_queue"]
+
+#: Failures to reach or log in to the broker, whichever layer (socket, kombu, py-amqp) raises them.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (OSError, kombu.exceptions.OperationalError, AMQPConnectionError)
+
+
+def raw_connection(connection: kombu.Connection, *, retries: int = 0) -> Connection:
+    """``connection`` connected (``retries`` more tries), as its py-amqp connection.
+
+    Raises:
+        UnsupportedTransport: the broker transport is not AMQP 0-9-1 (RabbitMQ).
+    """
+    driver = connection.transport.driver_type
+    if driver != "amqp":
+        raise UnsupportedTransport(
+            f"the delay ladder lives on RabbitMQ (AMQP 0-9-1), but the broker transport is "
+            f"{driver!r}; use an amqp:// broker_url or set delayq_broker_url")
+    connection.ensure_connection(max_retries=retries)
+    raw: Connection = connection.connection
+    return raw
+
+
+@contextlib.contextmanager
+def connected(connection: kombu.Connection) -> Iterator[Connection]:
+    """``connection`` connected, as its py-amqp connection, released afterwards.
+
+    One attempt, no retry loop: an operator at a prompt wants to know at
+    once that the broker is down, not after kombu's back-off.
+    """
+    try:
+        yield raw_connection(connection)
+    finally:
+        with contextlib.suppress(Exception):
+            connection.release()
+
+
+def nack(channel: Channel, delivery_tag: int, *, multiple: bool = False) -> None:
+    """``basic.nack`` with requeue (py-amqp has no method for it)."""
+    channel.send_method(amqp.spec.Basic.Nack, "Lbb", (delivery_tag, multiple, True))
+
+
+def declare_queue(raw: Connection, queue: str, arguments: dict[str, object]) -> None:
+    """Declare the durable ``queue`` on a throwaway channel (a refused declare closes its channel)."""
+    ch = raw.channel()
+    try:
+        ch.queue_declare(queue, durable=True, auto_delete=False, arguments=arguments)
+    finally:
+        with contextlib.suppress(Exception):
+            ch.close()
