@@ -34,7 +34,7 @@ from .cancel_book import CancelBook
 from .stream import StreamReader, append
 
 if TYPE_CHECKING:  # pragma: no cover
-    import amqp
+    from ..rabbitmq.client import Connection
 
 __all__ = ["CANCEL", "CANCEL_PASS", "UNTIL", "REASON", "AT", "DUE", "record", "record_passes", "load", "add"]
 
@@ -53,7 +53,7 @@ AT = "x-delayq-cancel-at"
 DUE = "x-delayq-cancel-due"
 
 
-def record(raw: amqp.Connection, layout: IndexLayout, items: Sequence[tuple[str, float, str]], *,
+def record(raw: Connection, layout: IndexLayout, items: Sequence[tuple[str, float, str]], *,
            timeout: float = 30.0, at: float | None = None, dues: Mapping[str, float] | None = None) -> None:
     """Append ``(task_id, until, reason)`` entries to the cancel log; returns once the broker confirmed all.
 
@@ -76,7 +76,7 @@ def record(raw: amqp.Connection, layout: IndexLayout, items: Sequence[tuple[str,
     _confirmed(raw, layout, entries, timeout)
 
 
-def record_passes(raw: amqp.Connection, layout: IndexLayout, items: Sequence[tuple[str, str, float]], *,
+def record_passes(raw: Connection, layout: IndexLayout, items: Sequence[tuple[str, str, float]], *,
                   reason: str, timeout: float = 30.0) -> None:
     """Append ``(task_id, entry, until)`` pass cancels: that ladder pass of the task must not run (not its id).
 
@@ -87,14 +87,14 @@ def record_passes(raw: amqp.Connection, layout: IndexLayout, items: Sequence[tup
                               task_id) for task_id, entry, until in items], timeout)
 
 
-def _confirmed(raw: amqp.Connection, layout: IndexLayout, entries: Sequence[tuple[dict[str, Any], str | None]],
+def _confirmed(raw: Connection, layout: IndexLayout, entries: Sequence[tuple[dict[str, Any], str | None]],
                timeout: float) -> None:
     failures = append(raw, layout.cancel_queue, entries, timeout=timeout)
     if failures:
         raise combine(failures)
 
 
-def load(raw: amqp.Connection, layout: IndexLayout, book: CancelBook, *, now: float | None = None) -> int | None:
+def load(raw: Connection, layout: IndexLayout, book: CancelBook, *, now: float | None = None) -> int | None:
     """Read the whole cancel log into ``book``; returns the offset the log ended at (its marker's)."""
     now = time.time() if now is None else now
     # Never a start in the future: the reader would never reach its end marker.

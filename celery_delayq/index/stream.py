@@ -35,10 +35,10 @@ import uuid
 from datetime import datetime
 from typing import Any, Collection, Iterator, Sequence
 
-import amqp
 import kombu
 
 from ..rabbitmq.confirms import ConfirmChannel, Tracker
+from ..rabbitmq.client import Channel, Connection, Message
 from ..errors import DelayqError, PublishError, TopologyMissing
 from ..ladder.headers import ENTRY
 from .frames import BASIC_DELIVER, HeaderReader, delivery_tag
@@ -85,7 +85,7 @@ class StreamReader:
         confirm_timeout: Seconds to wait for the marker's confirm.
     """
 
-    def __init__(self, connection: amqp.Connection, queue: str, *, prefetch: int = 1000,
+    def __init__(self, connection: Connection, queue: str, *, prefetch: int = 1000,
                  stall_timeout: float = 30.0, confirm_timeout: float = 30.0) -> None:
         self.connection = connection
         self.queue = queue
@@ -115,7 +115,7 @@ class StreamReader:
         token = self.write_marker()
         wanted = set(fields) | {MARKER, OFFSET, ENTRIES}
         headers_of = HeaderReader(wanted)
-        early: list[amqp.Message] = []
+        early: list[Message] = []
         ch = self.connection.channel()
         try:
             ch.basic_qos(0, self.prefetch, False)
@@ -135,7 +135,7 @@ class StreamReader:
                     ch.close()
 
     # -- the fast path ------------------------------------------------------------
-    def _frames(self, ch: amqp.Channel, token: str, headers_of: HeaderReader,
+    def _frames(self, ch: Channel, token: str, headers_of: HeaderReader,
                 prefilter: re.Pattern[bytes] | None) -> Iterator[StreamEntry]:
         transport = self.connection.transport
         sock = getattr(transport, "sock", None)
@@ -235,9 +235,9 @@ class StreamReader:
         """Give py-amqp the bytes read past the last frame handled here."""
         transport._read_buffer = bytes(buf[pos:]) + transport._read_buffer
 
-    def _slow(self, ch: amqp.Channel, token: str, headers_of: HeaderReader) -> Iterator[StreamEntry]:
+    def _slow(self, ch: Channel, token: str, headers_of: HeaderReader) -> Iterator[StreamEntry]:
         """py-amqp's own reading, for transports whose socket is not reachable."""
-        got: list[amqp.Message] = []
+        got: list[Message] = []
         ch.callbacks = {tag: got.append for tag in ch.callbacks}
         wanted = set(headers_of.wanted.values())
         while True:
@@ -253,7 +253,7 @@ class StreamReader:
             got.clear()
 
 
-def _entry_of(message: amqp.Message, wanted: Collection[str]) -> StreamEntry:
+def _entry_of(message: Message, wanted: Collection[str]) -> StreamEntry:
     headers = message.application_headers or {}
     picked = {k: v for k, v in headers.items() if k in wanted}
     if ENTRIES in picked:
@@ -262,7 +262,7 @@ def _entry_of(message: amqp.Message, wanted: Collection[str]) -> StreamEntry:
     return int(headers.get(OFFSET) or 0), picked, message.properties.get("message_id")
 
 
-def append(raw: amqp.Connection, queue: str, entries: Sequence[tuple[dict[str, Any], str | None]], *,
+def append(raw: Connection, queue: str, entries: Sequence[tuple[dict[str, Any], str | None]], *,
            timeout: float) -> list[PublishError]:
     """Append ``(headers, message_id)`` entries (empty bodies) to the stream ``queue``, confirmed.
 
@@ -272,7 +272,7 @@ def append(raw: amqp.Connection, queue: str, entries: Sequence[tuple[dict[str, A
     try:
         tracker = Tracker()
         for headers, message_id in entries:
-            message = amqp.Message(b"", delivery_mode=2, application_headers=headers,
+            message = Message(b"", delivery_mode=2, application_headers=headers,
                                    **({"message_id": message_id} if message_id is not None else {}))
             confirm.publish(message, "", queue, tracker)
         confirm.wait(tracker=tracker, timeout=timeout)
@@ -283,7 +283,7 @@ def append(raw: amqp.Connection, queue: str, entries: Sequence[tuple[dict[str, A
 
 
 @contextlib.contextmanager
-def reader_connection(connection: kombu.Connection, *, retries: int = 1) -> Iterator[amqp.Connection]:
+def reader_connection(connection: kombu.Connection, *, retries: int = 1) -> Iterator[Connection]:
     """A py-amqp connection of its own to ``connection``'s broker, without heartbeats (a long read cannot
     serve them) and without ``confirm_publish`` (:func:`~celery_delayq.rabbitmq.owned.dedicated_copy`).
 

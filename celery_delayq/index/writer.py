@@ -47,10 +47,10 @@ import threading
 import uuid
 from typing import Any, Sequence
 
-import amqp
 from kombu.connection import Connection
 
 from ..config import DelayqConfig
+from ..rabbitmq.client import Message, RecoverableConnectionError
 from ..ladder import headers as H
 from ..ladder.index_layout import IndexLayout, index_layout
 from ..rabbitmq.confirms import ConfirmChannel, Tracker
@@ -102,7 +102,7 @@ def decode_entries(body: bytes) -> list[list[Any]]:
     return entries
 
 
-def _messages(layout: IndexLayout, entries: list[tuple[str, list[Any]]]) -> list[tuple[str, amqp.Message]]:
+def _messages(layout: IndexLayout, entries: list[tuple[str, list[Any]]]) -> list[tuple[str, Message]]:
     shards: dict[int, list[list[Any]]] = collections.defaultdict(list)
     for task_id, entry in entries:
         shards[layout.shard_of(task_id)].append(entry)
@@ -110,7 +110,7 @@ def _messages(layout: IndexLayout, entries: list[tuple[str, list[Any]]]) -> list
     for shard, items in sorted(shards.items()):
         for i in range(0, len(items), CHUNK):
             chunk = items[i:i + CHUNK]
-            out.append((layout.shard_queue(shard), amqp.Message(
+            out.append((layout.shard_queue(shard), Message(
                 json.dumps(chunk, separators=(",", ":")).encode(), content_type="application/json",
                 delivery_mode=2, application_headers={ENTRIES: len(chunk), H.ENTRY: uuid.uuid4().hex})))
     return out
@@ -118,7 +118,7 @@ def _messages(layout: IndexLayout, entries: list[tuple[str, list[Any]]]) -> list
 
 #: Connections opened per write before the entries are given up (logged).
 _ATTEMPTS = 2
-_RECOVERABLE = (amqp.exceptions.RecoverableConnectionError, ConnectionError, OSError)
+_RECOVERABLE = (RecoverableConnectionError, ConnectionError, OSError)
 
 
 class IndexWriter:
