@@ -190,7 +190,7 @@ class Service:
         with self._audited("cancel-matching", who, via) as record:
             record["dry_run"] = dry_run
             match = self.waiting_filter(**fields)
-            record["filter"] = match.describe() or "all"
+            record["filter"] = match.describe() or ("all" if everything else "none")
             require_selection(described=match.describe(), everything=everything, dry_run=dry_run, expect=expect)
             page = page_of(self.app, match, offset=0, limit=10**9)  # fresh: never act on a kept list
             ids = [t.task_id for t in page.items]
@@ -239,7 +239,7 @@ class Service:
         with self._audited("replay", who, via) as record:
             record["dry_run"] = dry_run
             match = self.parked_filter(**fields)
-            record["filter"] = describe_parked(match) or "all"
+            record["filter"] = describe_parked(match) or ("all" if everything else "none")
             seconds = None if delay is None else parse_delay(delay, check_delay=self.context.config.check_delay)
             record["delay"] = seconds
             require_selection(described=describe_parked(match), everything=everything, dry_run=dry_run,
@@ -266,7 +266,7 @@ class Service:
         with self._audited("delete-parked", who, via) as record:
             record["dry_run"] = dry_run
             match = self.parked_filter(**fields)
-            record["filter"] = describe_parked(match) or "all"
+            record["filter"] = describe_parked(match) or ("all" if everything else "none")
             require_selection(described=describe_parked(match), everything=everything, dry_run=dry_run,
                               expect=expect, noun="parked message")
             with self.parking() as pq:

@@ -111,6 +111,8 @@ def test_bulk_cancel_needs_a_selection_and_the_count_now(app: Any, api: TestClie
     lines = [r.getMessage() for r in caplog.records if r.name == LOGGER]
     assert any("action=cancel-matching" in line and "refused=" in line and "now matches 3" in line
                for line in lines), lines
+    # the refused empty filter is audited as no filter, not as "all"
+    assert any("filter=none" in line and "no filter" in line for line in lines), lines
     dry = api.post("/api/waiting/cancel", json={"args": uid}).json()
     assert (dry["matched"], dry["done"], dry["dry_run"]) == (3, 0, True)
     assert api.post("/api/waiting/cancel", json={"all": True}).json()["matched"] >= 3  # a dry run of all: counts
