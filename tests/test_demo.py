@@ -46,6 +46,8 @@ def test_demo_runs_and_leaves_nothing_behind(broker_url: str, vhost: str) -> Non
     out = _demo(broker_url)
     assert "attempt 3:" in out.stdout and "order 42 charged" in out.stdout
     assert "deleted ladder 'delayq_demo'" in out.stdout and "62 queues" in out.stdout
+    said = (out.stdout + out.stderr).count("delayq audit: who=cli:")
+    assert said == 1, out.stderr  # the cleanup's audit line, printed once beside the demo's own logging
     assert not _demo_names(vhost)
 
 

@@ -164,7 +164,9 @@ def _audit_shown() -> Iterator[None]:
     line); the level is lowered to INFO for the run only when nothing set it lower.
     """
     logger = logging.getLogger(AUDIT_LOGGER)
-    handler = logging.StreamHandler(sys.stderr)
+    handler: logging.Handler = logging.StreamHandler(sys.stderr)
+    if _printed_already(logger):  # the process prints log lines on stderr itself (a worker, the demo): once
+        handler = logging.NullHandler()
     handler.setLevel(logging.INFO)
     handler.addFilter(lambda record: not _REFUSING.get())
     handler.setFormatter(logging.Formatter("%(message)s"))
@@ -177,6 +179,18 @@ def _audit_shown() -> Iterator[None]:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+
+
+def _printed_already(logger: logging.Logger) -> bool:
+    """Does a handler on ``logger``'s way to the root already print its INFO lines on stderr?"""
+    current: logging.Logger | None = logger
+    while current is not None:
+        for h in current.handlers:
+            if isinstance(h, logging.StreamHandler) and h.stream in (sys.stderr, sys.__stderr__) \
+                    and h.level <= logging.INFO:
+                return True
+        current = current.parent if current.propagate else None
+    return False
 
 
 class Action(click.Command):
