@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from dataclasses import replace
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..telemetry.lasthour import last_hour
 from ..audit import audit
@@ -245,15 +245,8 @@ class Service:
             require_selection(described=describe_parked(match), everything=everything, dry_run=dry_run,
                               expect=expect, noun="parked message")
             self._acting()
-            with self.parking() as pq:
-                found = [p.parked_id for p in pq.list(match)]
-                if dry_run:
-                    return Bulk.of(found, 0, dry_run=True)
-                _guard(expect, len(found), "parked message")
-                record["ids"] = found
-                # Exactly the messages counted: one parked since the count is left alone.
-                report = pq.replay(replace(match, exactly=frozenset(found)), delay=seconds or None) if found else None
-            return Bulk.of(found, report.replayed if report else 0, dry_run=False)
+            return self._on_parked(record, match, dry_run=dry_run, expect=expect,
+                                   act=lambda pq, exact: pq.replay(exact, delay=seconds or None).replayed)
 
     def delete_parked(self, fields: Mapping[str, Any], *, everything: bool, dry_run: bool, expect: int | None,
                       who: str, via: str) -> Bulk:
@@ -269,14 +262,21 @@ class Service:
             record["filter"] = describe_parked(match) or ("all" if everything else "none")
             require_selection(described=describe_parked(match), everything=everything, dry_run=dry_run,
                               expect=expect, noun="parked message")
-            with self.parking() as pq:
-                found = [p.parked_id for p in pq.list(match)]
-                if dry_run:
-                    return Bulk.of(found, 0, dry_run=True)
-                _guard(expect, len(found), "parked message")
-                record["ids"] = found
-                deleted = pq.purge(replace(match, exactly=frozenset(found))) if found else 0
-            return Bulk.of(found, deleted, dry_run=False)
+            return self._on_parked(record, match, dry_run=dry_run, expect=expect,
+                                   act=lambda pq, exact: pq.purge(exact))
+
+    def _on_parked(self, record: dict[str, Any], match: ParkedFilter, *, dry_run: bool, expect: int | None,
+                   act: Callable[[ParkingQueue, ParkedFilter], int]) -> Bulk:
+        """What replay and delete share once the selection is checked: count (a dry run stops there), hold
+        the count to ``expect``, then ``act`` on exactly the messages counted (one parked since is left alone)."""
+        with self.parking() as pq:
+            found = [p.parked_id for p in pq.list(match)]
+            if dry_run:
+                return Bulk.of(found, 0, dry_run=True)
+            _guard(expect, len(found), "parked message")
+            record["ids"] = found
+            done = act(pq, replace(match, exactly=frozenset(found))) if found else 0
+        return Bulk.of(found, done, dry_run=False)
 
 
 class SelectionChanged(DelayqError):
