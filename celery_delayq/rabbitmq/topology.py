@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import amqp
+import tenacity
 
 from ..errors import BrokerTooOld, TopologyError, TopologyMismatch, TopologyMissing, UnroutableDestination
 from ..ladder.spec import LadderSpec, check_name, destination_token
@@ -371,19 +372,20 @@ class Topology:
             self.budget(s.namespace, len(missing))  # FileHandleBudgetExceeded/Unknown: nothing created
         if missing and placing:
             self._place(connection)
-        with _pipelined(connection, "the ladder") as ch:
-            for kind, name, args in self.entities():
-                if name not in streams:
-                    _declare(ch, kind, name, args, nowait=True)
-            ch.queue_bind(s.unroutable_queue, s.unroutable_exchange, "", nowait=True)
-            for b in s.bindings():
-                if b.destination_kind == "queue":
-                    ch.queue_bind(b.destination, b.source, b.routing_key, nowait=True)
-                else:
-                    ch.exchange_bind(b.destination, b.source, b.routing_key, nowait=True)
-            # The barrier: replies come in order, so once this one is back every
-            # declare above has been applied (or the channel was closed with why).
-            ch.exchange_declare(s.delivery_exchange, "topic", passive=True)
+        for attempt in _racing_declares():
+            with attempt, _pipelined(connection, "the ladder") as ch:
+                for kind, name, args in self.entities():
+                    if name not in streams:
+                        _declare(ch, kind, name, args, nowait=True)
+                ch.queue_bind(s.unroutable_queue, s.unroutable_exchange, "", nowait=True)
+                for b in s.bindings():
+                    if b.destination_kind == "queue":
+                        ch.queue_bind(b.destination, b.source, b.routing_key, nowait=True)
+                    else:
+                        ch.exchange_bind(b.destination, b.source, b.routing_key, nowait=True)
+                # The barrier: replies come in order, so once this one is back every
+                # declare above has been applied (or the channel was closed with why).
+                ch.exchange_declare(s.delivery_exchange, "topic", passive=True)
         # The index and cancel-log streams come after the ladder, so they never slow it down.
         self._streams_on = connection if self.index is not None else None
         if not defer_streams:
@@ -649,7 +651,10 @@ class Topology:
                         self.placement([(dest.exit_queue, args)], balance=True)
                     except amqp.PreconditionFailed as exc:
                         raise _mismatch(f"exit queue {dest.exit_queue}", exc) from None
-                chans.run(f"exit queue {dest.exit_queue}", lambda ch: _declare(ch, "queue", dest.exit_queue, args))
+                for attempt in _racing_declares():
+                    with attempt:
+                        chans.run(f"exit queue {dest.exit_queue}",
+                                  lambda ch: _declare(ch, "queue", dest.exit_queue, args))
                 chans.run("exit binding", lambda ch: ch.queue_bind(
                     dest.exit_queue, self.spec.delivery_exchange, self.spec.exit_binding_key(dest.token)))
             else:
@@ -693,6 +698,24 @@ def _delete_named(connection: amqp.Connection, queues: Sequence[str], exchanges:
                 chans.call(lambda ch: ch.exchange_delete(name))
                 deleted.append(f"exchange {name}")
     return deleted
+
+
+def _starting_elsewhere(exc: BaseException) -> bool:
+    """Another process's declare of the same quorum queue has not finished starting it.
+
+    RabbitMQ 4.x answers a declare that meets a quorum queue whose record exists
+    but whose Raft member is still starting with ``404 NOT_FOUND - home node …
+    is down or inaccessible`` (seen when four publishers of a new app start
+    together). Declaring again a moment later succeeds.
+    """
+    return isinstance(exc, amqp.NotFound) and "down or inaccessible" in str(getattr(exc, "reply_text", exc))
+
+
+def _racing_declares() -> tenacity.Retrying:
+    """Attempts for a declare that may race another process's first declare (up to ~15 s)."""
+    return tenacity.Retrying(retry=tenacity.retry_if_exception(_starting_elsewhere),
+                             wait=tenacity.wait_exponential(multiplier=0.05, max=2.0),
+                             stop=tenacity.stop_after_delay(15.0), reraise=True)
 
 
 def _declare(ch: amqp.Channel, kind: str, name: str, args: dict[str, Any], passive: bool = False,

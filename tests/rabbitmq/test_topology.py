@@ -10,7 +10,7 @@ import pytest
 from celery_delayq.errors import BrokerTooOld, TopologyError, TopologyMismatch, TopologyMissing
 from celery_delayq.ladder.spec import LadderSpec
 from celery_delayq.rabbitmq.topology import Topology, broker_version, resolve_queue_type
-from helpers import entity_exists
+from helpers import BROKER_HOST, entity_exists
 
 
 _exists = entity_exists
@@ -94,3 +94,47 @@ def test_queue_type_resolution_and_old_brokers() -> None:
         resolve_queue_type("quorum", (3, 8, 0))
     with pytest.raises(ValueError, match="delayq_queue_type"):
         resolve_queue_type("stream", (3, 10))
+
+
+def test_publishers_starting_together_all_declare_a_new_ladder(vhost: str, private_ladder) -> None:
+    """Four processes of a new app declaring at once: each succeeds (RabbitMQ 4.x answers one that
+    meets a quorum queue another is still starting with 404 "home node ... is down or inaccessible")."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    first = private_ladder(levels=14, radix=4, shards=2)
+    others = [Topology(first.spec, "quorum") for _ in range(7)]
+
+    def declare(topo: Topology) -> str:
+        conn = amqp.Connection(BROKER_HOST, virtual_host=vhost)
+        conn.connect()
+        try:
+            topo.declare(conn)
+            return "ok"
+        finally:
+            conn.close()
+
+    with ThreadPoolExecutor(8) as pool:
+        outcomes = list(pool.map(declare, [first, *others]))
+    assert outcomes == ["ok"] * 8
+
+
+def test_only_a_queue_still_starting_elsewhere_is_declared_again() -> None:
+    from celery_delayq.rabbitmq.topology import _racing_declares
+
+    starting = amqp.NotFound("home node 'rabbit@h' of durable queue 'q' in vhost '/' is down or inaccessible")
+    answers = [starting, starting, "declared"]
+
+    def declare() -> str:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    for attempt in _racing_declares():
+        with attempt:
+            result = declare()
+    assert result == "declared" and not answers
+    with pytest.raises(amqp.NotFound, match="no exchange"):
+        for attempt in _racing_declares():
+            with attempt:
+                raise amqp.NotFound("no exchange 'x' in vhost '/'")
