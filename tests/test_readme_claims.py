@@ -72,6 +72,13 @@ def test_the_readmes_example_runs_as_written(make_app, broker_url: str, prefix: 
                                              amqp_conn: amqp.Connection) -> None:
     """The example block, with only the broker URL and a queue and ladder of this test's own, in a process
     of its own: the 0.5 s task arrives through the ladder, never early; the 90 s one waits there."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    readme_example_runs(sys.executable, env, make_app, broker_url, prefix, uid, tmp_path, amqp_conn)
+
+
+def readme_example_runs(python: str, env: dict[str, str], make_app: Callable[..., Any], broker_url: str,
+                        prefix: str, uid: str, tmp_path: Path, amqp_conn: amqp.Connection) -> None:
+    """Run the README's example with ``python`` in a process of its own and check what it promises."""
     section = _readme().split("## Add it to your project", 1)[1]
     definition, publishing = (part.split("```", 1)[0] for part in section.split("```python")[1:3])
     assert "apply_async" not in definition  # defining the app publishes nothing
@@ -85,14 +92,15 @@ def test_the_readmes_example_runs_as_written(make_app, broker_url: str, prefix: 
                         f"task_default_queue={queue!r}, broker_heartbeat=0)")
     code = re.sub(r"^(charge\.apply_async\([^#\n]*\))", r"results.append(\1)", code, flags=re.MULTILINE)
     assert code.count("results.append(") == 2, code
+    tmp_path.mkdir(parents=True, exist_ok=True)
     script = tmp_path / "shop_example.py"
     script.write_text("results = []\n" + code + "\nimport json\nprint(json.dumps([r.id for r in results]))\n")
     observer = make_app(delayq_enabled=True)
     ids: list[str] = []
     try:
         started = time.time()
-        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
-                              env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])))
+        done = subprocess.run([python, str(script)], capture_output=True, text=True, timeout=60, env=env,
+                              cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-2000:]
         ids = json.loads(done.stdout.strip().splitlines()[-1])
         (m,) = drain(amqp_conn, queue, 1, timeout=20)
