@@ -122,20 +122,26 @@ def count(value: str) -> int:
 
 
 @dataclass
-class WaitingForm:
-    """A waiting-list bulk form: the filter it was shown with, ``all`` when none, the count it showed."""
+class _BulkForm:
+    """What every bulk form sends: the count it showed, ``all`` when no filter is set, and the filter."""
 
     expect: str = Form("")
+    all: str = Form("")
     task: str = Form("")
+    message: str = Form("")
+
+
+@dataclass
+class WaitingForm(_BulkForm):
+    """A waiting-list bulk form: the filter it was shown with, ``all`` when none, the count it showed."""
+
     queue: str = Form("")
     id: str = Form("")
     args: str = Form("")
     due_after: str = Form("")
     due_before: str = Form("")
     error: str = Form("")
-    message: str = Form("")
     retries: str = Form("")
-    all: str = Form("")
 
     def fields(self) -> dict[str, Any]:
         """The filter's fields, as :meth:`Service.waiting_filter` takes them."""
@@ -144,15 +150,11 @@ class WaitingForm:
 
 
 @dataclass
-class ParkedForm:
+class ParkedForm(_BulkForm):
     """A parked-list form: the filter it was shown with (or the selected ids), ``all``, the count it showed."""
 
-    expect: str = Form("")
-    task: str = Form("")
     exception: str = Form("")
-    message: str = Form("")
     parked_id: list[str] = Form([])
-    all: str = Form("")
 
     def selection(self) -> dict[str, Any]:
         """``everything``, ``expect`` (the ids sent, for selected rows) and the filter, as the service takes them."""

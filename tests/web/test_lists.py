@@ -24,7 +24,7 @@ from celery_delayq.parking.replay import ReplayReport  # noqa: E402
 from celery_delayq.web import create_app  # noqa: E402
 from celery_delayq.web.deps import get_service  # noqa: E402
 from celery_delayq.web.service import Service  # noqa: E402
-from test_routes import TASK, TOKEN, FakeService  # noqa: E402
+from test_routes import TASK, TOKEN, FakeService, api, fake  # noqa: E402,F401 (fixtures)
 
 NOW = 1_700_000_000.0  # 2023: parked in the past
 
@@ -83,18 +83,6 @@ def real(parking: MemoryParking, monkeypatch: pytest.MonkeyPatch) -> Iterator[Te
     web = create_app(app, settings=svc.settings)
     web.dependency_overrides[get_service] = lambda: svc
     yield TestClient(web, headers={"Authorization": f"Bearer {TOKEN}"}, raise_server_exceptions=False)
-
-
-@pytest.fixture
-def fake() -> FakeService:
-    return FakeService()
-
-
-@pytest.fixture
-def api(fake: FakeService) -> TestClient:
-    web = create_app(Celery("lists", broker="amqp://guest:guest@127.0.0.1:1//"), settings=fake.settings)
-    web.dependency_overrides[get_service] = lambda: fake
-    return TestClient(web, headers={"Authorization": f"Bearer {TOKEN}"}, raise_server_exceptions=False)
 
 
 def _ids(html: str) -> list[str]:
