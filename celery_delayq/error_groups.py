@@ -51,7 +51,9 @@ def group_errors(errors: Iterable[tuple[str, str]]) -> list[ErrorGroup]:
 
     ``errors``: ``(exception type, message)`` of each failure.
     """
-    by_pattern = Counter((kind, message_pattern(message)) for kind, message in errors)
+    by_pattern: Counter[tuple[str, str]] = Counter()
+    for (kind, message), n in Counter(errors).items():  # each distinct message is read once
+        by_pattern[kind, message_pattern(message)] += n
     by_kind: Counter[str] = Counter()
     for (kind, _), n in by_pattern.items():
         by_kind[kind] += n

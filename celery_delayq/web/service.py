@@ -57,6 +57,7 @@ class Service:
         self.context = ladder_for(app)
         self.snapshot = Snapshot(app)
         self._doctor: tuple[float, list[Finding]] | None = None
+        self._groups: tuple[list[PendingTask], WaitingFilter, list[ErrorGroup]] | None = None
         self._lock = threading.Lock()
 
     # -- reading ---------------------------------------------------------------------------------
@@ -107,9 +108,17 @@ class Service:
         return read_passes(*index_of(self.app), check_id(task_id, what="task_id"))
 
     def error_groups(self, match: WaitingFilter) -> list[ErrorGroup]:
-        """The waiting tasks that match grouped by their last error (from the kept list, as a page is)."""
+        """The waiting tasks that match grouped by their last error (from the kept list, as a page is; the
+        groups of one read of the index are kept with it, so paging does not count them again)."""
+        every = self.snapshot.get()[0]
+        with self._lock:
+            if self._groups is not None and self._groups[0] is every and self._groups[1] == match:
+                return self._groups[2]
         found = matching(self.app, match, snapshot=self.snapshot).items
-        return group_errors(split_error(t.last_error) for t in found if t.last_error)
+        groups = group_errors(split_error(t.last_error) for t in found if t.last_error)
+        with self._lock:
+            self._groups = (every, match, groups)
+        return groups
 
     def parking(self) -> ParkingQueue:
         """The app's parking queue (the caller closes it)."""
