@@ -16,6 +16,7 @@ same :class:`~.deps.WaitingQuery` and :class:`~.deps.ParkedQuery`.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Annotated, Any, Callable
@@ -35,7 +36,7 @@ from ..index.query import iso
 from ..pending.browse import WaitingFilter
 from .deps import ParkedForm, ParkedQuery, ServiceDep, WaitingForm, WaitingQuery, Who, count, flag
 from .security import CSRF_FIELD, csrf_token_for
-from .service import SelectionChanged, Service, describe_parked
+from .service import SelectionChanged, Service, describe_parked, moment
 
 __all__ = ["router", "templates"]
 
@@ -59,6 +60,8 @@ _PAGE = 50
 
 
 def _render(request: Request, svc: Service, name: str, **context: Any) -> HTMLResponse:
+    if isinstance(context.get("error"), str):
+        context["error"] = for_page(context["error"])
     context.update(request=request, read_only=svc.settings.read_only, csrf=csrf_token_for(request),
                    csrf_field=CSRF_FIELD, message=request.query_params.get("msg"),
                    failed=request.query_params.get("failed") == "1", now=time.time(),
@@ -68,6 +71,19 @@ def _render(request: Request, svc: Service, name: str, **context: Any) -> HTMLRe
     response.headers["X-Frame-Options"] = "DENY"
     response.headers["Content-Security-Policy"] = "default-src 'self'; style-src 'self'; img-src 'self' data:"
     return response
+
+
+#: What a refusal written for the command line says differently on the page.
+_CLI_WORDS = ((re.compile(r"`celery -A APP (delayq [^`]*)`"), r"`\1` on the command line"),
+              (re.compile(r"[;,]? *`delayq pending --id` lists what waits"), ""))
+
+
+def for_page(text: str) -> str:
+    """A message in the page's words: no ``celery -A APP`` (the page knows its app), no pointers to listing
+    commands (the page lists)."""
+    for pattern, words in _CLI_WORDS:
+        text = pattern.sub(words, text)
+    return text
 
 
 def _back(request: Request, message: str, *, failed: bool = False, to: str | None = None) -> Response:
@@ -218,7 +234,7 @@ def _act(request: Request, what: Callable[[], str], *, to: str | None = None) ->
                               "shown when you confirmed. The page shows the new count; check it and try again.",
                      failed=True)
     except DelayqError as exc:  # BadInput, DelayTooLong, not waiting...
-        return _back(request, str(exc), failed=True)
+        return _back(request, for_page(str(exc)), failed=True)
 
 
 @router.post("/actions/cancel")
@@ -269,8 +285,7 @@ def move_action(request: Request, svc: ServiceDep, who: Who, form: Annotated[Wai
             done = svc.move_matching(form.fields(), when, everything=flag(form.all, "all"), dry_run=False,
                                      expect=count(form.expect), who=who, via="page")
         return (f"{_n(done.done, 'task')} will run now" if when is None else
-                f"Moved {_n(done.done, 'task')} to {due.strip()} from now" if due.strip()[-1:].isalpha() else
-                f"Moved {_n(done.done, 'task')} to {due.strip()}") + "; each runs once."
+                f"Moved {_n(done.done, 'task')} to {_when(moment(due, 'due'))}") + "; each runs once."
     return _act(request, go)
 
 

@@ -23,6 +23,7 @@ from celery_delayq.parking import ParkedFilter, ParkedMessage, ParkedMessageNotF
 from celery_delayq.parking.replay import ReplayReport  # noqa: E402
 from celery_delayq.web import create_app  # noqa: E402
 from celery_delayq.web.deps import get_service  # noqa: E402
+from celery_delayq.web.pages import for_page  # noqa: E402
 from celery_delayq.web.service import Service  # noqa: E402
 from test_routes import TASK, TOKEN, FakeService, api, fake  # noqa: E402,F401 (fixtures)
 
@@ -147,7 +148,7 @@ def test_api_replay_takes_reset_attempts(api: TestClient, fake: FakeService) -> 
 def test_move_selected_and_every_match(api: TestClient, fake: FakeService) -> None:
     ids = [f"t-{i}" for i in range(10)]
     r = api.post("/actions/move", data={"task_id": ids, "due": "10m"}, follow_redirects=False)
-    assert "Moved+10+tasks+to+10m+from+now" in r.headers["location"]
+    assert re.search(r"Moved\+10\+tasks\+to\+20\d\d-.*\+UTC\+%28in\+10\+min%29", r.headers["location"])
     assert fake.calls[-1][:2] == ("move", (ids, "10m"))
     api.post("/actions/move", data={"task_id": ids[:2], "due": "", "now": "1"}, follow_redirects=False)
     assert fake.calls[-1][:2] == ("move", (ids[:2], None))
@@ -218,6 +219,8 @@ def test_replay_from_a_parked_detail_goes_back_to_the_list(real: TestClient) -> 
     assert r.headers["location"].startswith("http://testserver/parked?msg=Replayed+1+parked+task.")
     gone = real.get("/parked/p0007").text
     assert "replayed or deleted" in gone and "celery -A" not in gone
+    fake_error = "the index ... is not on the broker: start a worker, or run `celery -A APP delayq topology declare`."
+    assert for_page(fake_error).endswith("or run `delayq topology declare` on the command line.")
 
 
 # -- 5. wording --------------------------------------------------------------------------------------
@@ -232,6 +235,10 @@ def test_the_page_speaks_its_own_words(api: TestClient, fake: FakeService, real:
     assert re.search(r"<time [^>]*>20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC</time> <small class=\"rel\">\(.* ago\)", parked)
     assert "No parked task has exception “nothing”." in real.get("/parked", params={"exception": "nothing"}).text
     fake.fail = TaskNotWaiting("no task 'nope' is waiting; `delayq pending --id` lists what waits")
+    refused = api.post("/actions/cancel", data={"task_id": "nope"}, headers={"Referer": "http://testserver/waiting"},
+                       follow_redirects=False).headers["location"]
+    assert "failed=1" in refused and "delayq" not in refused
+    assert "delayq pending" not in api.get(refused).text
     missing = api.get("/waiting/nope").text
     assert "Task nope is not waiting in the ladder: it ran, was cancelled or moved" in missing
     assert "delayq pending" not in missing
