@@ -146,6 +146,18 @@ def test_operator_finds_cancels_runs_now_and_replays(served: tuple[Any, str], br
         while time.time() < deadline and not [i for i in collector.items if i.get("customer") == "customer-0"]:
             time.sleep(0.1)
 
+        # A task's own page (linked from its row): moved from there, it lists both passes through the ladder.
+        later = others[1]
+        page.goto(url + "/waiting?args='customer-1'")
+        page.click(f"a[href$='/waiting/{later.id}']")
+        assert "Passes through the ladder" in page.inner_text("main") and "('customer-1',)" in page.inner_text("pre")
+        assert page.locator("table.tasks tbody tr").count() == 1
+        page.fill("form[action$='/actions/reschedule'] input[name=due]", "30m")
+        page.click("form[action$='/actions/reschedule'] button")
+        page.wait_for_selector(".flash.good")
+        page.reload()
+        assert page.locator("table.tasks tbody tr").count() == 2, page.inner_text("main")
+
         page.goto(url + "/waiting?id=nothing-like-this")
         assert "No waiting task has id starting with “nothing-like-this”." in page.inner_text("p.empty")
 
@@ -253,7 +265,7 @@ def test_operator_pages_replays_all_moves_selected_and_replays_one_class(served:
         moved_at = time.time()
         page.click("#selected >> text=Move selected")
         page.wait_for_selector(".flash.good")
-        assert re.search(r"Moved 10 tasks to 20\d\d-\S+ \S+ UTC \(in \d.\d s\); each runs once.", page.inner_text(".flash"))
+        assert re.search(r"Moved 10 tasks to 20\d\d-\S+ \S+ UTC \(in [\d.]+ s\); each runs once.", page.inner_text(".flash"))
 
         # Every parked task of one exception class, in one action (they run once more and succeed).
         failing["on"] = False
