@@ -1,8 +1,13 @@
-"""The HTML views (Overview, Waiting, Retries, Parked) and the browser's action forms.
+"""The HTML views (Overview, Waiting, Retries, Parked, a page per waiting and parked task) and the browser's
+action forms.
 
 Pages are server-rendered Jinja2 templates: they work without JavaScript
-(the small ``static/delayq.js`` only asks "are you sure?"), load nothing from
-another site, and hold at most one page of tasks, never the whole index.
+(the small ``static/delayq.js`` only asks "are you sure?", ``static/lists.js``
+ticks every row for the header's box), load nothing from another site, and
+hold at most one page of tasks, never the whole index. A list's page is in
+its address (``offset``, ``limit``), so it can be bookmarked; a bulk button
+acts on every task its filter matches, the row boxes on the rows ticked
+(their count is the number of ids sent).
 Every form posts with the CSRF token (:mod:`.security`) and comes back to
 the page it was sent from with a one-line result. A form's values are read
 by the same :class:`~.service.Service` methods as the API's (through

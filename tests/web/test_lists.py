@@ -9,7 +9,7 @@ The same lists on a real broker and worker, in a browser: ``test_browser.py``.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 
