@@ -242,3 +242,17 @@ def test_the_page_speaks_its_own_words(api: TestClient, fake: FakeService, real:
     missing = api.get("/waiting/nope").text
     assert "Task nope is not waiting in the ladder: it ran, was cancelled or moved" in missing
     assert "delayq pending" not in missing
+
+
+def test_read_only_lists_offer_no_action(fake: FakeService) -> None:
+    from dataclasses import replace
+
+    fake.settings = replace(fake.settings, read_only=True)
+    web = create_app(Celery("lists", broker="amqp://guest:guest@127.0.0.1:1//"), settings=fake.settings)
+    web.dependency_overrides[get_service] = lambda: fake
+    client = TestClient(web, headers={"Authorization": f"Bearer {TOKEN}"})
+    shown = {"/waiting": "/waiting/t-1", "/retries": "By error", "/waiting/t-1": "Passes through the ladder",
+             "/parked": "By exception", "/parked/p-1": "Headers"}
+    for path, what in shown.items():
+        page = client.get(path).text
+        assert what in page and 'method="post"' not in page and "select-all" not in page, path
