@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..ladder.headers import ENTRY
 from ..ladder.index_layout import IndexLayout
-from ..rabbitmq.publisher import combine
+from ..rabbitmq.confirms import combine
 from .cancel_book import CancelBook
 from .stream import StreamReader, append
 
