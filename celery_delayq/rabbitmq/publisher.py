@@ -104,7 +104,8 @@ class LadderPublisher:
         """The process-wide publisher for a broker and configuration (``delayq_backend = "ladder"``)."""
         return publisher_for(connection, config)
 
-    def __init__(self, connection: Connection, config: DelayqConfig, *, clock: Any = time.time) -> None:
+    def __init__(self, connection: Connection, config: DelayqConfig, *,
+                 clock: Callable[[], float] = time.time) -> None:
         self.template = connection
         self.config = config
         self.spec = config.spec
