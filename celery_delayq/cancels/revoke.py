@@ -21,7 +21,7 @@ from typing import Any, Iterable, Protocol
 
 from ..typing import CeleryApp
 
-__all__ = ["hook_revoke", "unhook_revoke"]
+__all__ = ["hook_revoke", "unhook_revoke", "RecordCancels"]
 
 _ORIGINAL = "_delayq_original"
 

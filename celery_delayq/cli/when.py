@@ -100,12 +100,13 @@ class _AppLimited(_FloatType):
     metavar: ClassVar[str]
     forms: ClassVar[str]
 
-    def _parse(self, value: object, check_delay: Callable[[float], None] | None) -> float:
+    def _parse(self, value: object, ctx: click.Context | None) -> float:
+        """The value, read with ``_app_limit(ctx)`` (raises ``ValueError`` or a ``DelayqError``)."""
         raise NotImplementedError
 
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
         try:
-            return self._parse(value, _app_limit(ctx))
+            return self._parse(value, ctx)
         except (ValueError, DelayqError) as exc:  # BadInput, DelayTooLong: one line naming the value
             self.fail(_message(exc, self.name), param, ctx)
 
@@ -128,10 +129,10 @@ class DueTime(_AppLimited):
     metavar = "WHEN"
     forms = DUE_FORMS
 
-    def _parse(self, value: object, check_delay: Callable[[float], None] | None) -> float:
+    def _parse(self, value: object, ctx: click.Context | None) -> float:
         if isinstance(value, float):  # already converted (click converts a default once more)
             return value
-        return parse_due(str(value), what="due", check_delay=check_delay)
+        return parse_due(str(value), what="due", check_delay=_app_limit(ctx))
 
 
 class Delay(_AppLimited):
@@ -141,9 +142,9 @@ class Delay(_AppLimited):
     metavar = "DELAY"
     forms = DELAY_FORMS
 
-    def _parse(self, value: object, check_delay: Callable[[float], None] | None) -> float:
+    def _parse(self, value: object, ctx: click.Context | None) -> float:
         return parse_delay(value if isinstance(value, (int, float)) else str(value), what="delay",
-                           check_delay=check_delay)
+                           check_delay=_app_limit(ctx))
 
 
 class Id(_TextType):
