@@ -81,6 +81,10 @@ class CeleryApp(Protocol):
         """Register a callback run once the app's configuration is loaded."""
         ...
 
+    def producer_or_acquire(self, producer: Any = None) -> ContextManager[Any]:
+        """``producer``, or one from the app's producer pool (kombu-level publishers)."""
+        ...
+
     @property
     def configured(self) -> bool:
         """Has the app loaded its configuration?"""

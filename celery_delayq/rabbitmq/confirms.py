@@ -1,16 +1,8 @@
 """Publisher confirms and mandatory returns on one AMQP channel, pipelined.
 
-A publish is scheduled only once the broker has confirmed it *and* did not
-return it as unroutable. Publishes get increasing delivery tags; acks and
-nacks settle them (``multiple`` settles everything up to a tag). A return
-arrives before the ack of the same message and is matched by the ladder
-entry id in the message's headers.
-
-Every publish belongs to a :class:`Tracker`: one per single publish, one per
-``batch()`` block. Outcomes are recorded in the tracker of the publish they
-belong to, never in the channel, so nothing one caller did (a nack, a
-timeout, a lost connection) can surface in another caller's call, and a
-channel that is given up can hand each caller exactly its own losses.
+A publish is scheduled only once confirmed *and* not returned (a return comes before its ack,
+matched by the ladder entry id). Outcomes go to the :class:`Tracker` of the publish (one per
+single publish or ``batch()`` block), never to the channel: no caller sees another's losses.
 """
 
 from __future__ import annotations
@@ -39,12 +31,7 @@ def message_name(message: amqp.Message, entry: str) -> str:
 
 @dataclass(eq=False)
 class Tracker:
-    """The publishes of one caller (a single publish or one ``batch()`` block).
-
-    ``outstanding`` counts its publishes that are neither confirmed nor failed,
-    wherever they are (on a channel, or waiting to be republished after a lost
-    connection); ``failures`` holds what was settled as not scheduled.
-    """
+    """The publishes of one caller: ``outstanding`` (neither confirmed nor failed, wherever they are), ``failures``."""
 
     outstanding: int = 0
     failures: list[PublishError] = field(default_factory=list)
@@ -69,11 +56,7 @@ class Pending:
 
 
 class ConfirmChannel:
-    """A confirm-mode channel that tracks every unconfirmed publish.
-
-    Not thread-safe by itself: :class:`~celery_delayq.rabbitmq.publisher.LadderPublisher`
-    serialises access with a lock.
-    """
+    """A confirm-mode channel that tracks every unconfirmed publish (not thread-safe: callers lock)."""
 
     def __init__(self, connection: amqp.Connection) -> None:
         self.connection = connection
@@ -95,10 +78,9 @@ class ConfirmChannel:
 
     def publish(self, message: amqp.Message, exchange: str, routing_key: str,
                 tracker: Tracker | None = None, *, name: str | None = None) -> int:
-        """Send with ``mandatory`` set; returns the delivery tag to wait for.
+        """Send with ``mandatory`` set; returns the delivery tag (if this raises, the caller still owns it).
 
         ``name`` is what a failure calls the message (default: :func:`message_name`).
-        If this raises, the message is not tracked: the caller still owns it.
         """
         entry = message.application_headers.get(ENTRY, "")
         item = Pending(entry, message, exchange, routing_key, tracker or self.tracker,
@@ -121,15 +103,10 @@ class ConfirmChannel:
 
     def wait(self, upto: int | None = None, *, timeout: float, keep: int = 0,
              tracker: Tracker | None = None) -> None:
-        """Block until the publishes waited for are settled.
-
-        With ``tracker``: every publish of that tracker. Otherwise every publish
-        up to the tag ``upto`` (default all), or until no more than ``keep``
-        remain unsettled.
+        """Block until ``tracker``'s publishes are settled, else those up to tag ``upto`` (default all) but ``keep``.
 
         Raises:
-            PublishTimeout: the broker did not confirm within ``timeout`` seconds;
-                it names the unsettled publishes waited for (still tracked here).
+            PublishTimeout: not confirmed within ``timeout`` s; names them (still tracked here).
         """
         if tracker is not None:
             def busy() -> bool:
@@ -169,10 +146,7 @@ class ConfirmChannel:
         return self.tracker.take_failures()
 
     def take(self) -> list[Pending]:
-        """Every unconfirmed publish, in tag order, forgotten by this channel (to republish).
-
-        Their trackers still count them as outstanding.
-        """
+        """Every unconfirmed publish, in tag order, forgotten here to republish (still outstanding in trackers)."""
         out = list(self.pending.values())
         self.pending.clear()
         self._returned.clear()

@@ -1,9 +1,6 @@
 """The last hour of telemetry in numbers, for the web page's overview: lateness and throughput.
 
-Reads the JSON Lines files the recorder writes under ``delayq_telemetry_dir``
-(only the partitions of the last hour, found by this package's pure file
-lister; no Spark), so it works where the web process can read that
-directory (one host, or a shared volume). Nothing here writes.
+Reads the last hour's partitions under ``delayq_telemetry_dir`` (no Spark), where the web process can.
 """
 
 from __future__ import annotations
@@ -43,7 +40,6 @@ class LastHour:
 
 def last_hour(root: str, *, now: float | None = None) -> LastHour | None:
     """The last hour under ``root``; None when there is no such directory."""
-
     now = time.time() if now is None else now
     since = now - 3600.0
     try:
