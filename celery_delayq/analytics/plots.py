@@ -79,6 +79,41 @@ def _top_series(totals: Mapping[str, float]) -> tuple[list[str], bool]:
     return ranked[:MAX_SERIES], len(ranked) > MAX_SERIES
 
 
+def _stacks(points: Iterable[tuple[str, int, int]]) -> list[tuple[str, dict[int, int]]]:
+    """``(task, x, n)`` summed per task and ``x`` (a minute, an attempt): the busiest tasks each alone, the
+    rest folded into ``"other"`` (``[]`` when there are no points)."""
+    series: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    totals: dict[str, int] = defaultdict(int)
+    for name, x, n in points:
+        series[name][x] += n
+        totals[name] += n
+    if not totals:
+        return []
+    shown, folded = _top_series(totals)
+    stacks = [(name, series[name]) for name in shown]
+    if folded:
+        other: dict[int, int] = defaultdict(int)
+        for name in set(series) - set(shown):
+            for x, n in series[name].items():
+                other[x] += n
+        stacks.append(("other", other))
+    return stacks
+
+
+def _lateness_axis(ax: Any, lowest_p50: float) -> str:
+    """The y scale of a lateness plot, set on ``ax``: ``"log"`` (1-2-5 ticks in plain numbers, none in
+    6×10¹ notation) when every median is late, else ``"symlog"`` with a line at 0 (an early, negative
+    median can't go on a log axis)."""
+    if lowest_p50 > 0:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_minor_locator(ticker.NullLocator())
+        return "log"
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.axhline(0, color="0.3", linewidth=0.8)
+    return "symlog"
+
+
 def lateness_by_delay_png(rows: Iterable[Mapping[str, Any]]) -> bytes:
     """p50/p99 delivery lateness per power-of-two delay bucket (rows of ``lateness_by_delay``).
 
@@ -102,16 +137,7 @@ def lateness_by_delay_png(rows: Iterable[Mapping[str, Any]]) -> bytes:
         ax.plot(xs, p99, marker="o", color=_PALETTE[3], label="p99")
         ax.plot(xs, p50, marker="o", color=_PALETTE[0], label="p50")
         ax.set_xscale("log", base=2)
-        if min(p50) > 0:
-            ax.set_yscale("log")
-            ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-            ax.yaxis.set_minor_locator(ticker.NullLocator())
-            y_scale = "log"
-        else:
-            # Early (negative) medians can't go on a log axis.
-            ax.set_yscale("symlog", linthresh=1.0)
-            ax.axhline(0, color="0.3", linewidth=0.8)
-            y_scale = "symlog"
+        y_scale = _lateness_axis(ax, min(p50))
         ax.xaxis.set_major_locator(ticker.FixedLocator(xs))
         ax.xaxis.set_minor_locator(ticker.NullLocator())
         # How many deliveries each point stands for, along the bottom; staggered where buckets crowd.
@@ -181,21 +207,9 @@ def retries_over_time_png(rows: Iterable[Mapping[str, Any]], storms: Iterable[Ma
     """
     with matplotlib.rc_context(_STYLE):
         fig = _figure()
-        series: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-        totals: dict[str, int] = defaultdict(int)
-        for r in rows:
-            series[r["task_name"]][int(r["minute_s"]) // 60] += r["retries"]
-            totals[r["task_name"]] += r["retries"]
-        if not totals:
+        stacks = _stacks((r["task_name"], int(r["minute_s"]) // 60, r["retries"]) for r in rows)
+        if not stacks:
             return _no_data(fig, "Retries per minute")
-        shown, folded = _top_series(totals)
-        stacks = [(name, series[name]) for name in shown]
-        if folded:
-            other: dict[int, int] = defaultdict(int)
-            for name in set(series) - set(shown):
-                for minute, n in series[name].items():
-                    other[minute] += n
-            stacks.append(("other", other))
 
         first = min(m for _, points in stacks for m in points)
         last = max(m for _, points in stacks for m in points)
@@ -255,16 +269,7 @@ def lateness_over_time_png(timeline: Iterable[Mapping[str, Any]]) -> bytes:
         marker = "o" if len(xs) <= 30 else None
         ax.plot(xs, p99, color=_PALETTE[3], label="p99", marker=marker, linewidth=1.2)
         ax.plot(xs, p50, color=_PALETTE[0], label="p50", marker=marker, linewidth=1.2)
-        if min(v for v in p50 if v == v) > 0:
-            ax.set_yscale("log")
-            # 1-2-5 labels in plain numbers, none in 6×10¹ notation.
-            ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-            ax.yaxis.set_minor_locator(ticker.NullLocator())
-            scale = "log"
-        else:
-            ax.set_yscale("symlog", linthresh=1.0)
-            ax.axhline(0, color="0.3", linewidth=0.8)
-            scale = "symlog"
+        scale = _lateness_axis(ax, min(v for v in p50 if v == v))
         ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         _time_axis(ax, span)
         ax.set_xlabel("time (UTC)")
@@ -351,21 +356,9 @@ def attempts_to_success_png(rows: Iterable[Mapping[str, Any]]) -> bytes:
     with matplotlib.rc_context(_STYLE):
         fig = _figure()
         title = "Attempt on which tasks succeeded"
-        counts: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-        totals: dict[str, int] = defaultdict(int)
-        for r in rows:
-            counts[r["task_name"]][int(r["attempt"])] += r["count"]
-            totals[r["task_name"]] += r["count"]
-        if not totals:
+        stacks = _stacks((r["task_name"], int(r["attempt"]), r["count"]) for r in rows)
+        if not stacks:
             return _no_data(fig, title)
-        shown, folded = _top_series(totals)
-        stacks: list[tuple[str, dict[int, int]]] = [(name, counts[name]) for name in shown]
-        if folded:
-            other: dict[int, int] = defaultdict(int)
-            for name in set(counts) - set(shown):
-                for attempt, n in counts[name].items():
-                    other[attempt] += n
-            stacks.append(("other", other))
 
         attempts = list(range(0, max(a for _, c in stacks for a in c) + 1))
         bottom = [0] * len(attempts)

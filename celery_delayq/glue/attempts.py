@@ -12,7 +12,7 @@ from typing import Any
 from tenacity import RetryCallState
 
 from ..ladder import headers as H
-from .request import RawMessage, take_raw
+from .raw import RawMessage, take_raw
 from ..policies.state import call_state
 
 __all__ = ["Attempt", "begin_attempt", "end_attempt", "current_attempt", "first_attempt_time", "state_for"]

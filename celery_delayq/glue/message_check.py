@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..ladder.delays import check_countdown, parse_eta
 from ..errors import InvalidDelay
-from .app_ladder import AppLadder
+
+if TYPE_CHECKING:  # pragma: no cover - only named: the app ladder passes itself
+    from .app_ladder import AppLadder
 
 __all__ = ["CheckedTaskMessage", "checked_delay"]
 

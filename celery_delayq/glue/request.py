@@ -8,13 +8,13 @@ at p50, ~65 ms at p99 here): :class:`LadderRequest` shows the strategy no eta on
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 from celery.worker.request import Request
 
 from .app_ladder import ladder_if_any
+from .raw import RAW_KEY, RawMessage, take_raw
 
 __all__ = ["LadderRequest", "CapturingRequest", "RawMessage", "take_raw", "RAW_KEY"]
 
@@ -41,21 +41,6 @@ class LadderRequest(Request):
         return bool(super().revoked())
 
 
-#: Key of the raw body in the request's copy of the message properties.
-RAW_KEY = "x-delayq-raw-body"
-
-
-@dataclass(frozen=True)
-class RawMessage:
-    """A delivered message as the broker gave it."""
-
-    body: bytes
-    headers: Mapping[str, Any] = field(repr=False)
-    properties: Mapping[str, Any] = field(repr=False)
-    exchange: str
-    routing_key: str
-
-
 class CapturingRequest(LadderRequest):
     """A :class:`LadderRequest` that also passes the raw message on to the task (when it may park).
 
@@ -71,17 +56,3 @@ class CapturingRequest(LadderRequest):
             body = message.body
             properties[RAW_KEY] = body if isinstance(body, bytes) else str(body).encode("utf-8")
             self._request_dict["properties"] = properties
-
-
-def take_raw(request: Any) -> RawMessage | None:
-    """Take the raw message off a task request (``None`` when it was not captured)."""
-    properties = getattr(request, "properties", None)
-    if not isinstance(properties, dict) or RAW_KEY not in properties:
-        return None
-    properties = dict(properties)
-    body = properties.pop(RAW_KEY)
-    request.properties = properties  # the task sees the message properties as Celery gives them
-    headers = properties.pop("application_headers", None) or {}
-    info = getattr(request, "delivery_info", None) or {}
-    return RawMessage(body=body, headers=dict(headers), properties=properties,
-                      exchange=info.get("exchange") or "", routing_key=info.get("routing_key") or "")

@@ -9,8 +9,9 @@ import logging
 import sys
 import time
 from functools import cached_property
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
+import tenacity
 from celery import Task
 from celery.exceptions import Ignore, Retry, Reject, TaskPredicate
 
@@ -21,6 +22,7 @@ from .dedup import DuplicateGuard, delivery_key, guard_for
 from ..ladder.delays import due_from
 from .integration import install, ladder_for
 from ..policies.decision import RetryDecision, decide_failure, decide_retry
+from ..policies.policy import RetryPolicy, Strategy
 from ..policies.resolve import RetryOptions, resolve_options, split_call_options
 
 __all__ = ["DelayedRetryTask"]
@@ -46,13 +48,13 @@ class DelayedRetryTask(Task):
     #: Runs a due ladder delivery at once, and hands the raw message to the task for parking.
     Request = "celery_delayq.glue.request:CapturingRequest"
 
-    delayq_policy: Any = None
-    delayq_wait: Any = None
-    delayq_stop: Any = None
-    delayq_retry: Any = None
+    delayq_policy: RetryPolicy | tenacity.BaseRetrying | None = None
+    delayq_wait: Strategy | None = None
+    delayq_stop: Strategy | None = None
+    delayq_retry: Strategy | None = None
     delayq_max_delay: float | None = None
     delayq_park: bool | None = None
-    delayq_park_on: Any = None
+    delayq_park_on: type[BaseException] | str | Iterable[type[BaseException] | str] | None = None
     delayq_parking_queue: str | None = None
     delayq_dedup: bool | None = None
 

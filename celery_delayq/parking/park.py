@@ -23,7 +23,7 @@ from ..errors import BrokerUnavailable, PublishError
 from .errors import ParkingFailed
 from ..rabbitmq.topology import broker_version, resolve_queue_type
 from . import record as R
-from ..glue.request import RawMessage
+from ..glue.raw import RawMessage
 from ..rabbitmq.delivery_limit import declare_arguments
 
 if TYPE_CHECKING:  # pragma: no cover

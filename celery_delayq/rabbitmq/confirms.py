@@ -7,17 +7,19 @@ single publish or ``batch()`` block), never to the channel: no caller sees anoth
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 import amqp
 
 from ..errors import PublishError, PublishNacked, PublishReturned, PublishTimeout
 from ..ladder.headers import ENTRY
 
-__all__ = ["ConfirmChannel", "Pending", "Tracker", "fail", "message_name"]
+__all__ = ["ConfirmChannel", "Pending", "Tracker", "combine", "confirm_block", "fail", "message_name"]
 
 
 def message_name(message: amqp.Message, entry: str) -> str:
@@ -188,6 +190,24 @@ class ConfirmChannel:
         self._returned[entry] = str(getattr(exc, "reply_text", exc))
 
 
+@contextlib.contextmanager
+def confirm_block(local: threading.local, settle: Callable[[Tracker], None]) -> Iterator[None]:
+    """A backend's ``confirming()`` block in this thread: its publishes share one :class:`Tracker`
+    (``local.tracker``, which a publish joins), and ``settle`` awaits its confirms and raises what failed
+    when the outermost block ends. A nested block joins the outer one."""
+    if getattr(local, "tracker", None) is not None:
+        yield
+        return
+    tracker = local.tracker = Tracker()
+    try:
+        yield
+    finally:
+        try:
+            settle(tracker)
+        finally:
+            local.tracker = None
+
+
 def fail(items: Iterable[Pending], error: Callable[[list[Pending]], PublishError]) -> None:
     """Settle ``items`` as not scheduled: each tracker gets one ``error(its items)``."""
     for tracker, mine in _by_tracker(items):
@@ -200,3 +220,31 @@ def _by_tracker(items: Iterable[Pending]) -> Iterator[tuple[Tracker, list[Pendin
     for item in items:
         groups.setdefault(id(item.tracker), (item.tracker, []))[1].append(item)
     return iter(groups.values())
+
+
+#: Names shown in an error message; ``PublishError.failed`` has all of them.
+_SHOWN = 5
+
+
+def _preview(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:_SHOWN])
+    return shown + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
+
+
+def combine(failures: Sequence[PublishError], *, also: Sequence[tuple[str, str]] = (),
+            cause: PublishError | None = None) -> PublishError:
+    """One error naming every message of ``failures`` plus ``also`` (``(name, entry)`` pairs).
+
+    Its type is the failures' common type (``PublishError`` if they differ).
+    """
+    if len(failures) == 1 and not also and cause is None:
+        return failures[0]
+    names = [n for f in failures for n in f.failed] + [n for n, _ in also]
+    entries = [e for f in failures for e in f.entries] + [e for _, e in also]
+    if not names and cause is not None:
+        return cause
+    kinds = {type(f) for f in failures} | ({type(cause)} if cause is not None else set())
+    cls = kinds.pop() if len(kinds) == 1 else PublishError
+    first = str(cause if cause is not None else failures[0])
+    return cls(f"{first} -- {len(names)} delayed message(s) NOT scheduled or not confirmed: "
+               f"{_preview(names)}", failed=names, entries=entries)

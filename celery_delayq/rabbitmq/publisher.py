@@ -18,15 +18,15 @@ import threading
 import time
 import uuid
 from datetime import datetime, timezone
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, Sequence, TypeVar
 
 import amqp
 from kombu.connection import Connection
 
 from ..ladder import headers as H
 from ..config import DelayqConfig
-from .confirms import ConfirmChannel, Pending, Tracker, fail
+from .confirms import ConfirmChannel, Pending, Tracker, combine, confirm_block, fail
 from ..errors import BrokerUnavailable, PublishError, PublishTimeout
 from ..ladder.spec import LadderSpec
 from .owned import OwnedConnection
@@ -46,8 +46,6 @@ log = logging.getLogger(__name__)
 _RECOVERABLE = (amqp.exceptions.RecoverableConnectionError, ConnectionError, OSError)
 #: Connections opened per call before giving up, without sleeping (a stopped broker refuses at once).
 _ATTEMPTS = 3
-#: Names shown in an error message; ``PublishError.failed`` has all of them.
-_SHOWN = 5
 
 R = TypeVar("R")
 
@@ -91,37 +89,8 @@ def plan(spec: LadderSpec, destination: Destination, *, due: float, now: float,
     return (units, *spec.route(units, destination.token, shard))
 
 
-@dataclass(eq=False)
-class _Batch:
-    tracker: Tracker = field(default_factory=Tracker)
-
-
 def _names(items: Sequence[Pending]) -> tuple[list[str], list[str]]:
     return [p.name for p in items], [p.entry for p in items]
-
-
-def _preview(names: Sequence[str]) -> str:
-    shown = ", ".join(names[:_SHOWN])
-    return shown + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
-
-
-def combine(failures: Sequence[PublishError], *, also: Sequence[tuple[str, str]] = (),
-            cause: PublishError | None = None) -> PublishError:
-    """One error naming every message of ``failures`` plus ``also`` (``(name, entry)`` pairs).
-
-    Its type is the failures' common type (``PublishError`` if they differ).
-    """
-    if len(failures) == 1 and not also and cause is None:
-        return failures[0]
-    names = [n for f in failures for n in f.failed] + [n for n, _ in also]
-    entries = [e for f in failures for e in f.entries] + [e for _, e in also]
-    if not names and cause is not None:
-        return cause
-    kinds = {type(f) for f in failures} | ({type(cause)} if cause is not None else set())
-    cls = kinds.pop() if len(kinds) == 1 else PublishError
-    first = str(cause if cause is not None else failures[0])
-    return cls(f"{first} -- {len(names)} delayed message(s) NOT scheduled or not confirmed: "
-               f"{_preview(names)}", failed=names, entries=entries)
 
 
 class LadderPublisher:
@@ -135,7 +104,8 @@ class LadderPublisher:
         """The process-wide publisher for a broker and configuration (``delayq_backend = "ladder"``)."""
         return publisher_for(connection, config)
 
-    def __init__(self, connection: Connection, config: DelayqConfig, *, clock: Any = time.time) -> None:
+    def __init__(self, connection: Connection, config: DelayqConfig, *,
+                 clock: Callable[[], float] = time.time) -> None:
         self.template = connection
         self.config = config
         self.spec = config.spec
@@ -336,8 +306,8 @@ class LadderPublisher:
         properties.pop("expiration", None)
         this = ((str(headers.get("id") or properties.get("message_id") or entry), entry),)
         with self._lock:
-            batch: _Batch | None = getattr(self._local, "batch", None)
-            tracker = batch.tracker if batch is not None else Tracker()
+            batch: Tracker | None = getattr(self._local, "tracker", None)  # inside confirming()
+            tracker = batch if batch is not None else Tracker()
 
             # Longer than the ladder: its longest wait into the laps queue (celery_delayq.rabbitmq.laps).
             remaining = due - self.clock()
@@ -397,28 +367,19 @@ class LadderPublisher:
             self._worker = LadderWorker(self, connection_for, scheduling)
         return self._worker
 
-    @contextlib.contextmanager
-    def confirming(self) -> Iterator[None]:
+    def confirming(self) -> ContextManager[None]:
         """The backend contract's batch: await the block's confirms together when it ends.
 
         Raises :class:`PublishError` naming every message nacked, returned or lost
         with the connection (nothing named twice). Nested blocks join the outer one.
         """
-        if getattr(self._local, "batch", None) is not None:
-            yield
-            return
-        b = self._local.batch = _Batch()
-        try:
-            yield
-        finally:
-            try:
-                with self._lock:
-                    if b.tracker.outstanding:
-                        self._io(b.tracker, lambda c: c.wait(timeout=self.config.confirm_timeout,
-                                                             tracker=b.tracker))
-                    self._raise_failures(b.tracker)
-            finally:
-                self._local.batch = None
+        return confirm_block(self._local, self._settle)
+
+    def _settle(self, tracker: Tracker) -> None:
+        with self._lock:
+            if tracker.outstanding:
+                self._io(tracker, lambda c: c.wait(timeout=self.config.confirm_timeout, tracker=tracker))
+            self._raise_failures(tracker)
 
 
 _PUBLISHERS: ProcessRegistry[LadderPublisher] = ProcessRegistry()
