@@ -42,7 +42,7 @@ from ..rabbitmq.probe import queue_counts
 from ..telemetry.series import COUNTED, WINDOWS, series
 from .service import Service
 
-__all__ = ["Changes", "ChartSeries", "Live", "SeriesCache", "live_of", "POLL_S", "SIGNAL_TTL", "SNAPSHOT_TTL",
+__all__ = ["Changes", "ChartSeries", "Live", "SeriesCache", "SERIES", "live_of", "POLL_S", "SIGNAL_TTL", "SNAPSHOT_TTL",
            "WindowName"]
 
 #: Seconds between two polls of a page (the script's period).
@@ -150,7 +150,9 @@ class Live:
         if counts is None:
             return None
         ready, consumers = counts
-        return self._parked if consumers and self._parked is not None else ready
+        if not consumers or self._parked is None:
+            self._parked = ready
+        return self._parked
 
     def _drop_connection(self) -> None:
         with contextlib.suppress(Exception):
@@ -193,13 +195,14 @@ class SeriesCache:
 
 
 _LIVE: "weakref.WeakKeyDictionary[Any, Live]" = weakref.WeakKeyDictionary()
-_SERIES: "weakref.WeakKeyDictionary[Any, SeriesCache]" = weakref.WeakKeyDictionary()
 _MADE = threading.Lock()
+#: The process's kept chart series (keyed by telemetry directory and window).
+SERIES = SeriesCache()
 
 
-def live_of(svc: Service) -> tuple[Live, SeriesCache]:
-    """The :class:`Live` signal and :class:`SeriesCache` of this service (one each per service)."""
+def live_of(svc: Service) -> Live:
+    """The :class:`Live` signal of this service (one per service)."""
     with _MADE:
         if svc not in _LIVE:
-            _LIVE[svc], _SERIES[svc] = Live(svc), SeriesCache()
-        return _LIVE[svc], _SERIES[svc]
+            _LIVE[svc] = Live(svc)
+        return _LIVE[svc]

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Query, Response
 
 from ..deps import ServiceDep
 from ..errors import READ
-from ..live import Changes, ChartSeries, Live, SeriesCache, WindowName, live_of
+from ..live import SERIES, Changes, ChartSeries, Live, SeriesCache, WindowName, live_of
 
 __all__ = ["router", "get_live", "get_series"]
 
@@ -17,12 +17,12 @@ router = APIRouter(prefix="/api", tags=["live"])
 
 def get_live(svc: ServiceDep) -> Live:
     """The process's change signal for the app's service (a test overrides it)."""
-    return live_of(svc)[0]
+    return live_of(svc)
 
 
-def get_series(svc: ServiceDep) -> SeriesCache:
-    """The process's kept chart series for the app's service."""
-    return live_of(svc)[1]
+def get_series() -> SeriesCache:
+    """The process's kept chart series."""
+    return SERIES
 
 
 @router.get("/changes", responses=READ, summary="The change signal an open page polls")
