@@ -187,12 +187,28 @@
     var plots = {}, data = null, win = store.get("delayq.window", "1h"), seriesTimer = null;
     function css(name) { return getComputedStyle(document.documentElement).getPropertyValue(name).trim(); }
     function box() { return document.getElementById("charts"); }
-    function axes(unit) {
+    function seconds(v) {  // a lateness for an axis or the legend
+      if (v === null || v === undefined) { return "–"; }
+      if (v >= 60) { return (v / 60).toFixed(v >= 600 ? 0 : 1) + " min"; }
+      if (v >= 1) { return v.toFixed(v >= 10 ? 0 : 1) + " s"; }
+      return Math.round(v * 1000) + " ms";
+    }
+    function tick(ts, span) {  // an x label in the zone shown: the time of day, or the day over a week
+      var text = absolute(new Date(ts * 1000), zone);
+      return span > 2 * 86400 ? text.slice(5, 10) : text.slice(11, 16);
+    }
+    function axes(latency) {
       var grid = { stroke: css("--line"), width: 1 };
       return [
-        { stroke: css("--muted"), grid: grid, ticks: grid },
-        { stroke: css("--muted"), grid: grid, ticks: grid, size: 52,
-          values: function (u, vals) { return vals.map(function (v) { return v === null ? "" : v + unit; }); } }
+        { stroke: css("--muted"), grid: grid, ticks: grid, size: 36,
+          values: function (u, splits) {
+            var span = u.scales.x.max - u.scales.x.min;
+            return splits.map(function (ts) { return tick(ts, span); });
+          } },
+        { stroke: css("--muted"), grid: grid, ticks: grid, size: 60,
+          values: function (u, vals) {
+            return vals.map(function (v) { return latency ? seconds(v) : String(v); });
+          } }
       ];
     }
     function tz() {
@@ -211,10 +227,10 @@
           (data.step_s / 60) + "-minute buckets" + (data.truncated ? "; only the newest 64 MB were read" : "") + ".";
       }
       var specs = {
-        counts: { unit: "", series: [["scheduled", "--c-scheduled"], ["delivered", "--c-delivered"],
+        counts: { latency: false, series: [["scheduled", "--c-scheduled"], ["delivered", "--c-delivered"],
                                     ["retried", "--c-retried"], ["parked", "--c-parked"]],
                   values: function (name) { return (data.counts || {})[name] || []; } },
-        lateness: { unit: " s", series: [["p50", "--c-p50"], ["p99", "--c-p99"]],
+        lateness: { latency: true, series: [["p50", "--c-p50"], ["p99", "--c-p99"]],
                     values: function (name) { return data["lateness_" + name + "_s"] || []; } }
       };
       Object.keys(specs).forEach(function (key) {
@@ -230,13 +246,15 @@
           rows.push(vals);
           series.push({ label: s[0], stroke: css(s[1]), width: 1.5, spanGaps: false,
                         points: { show: data.t && data.t.length <= 96, size: 4 },
-                        value: function (u, v) { return v === null || v === undefined ? "–" :
-                          (spec.unit ? v.toFixed(v < 10 ? 2 : 0) + spec.unit : String(v)); } });
+                        value: function (u, v) { return spec.latency ? seconds(v) :
+                          (v === null || v === undefined ? "–" : String(v)); } });
         });
         target.setAttribute("data-points", String(points));
         var width = Math.max(200, target.clientWidth || el.clientWidth || 300);
-        plots[key] = new uPlot({ width: width, height: 180, series: series, axes: axes(spec.unit), tzDate: tz(),
-                                 scales: { x: { time: true } }, legend: { live: true },
+        plots[key] = new uPlot({ width: width, height: 180, series: series, axes: axes(spec.latency), tzDate: tz(),
+                                 scales: { x: { time: true },
+                                           y: { range: function (u, min, max) { return [0, max > 0 ? max * 1.1 : 1]; } } },
+                                 legend: { live: true },
                                  cursor: { drag: { x: false, y: false } } }, rows, target);
       });
     }
