@@ -144,7 +144,9 @@ class Live:
 
     def _parked_count(self) -> int | None:
         if self._raw is None:
-            self._kombu = self.svc.context.dedicated_connection("web live")
+            # No heartbeats: nothing services them between two looks; a connection the broker dropped
+            # fails the next look, and the one after connects again.
+            self._kombu = self.svc.context.dedicated_connection("web live").clone(heartbeat=0)
             self._raw = raw_connection(self._kombu)
         counts = queue_counts(self._raw, self.svc.context.config.parking_queue_name)
         if counts is None:

@@ -60,6 +60,17 @@ def _wait(page: Any, expression: str, timeout: float = 15.0) -> None:
         time.sleep(0.1)
 
 
+def _chart_drawn(page: Any, errors: list[str]) -> None:
+    """Wait for the lateness chart's canvas; say what the page had if it does not come."""
+    try:
+        _wait(page, "!!document.querySelector('#chart-lateness canvas')", timeout=20)
+    except AssertionError:
+        state = page.evaluate("({uplot: typeof uPlot, note: (document.querySelector('[data-chart-note]') || {})"
+                              ".textContent, ready: document.readyState, url: location.href})")
+        raise AssertionError(f"no chart: {state}, script errors {errors}") from None
+    assert not errors, errors
+
+
 def _no_sideways_scroll(page: Any, what: str) -> None:
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= NARROW["width"], f"{what}: the page is {width} px wide at 390 px"
@@ -122,10 +133,7 @@ def test_log_in_watch_a_task_leave_charts_narrow_dark_and_log_out(served: tuple[
 
             # -- the overview's charts ----------------------------------------------------------------
             page.goto(url + "/")
-            try:
-                page.wait_for_selector("#chart-lateness canvas", timeout=10_000)
-            finally:
-                assert not script_errors, script_errors
+            _chart_drawn(page, script_errors)
             _wait(page, "Number(document.querySelector('#chart-lateness').dataset.points) > 0")
             series = page.evaluate(f"fetch('{url}/api/series?window=1h').then(r => r.json())")
             assert series["available"] and any(v is not None for v in series["lateness_p99_s"]), series
@@ -152,6 +160,8 @@ def test_log_in_watch_a_task_leave_charts_narrow_dark_and_log_out(served: tuple[
             narrow = browser.new_context(viewport=NARROW, is_mobile=True, has_touch=True)
             try:
                 small = narrow.new_page()
+                small.on("pageerror", lambda e: script_errors.append(str(e)))
+                small.on("console", lambda m: script_errors.append(m.text) if m.type == "error" else None)
                 _log_in(small, url, "/")
                 for path, name in (("/", "overview"), (f"/waiting?task={app.main}.*", "waiting"),
                                    ("/retries", "retries"), ("/parked", "parked"), (f"/parked/{parked_id}", None),
@@ -159,7 +169,7 @@ def test_log_in_watch_a_task_leave_charts_narrow_dark_and_log_out(served: tuple[
                     small.goto(url + path)
                     small.wait_for_selector("main")
                     if path == "/":
-                        small.wait_for_selector("#chart-lateness canvas")
+                        _chart_drawn(small, script_errors)
                         tele = small.locator("section.telemetry").bounding_box()
                         levels = small.locator("table.ladder").bounding_box()
                         assert tele["y"] + tele["height"] <= levels["y"] or levels["y"] + levels["height"] <= tele["y"]
@@ -189,7 +199,7 @@ def test_log_in_watch_a_task_leave_charts_narrow_dark_and_log_out(served: tuple[
                 night.goto(url + "/login")
                 night.screenshot(path=str(shots / "web-login.png"))
                 _log_in(night, url, "/")
-                night.wait_for_selector("#chart-lateness canvas")
+                _chart_drawn(night, [])
                 rgb = night.evaluate("getComputedStyle(document.body).backgroundColor")
                 assert sum(int(v) for v in re.findall(r"\d+", rgb)[:3]) < 150, rgb
                 panel = night.evaluate("getComputedStyle(document.querySelector('table')).backgroundColor")
