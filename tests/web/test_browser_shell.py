@@ -48,7 +48,8 @@ def _log_in(page: Any, url: str, path: str) -> None:
     assert "/login?next=" in page.url, page.url
     page.fill("input[name=token]", TOKEN)
     page.keyboard.press("Enter")
-    page.wait_for_url(re.compile(re.escape(url + path.split("?")[0])))
+    page.wait_for_url(lambda u: "/login" not in u)  # the form's answer: back to the page asked for
+    assert page.url.startswith(url + path.split("?")[0]), page.url
 
 
 def _wait(page: Any, expression: str, timeout: float = 15.0) -> None:
