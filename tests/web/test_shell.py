@@ -132,12 +132,12 @@ def test_a_read_only_page_can_still_be_logged_into() -> None:
 # -- the change signal ---------------------------------------------------------------------------
 class _Snapshot:
     def __init__(self, items: list[Any]) -> None:
-        self.items, self.ttl, self.gets = items, 5.0, 0
+        self.items, self.ttl, self.gets, self.read_s = items, 5.0, 0, 0.01
 
     def get(self) -> tuple[list[Any], float, float]:
         self.gets += 1
         time.sleep(0.01)
-        return self.items, 0.01, 0.5
+        return self.items, self.read_s, 0.5
 
 
 def _task(task_id: str, due: float = 4e9) -> Any:
@@ -166,6 +166,10 @@ def test_the_signal_is_computed_once_a_second_and_moves_only_on_a_change(monkeyp
     assert gone.version != first.version and gone.changed_at > first.changed_at and gone.waiting == 1
     parked["n"] = 4
     assert live.changes().version != gone.version
+    assert snap.ttl == live_mod.SNAPSHOT_TTL
+    snap.read_s = 4.0  # 100,000 tasks: the next read starts once the list is as old as a read takes
+    live.changes()
+    assert snap.ttl == 4.0
 
 
 def test_a_browse_of_the_parking_queue_is_not_a_change(monkeypatch: pytest.MonkeyPatch) -> None:
