@@ -117,12 +117,22 @@
     var fresh = doc.querySelector("main");
     var old = document.querySelector("main");
     if (!fresh || !old) { return false; }
+    // Keep the keyboard's place: the same element (kept) or the one at the same place in the new page.
+    var active = document.activeElement, restore = null;
+    if (active && active !== old && old.contains(active)) {
+      restore = { node: active, tag: active.tagName,
+                  index: Array.prototype.indexOf.call(old.querySelectorAll(active.tagName), active) };
+    }
     fresh.querySelectorAll("[data-keep][id]").forEach(function (el) {  // charts stay as they are
       var kept = document.getElementById(el.id);
       if (kept) { el.replaceWith(kept); }
     });
     old.replaceWith(fresh);
     main = fresh;
+    if (restore) {
+      var target = fresh.contains(restore.node) ? restore.node : fresh.querySelectorAll(restore.tag)[restore.index];
+      if (target && target.focus) { target.focus({ preventScroll: true }); }
+    }
     document.title = doc.title || document.title;
     shownAt = parseFloat(fresh.getAttribute("data-rendered-at") || "0");
     renderTimes(fresh);
