@@ -64,6 +64,7 @@ def login(request: Request, svc: ServiceDep, token: str = Form(""), next: str = 
                        "This page has no token to log in with.")
         page.status_code = 401
         return page
+    log.info("delayq web: %s logged in with the token", request.client.host if request.client else "?")
     response = RedirectResponse(root + safe_next(next), status_code=303)
     response.headers.append("set-cookie", sessions.cookie(sessions.issue(), path=root or "/",
                                                           secure=_secure(request)))

@@ -122,6 +122,21 @@ def test_log_in_with_the_token_act_with_csrf_and_log_out() -> None:
     assert client.get("/api/waiting", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
 
 
+def test_login_works_mounted_under_a_path() -> None:
+    from fastapi import FastAPI
+
+    outer = FastAPI()
+    outer.mount("/ops/delayq", _client(WebSettings(token=TOKEN)).app)
+    client = TestClient(outer)
+    r = client.get("/ops/delayq/parked?x=1", headers=HTML, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/ops/delayq/login?next=%2Fparked%3Fx%3D1"
+    assert 'action="/ops/delayq/login"' in client.get("/ops/delayq/login?next=/parked").text
+    r = client.post("/ops/delayq/login", data={"token": TOKEN, "next": "/parked",
+                                                "csrf_token": client.cookies["delayq_csrf"]}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/ops/delayq/parked"
+    assert "Path=/ops/delayq;" in r.headers["set-cookie"]
+
+
 def test_a_read_only_page_can_still_be_logged_into() -> None:
     client = _client(WebSettings(token=TOKEN, read_only=True))
     assert _log_in(client).status_code == 303
