@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
+from typing import Any, Callable
+
+import amqp
+import pytest
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,3 +33,41 @@ def test_python_and_framework_classifiers_match_what_is_supported() -> None:
     assert {"Programming Language :: Python :: 3.11", "Framework :: Celery", "Framework :: Django"} <= classifiers
     assert not [c for c in classifiers if c.startswith("Programming Language :: Python :: 3.") and
                 int(c.rsplit(".", 1)[1]) < 11]
+
+
+def _run(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(list(args), capture_output=True, text=True, cwd=cwd, timeout=timeout)
+    assert done.returncode == 0, f"{' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+@pytest.mark.one_broker  # what is packaged does not depend on the RabbitMQ line
+@pytest.mark.timeout(900)
+def test_the_built_wheel_installs_in_a_clean_venv_and_runs_the_readme_example(
+        make_app: Callable[..., Any], broker_url: str, prefix: str, uid: str, tmp_path: Path,
+        amqp_conn: amqp.Connection) -> None:
+    """``python -m build`` gives an sdist and a wheel that ``twine check`` passes; the wheel, installed
+    alone into a new venv (no checkout on the path), runs the README's example against the real broker."""
+    from test_readme_claims import readme_example_runs
+
+    dist = tmp_path / "dist"
+    _run(sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(dist), str(ROOT), cwd=tmp_path)
+    wheels, sdists = sorted(dist.glob("*.whl")), sorted(dist.glob("*.tar.gz"))
+    assert len(wheels) == 1 and len(sdists) == 1, list(dist.iterdir())
+    version = importlib.metadata.version("celery_delayq")
+    assert f"celery_delayq-{version}-py3-none-any.whl" == wheels[0].name
+    _run(sys.executable, "-m", "twine", "check", "--strict", *map(str, wheels + sdists), cwd=tmp_path)
+    with zipfile.ZipFile(wheels[0]) as whl:
+        names = set(whl.namelist())
+    assert {"celery_delayq/py.typed", "celery_delayq/web/templates/base.html", "celery_delayq/web/templates/login.html",
+            "celery_delayq/web/static/vendor/uplot/uPlot.iife.min.js", "celery_delayq/web/static/vendor/uplot/uPlot.min.css",
+            "celery_delayq/web/static/vendor/uplot/LICENSE"} <= names  # the charts' library is served from the package
+    assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "examples/"))]
+    venv = tmp_path / "venv"
+    _run(sys.executable, "-m", "venv", str(venv), cwd=tmp_path)
+    python = str(venv / "bin" / "python")
+    _run(python, "-m", "pip", "install", "--quiet", str(wheels[0]), cwd=tmp_path)
+    where = _run(python, "-c", "import celery_delayq, sys; print(celery_delayq.__file__)", cwd=tmp_path).stdout
+    assert where.startswith(str(venv)), where  # the installed wheel, not this checkout
+    env = {k: val for k, val in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    readme_example_runs(python, env, make_app, broker_url, prefix, uid, tmp_path / "run", amqp_conn)

@@ -72,7 +72,18 @@ def test_the_readmes_example_runs_as_written(make_app, broker_url: str, prefix: 
                                              amqp_conn: amqp.Connection) -> None:
     """The example block, with only the broker URL and a queue and ladder of this test's own, in a process
     of its own: the 0.5 s task arrives through the ladder, never early; the 90 s one waits there."""
-    block = _readme().split("## Add it to your project", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    readme_example_runs(sys.executable, env, make_app, broker_url, prefix, uid, tmp_path, amqp_conn)
+
+
+def readme_example_runs(python: str, env: dict[str, str], make_app: Callable[..., Any], broker_url: str,
+                        prefix: str, uid: str, tmp_path: Path, amqp_conn: amqp.Connection) -> None:
+    """Run the README's example with ``python`` in a process of its own and check what it promises."""
+    section = _readme().split("## Add it to your project", 1)[1]
+    definition, publishing = (part.split("```", 1)[0] for part in section.split("```python")[1:3])
+    assert "apply_async" not in definition  # defining the app publishes nothing
+    assert "from proj import charge" in publishing
+    block = definition + publishing.replace("from proj import charge\n", "")
     assert 'broker="amqp://guest:guest@127.0.0.1:5672//"' in block
     queue = f"example.{uid}"
     code = block.replace('broker="amqp://guest:guest@127.0.0.1:5672//"', f"broker={broker_url!r}")
@@ -81,14 +92,15 @@ def test_the_readmes_example_runs_as_written(make_app, broker_url: str, prefix: 
                         f"task_default_queue={queue!r}, broker_heartbeat=0)")
     code = re.sub(r"^(charge\.apply_async\([^#\n]*\))", r"results.append(\1)", code, flags=re.MULTILINE)
     assert code.count("results.append(") == 2, code
+    tmp_path.mkdir(parents=True, exist_ok=True)
     script = tmp_path / "shop_example.py"
     script.write_text("results = []\n" + code + "\nimport json\nprint(json.dumps([r.id for r in results]))\n")
     observer = make_app(delayq_enabled=True)
     ids: list[str] = []
     try:
         started = time.time()
-        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
-                              env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])))
+        done = subprocess.run([python, str(script)], capture_output=True, text=True, timeout=60, env=env,
+                              cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-2000:]
         ids = json.loads(done.stdout.strip().splitlines()[-1])
         (m,) = drain(amqp_conn, queue, 1, timeout=20)
@@ -442,6 +454,28 @@ def test_the_saturation_table_is_the_private_node_runs() -> None:
     assert "nothing lost or early in any run" in shown
 
 
+def test_the_fixed_backend_is_one_hop_and_its_drain_ratio_is_the_saturation_tables() -> None:
+    """"one hop instead of 4–6: X–Y× a ladder's drain in the table above": X and Y from the same runs."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.readme import saturation_docs
+
+    from celery_delayq.ladder.spec import LadderSpec
+
+    rows = saturation_docs()["burst"]["rows"]
+    ratios = []
+    for line in ("4.", "3."):
+        drain = {r["shape"]: r["drain_per_s"] for r in rows
+                 if str(r["broker"]).startswith(line) and r.get("dl_prefetch", 32) == 32}
+        ratios += [drain["fixed"] / drain[shape] for shape in ("14x4", "7x16")]
+    stated = re.search(r"takes one hop instead of (\d+)–(\d+): ([\d.]+)–([\d.]+)×", _normalise(_readme()))
+    assert stated, "the README no longer states the fixed backend's ratio"
+    assert (float(stated.group(3)), float(stated.group(4))) == (round(min(ratios), 1), round(max(ratios), 1))
+    for levels, radix in ((14, 4), (7, 16)):  # the shapes in the table: mean hops for delays of 1-60 s
+        spec = LadderSpec(prefix="x", levels=levels, radix=radix, unit_ms=10)
+        mean = sum(spec.hops(s * 100) for s in range(1, 61)) / 60
+        assert int(stated.group(1)) <= round(mean) <= int(stated.group(2)), (levels, radix, mean)
+
+
 def test_the_readmes_settings_table_has_the_codes_defaults() -> None:
     from celery_delayq.config import SETTINGS
 
@@ -575,6 +609,25 @@ def _benchmark_keys() -> str:
     return "\n".join(p.read_text(errors="replace") for p in files)
 
 
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _missing_doc_section(ref: str, phrase: str) -> list[str]:
+    """``doc:FILE#ANCHOR``: the section exists under docs/ and states each number of the claim."""
+    page, _, anchor = ref.partition("#")
+    path = ROOT / "docs" / page
+    if not path.exists():
+        return [f"doc:{ref} (no docs/{page})"]
+    sections = re.split(r"^#+ (.+)$", path.read_text(), flags=re.MULTILINE)
+    body = next((sections[i + 1] for i in range(1, len(sections) - 1, 2) if _slug(sections[i]) == anchor), None)
+    if body is None:
+        return [f"doc:{ref} (no such heading)"]
+    numbers = re.findall(r"\d+(?:[–-]\d+)?%", phrase)
+    return [f"doc:{ref} (does not state {n})" for n in numbers if n not in body]
+
+
 def test_claims_doc_quotes_the_readme_and_names_checks_that_exist() -> None:
     rows = _claims()
     assert len(rows) >= 40, f"docs/claims.md has {len(rows)} claims"
@@ -596,8 +649,36 @@ def test_claims_doc_quotes_the_readme_and_names_checks_that_exist() -> None:
                 key = name[len("bench:"):]
                 if f'"{key}"' not in bench:
                     missing_checks.append(name)
+            elif name.startswith("doc:"):
+                missing_checks += _missing_doc_section(name[len("doc:"):], phrase)
             else:
-                missing_checks.append(f"{name} (neither test_... nor bench:...)")
+                missing_checks.append(f"{name} (neither test_..., bench:... nor doc:...)")
     assert not missing_quotes, f"docs/claims.md quotes what README.md no longer says: {missing_quotes}"
     assert not missing_checks, f"docs/claims.md names checks that no longer exist: {missing_checks}"
     assert not unchecked, f"docs/claims.md lists claims with no check: {unchecked}"
+
+
+def _measured_numbers(readme: str) -> list[tuple[str, str]]:
+    """``(number with its unit, sentence)`` of every measured number in the README's prose.
+
+    Left out: code blocks, the generated tables (their own tests compare them with the results
+    files) and the settings table (its defaults are checked against the code).
+    """
+    text = re.sub(r"<!-- (\w+):START -->.*?<!-- \1:END -->", "", readme, flags=re.S)
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    text = "\n".join(line for line in text.splitlines() if not line.startswith("| `delayq_"))
+    unit = r"(?:%|×|ms\b|µs\b|s\b|MB\b|GB\b|min\b|minutes\b|seconds\b|/s\b|queues\b|exchanges\b|hops?\b)"
+    number = rf"(?<![\w.#-])\d[\d,.]*(?:\s?[–-]\s?\d[\d,.]*)?\s?{unit}"
+    found = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        for sentence in re.split(r"(?<=[.;!?])\s+(?=[A-Z(`*])", _normalise(paragraph)):
+            found += [(m.group(0), sentence) for m in re.finditer(number, sentence)]
+    return found
+
+
+def test_every_number_the_readme_states_has_a_claim() -> None:
+    quotes = [_normalise(q) for q, _ in _claims()]
+    numbers = _measured_numbers(_readme())
+    assert len(numbers) >= 5, numbers
+    orphans = [f"{n!r} in: {sentence[:120]}" for n, sentence in numbers if not any(n in q for q in quotes)]
+    assert not orphans, "README numbers with no entry in docs/claims.md:\n" + "\n".join(orphans)

@@ -45,7 +45,7 @@ from ..index.writer import ARGS_CUT
 from .requests import index_of
 from ..typing import CeleryApp
 
-__all__ = ["CannotReschedule", "Rescheduled", "cancel_passes", "reschedule"]
+__all__ = ["CannotReschedule", "Rescheduled", "cancel_passes", "reschedule", "arguments_of"]
 
 log = logging.getLogger(__name__)
 
@@ -107,13 +107,22 @@ def _literal(text: str | None, kind: type, task: PendingTask) -> Any:
     return value
 
 
-def reschedule(app: CeleryApp, task_id: str, *, due: float | datetime | None, now: float | None = None) -> Rescheduled:
+def arguments_of(task: PendingTask) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The task's arguments rebuilt from its index entry, or :class:`CannotReschedule` (a bulk move checks
+    every task with it before it moves any)."""
+    return _literal(task.argsrepr, tuple, task), _literal(task.kwargsrepr, dict, task)
+
+
+def reschedule(app: CeleryApp, task_id: str, *, due: float | datetime | None, now: float | None = None,
+               found: PendingTask | None = None) -> Rescheduled:
     """Move the waiting task ``task_id`` to ``due`` (epoch seconds or aware datetime; ``None``: run it now).
 
     The task keeps its id, name, destination, attempt and arguments; it runs once
     (see the module docstring for the order and its one window). The app must have
     the ladder installed (:func:`celery_delayq.install`; the CLI and the web page do
     it), or a moved copy would wait in a worker's memory as a classic ETA task.
+
+    ``found``: its waiting pass, when the caller has just read it (a bulk move reads them all at once).
 
     Raises:
         TaskNotWaiting: ``task_id`` is not waiting in the ladder (unknown, due, or cancelled).
@@ -125,9 +134,8 @@ def reschedule(app: CeleryApp, task_id: str, *, due: float | datetime | None, no
     now = time.time() if now is None else now
     when = None if due is None else parse_due(due.timestamp() if isinstance(due, datetime) else due, now=now,
                                               check_delay=DelayqConfig.from_app(app).check_delay)
-    found = find_waiting(*index_of(app), [task_id], now=now)[task_id]
-    args = _literal(found.argsrepr, tuple, found)
-    kwargs = _literal(found.kwargsrepr, dict, found)
+    found = found or find_waiting(*index_of(app), [task_id], now=now)[task_id]
+    args, kwargs = arguments_of(found)
     options: dict[str, Any] = {"task_id": found.task_id, "retries": found.attempt}
     if found.queue and not found.exchange:
         options["queue"] = found.queue

@@ -26,8 +26,13 @@ from .topology import no_ladder
 __all__ = ["status"]
 
 
+#: Status is read at a terminal beside other windows: it wraps at 80 columns, however wide the terminal.
+WIDTH = 80
+
+
 def _render(doc: dict[str, Any], ctx: click.Context) -> None:
     out = console(ctx)
+    out.soft_wrap, out.width = False, min(out.width, WIDTH)
     spec = LadderSpec(prefix=doc["ladder"]["prefix"], unit_ms=doc["ladder"]["unit_ms"],
                       levels=doc["ladder"]["levels"], radix=doc["ladder"]["radix"],
                       shards=doc["ladder"].get("shards", 1))

@@ -226,6 +226,7 @@ def watch_app(app: CeleryApp) -> None:
     _WATCHED.add(app)
     ref = weakref.ref(app)
     _wrap_add_defaults(app, ref)
+    _wrap_producer_or_acquire(app, ref)
     if getattr(app, "on_after_configure", None) is not None:
         app.on_after_configure.connect(_on_after_configure, sender=app, weak=False)
         if app.configured:
@@ -322,6 +323,26 @@ def _wrap_add_defaults(app: CeleryApp, ref: "weakref.ReferenceType[CeleryApp]") 
         return result
 
     app.add_defaults = add_defaults  # type: ignore[method-assign]
+
+
+def _wrap_producer_or_acquire(app: CeleryApp, ref: "weakref.ReferenceType[CeleryApp]") -> None:
+    """Load the configuration before the producer pool is built, as Celery 5.6+ does.
+
+    Celery before 5.6 loads it *inside* ``AMQP.producer_pool`` when a kombu-level
+    publisher's ``app.producer_or_acquire()`` is the first thing to read it: loading
+    installs the ladder and sets its pool, then Celery assigns its own kombu pool
+    over it, and that first publish would skip the ladder.
+    """
+    original = app.producer_or_acquire
+
+    @functools.wraps(original)
+    def producer_or_acquire(producer: Any = None) -> Any:
+        target = ref()
+        if producer is None and target is not None and not target.configured:
+            target.conf.get("delayq_enabled")  # any read loads it (and installs the ladder if enabled)
+        return original(producer)
+
+    app.producer_or_acquire = producer_or_acquire
 
 
 def _register_fixup() -> None:

@@ -20,7 +20,7 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ..ladder.index_layout import IndexLayout
 from .stream import BODY, IndexUnavailable, StreamReader, reader_connection
@@ -29,7 +29,7 @@ from .writer import ENTRIES, decode_entries, flush_buffers
 if TYPE_CHECKING:  # pragma: no cover
     import kombu
 
-__all__ = ["PendingTask", "read_index", "iso"]
+__all__ = ["PendingTask", "read_index", "read_passes", "iso"]
 
 #: Connections read in parallel when all shards are read (2 cores here; the broker needs them too).
 _PARALLEL = 4
@@ -150,28 +150,20 @@ def read_index(connection: kombu.Connection, layout: IndexLayout, *, task_ids: I
     now = time.time() if now is None else now
     flush_buffers()  # this process's own publishes are listed at once
     ids = sorted(set(task_ids))
-    # Read from the first entry that can still be waiting at ``now``, and never from the
-    # future: a start after the stream's end would never reach the reader's end marker.
-    since = min(now, time.time()) - layout.spec.max_delay_s - _SLACK_S
-    if not layout.index:
-        raise IndexUnavailable("the index of waiting tasks is off (delayq_index = False); turn it on to "
-                               "list waiting tasks (tasks scheduled while it was off are not listed)")
+    start = _start(layout, now)
+    _require_index(layout)
     shards = sorted({layout.shard_of(i) for i in ids}) if ids else list(range(layout.shards))
     with reader_connection(connection) as raw:
         _check_exists(raw, layout, [layout.shard_queue(h) for h in shards])
-    start = datetime.fromtimestamp(max(0.0, since), tz=timezone.utc)
     prefilter = re.compile(b"|".join(re.escape(i.encode()) for i in ids)) if ids else None
     wanted = set(ids)
     latest: dict[str, PendingTask] = {}
 
     def one(shard: int) -> dict[str, PendingTask]:
         found: dict[str, PendingTask] = {}
-        with reader_connection(connection) as raw:
-            reader = StreamReader(raw, layout.shard_queue(shard))
-            for _offset, headers, _message_id in reader.read(start, (ENTRIES,), prefilter=prefilter):
-                for task in tasks_of(headers):
-                    if not wanted or task.task_id in wanted:
-                        found[task.task_id] = task  # offsets increase: a later pass replaces an earlier one
+        for task in _passes(connection, layout, shard, start, prefilter):
+            if not wanted or task.task_id in wanted:
+                found[task.task_id] = task  # offsets increase: a later pass replaces an earlier one
         return found
 
     if len(shards) == 1:
@@ -181,3 +173,42 @@ def read_index(connection: kombu.Connection, layout: IndexLayout, *, task_ids: I
             for found in pool.map(one, shards):
                 latest.update(found)  # a task id lives in one shard only
     return latest
+
+
+def _require_index(layout: IndexLayout) -> None:
+    if not layout.index:
+        raise IndexUnavailable("the index of waiting tasks is off (delayq_index = False); turn it on to "
+                               "list waiting tasks (tasks scheduled while it was off are not listed)")
+
+
+def _start(layout: IndexLayout, now: float) -> datetime:
+    # Read from the first entry that can still be waiting at ``now``, and never from the
+    # future: a start after the stream's end would never reach the reader's end marker.
+    since = min(now, time.time()) - layout.spec.max_delay_s - _SLACK_S
+    return datetime.fromtimestamp(max(0.0, since), tz=timezone.utc)
+
+
+def _passes(connection: kombu.Connection, layout: IndexLayout, shard: int, start: datetime,
+            prefilter: re.Pattern[bytes] | None) -> Iterator[PendingTask]:
+    """Every pass in one shard of the index from ``start``, oldest first."""
+    with reader_connection(connection) as raw:
+        reader = StreamReader(raw, layout.shard_queue(shard))
+        for _offset, headers, _message_id in reader.read(start, (ENTRIES,), prefilter=prefilter):
+            yield from tasks_of(headers)
+
+
+def read_passes(connection: kombu.Connection, layout: IndexLayout, task_id: str,
+                now: float | None = None) -> list[PendingTask]:
+    """Every pass of ``task_id`` through the ladder the index still holds (from ``now - max delay``), oldest
+    first: its first delay, each retry, each move. One shard is read.
+
+    Raises:
+        IndexUnavailable: as :func:`read_index`.
+    """
+    _require_index(layout)
+    shard = layout.shard_of(task_id)
+    with reader_connection(connection) as raw:
+        _check_exists(raw, layout, [layout.shard_queue(shard)])
+    prefilter = re.compile(re.escape(task_id.encode()))
+    return [t for t in _passes(connection, layout, shard, _start(layout, time.time() if now is None else now),
+                               prefilter) if t.task_id == task_id]

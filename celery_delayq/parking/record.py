@@ -13,6 +13,7 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ..error_groups import message_matches
 from ..rabbitmq.client import Message
 from ..ladder import headers as H
 
@@ -147,6 +148,8 @@ class ParkedFilter:
     Attributes:
         task: Glob on the task name (``proj.tasks.*``).
         exception: Glob on the exception type, qualified (``requests.*``) or bare (``*Timeout``).
+        message: The exception's message: its pattern as grouped
+            (:func:`~celery_delayq.error_groups.message_pattern`), or text in it.
         since: Parked at or after this epoch time.
         until: Parked before this epoch time.
         ids: Parked-id prefixes (as the list shows them).
@@ -159,6 +162,7 @@ class ParkedFilter:
 
     task: str | None = None
     exception: str | None = None
+    message: str | None = None
     since: float | None = None
     until: float | None = None
     ids: tuple[str, ...] = ()
@@ -175,6 +179,8 @@ class ParkedFilter:
             if not (fnmatch.fnmatchcase(message.exc_type, self.exception)
                     or fnmatch.fnmatchcase(bare, self.exception)):
                 return False
+        if self.message and not message_matches(message.exc_message, self.message):
+            return False
         at = message.parked_at
         if self.since is not None and (at is None or at < self.since):
             return False

@@ -12,16 +12,18 @@ while paging.
 from __future__ import annotations
 
 import bisect
+import fnmatch
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
 from .listing import pending
+from ..error_groups import message_matches, split_error
 from ..index.query import PendingTask
 from ..typing import CeleryApp
 
-__all__ = ["WaitingFilter", "Page", "Snapshot", "page_of", "FULL_ID_LENGTH"]
+__all__ = ["WaitingFilter", "Page", "Snapshot", "page_of", "matching", "FULL_ID_LENGTH"]
 
 #: An id prefix this long (a UUID's 36 characters) is taken as a whole id: one shard is read.
 FULL_ID_LENGTH = 36
@@ -39,6 +41,9 @@ class WaitingFilter:
         due_after: Due at or after (epoch seconds).
         due_before: Due before (epoch seconds).
         retries_only: Only retries (attempt 1 or more).
+        error: Glob on a retry's last exception type (``TimeoutError``, ``*Error``).
+        message: A retry's last error message: its pattern as grouped
+            (:func:`~celery_delayq.error_groups.message_pattern`), or text in it.
     """
 
     task: str | None = None
@@ -48,19 +53,28 @@ class WaitingFilter:
     due_after: float | None = None
     due_before: float | None = None
     retries_only: bool = False
+    error: str | None = None
+    message: str | None = None
 
     def __call__(self, t: PendingTask) -> bool:
         if self.id_prefix and not t.task_id.startswith(self.id_prefix):
             return False
         if self.retries_only and t.attempt < 1:
             return False
+        if self.error or self.message:
+            kind, message = split_error(t.last_error)
+            if self.error and not fnmatch.fnmatchcase(kind, self.error):
+                return False
+            if self.message and not message_matches(message, self.message):
+                return False
         return not self.text or self.text.lower() in t.arguments.lower()
 
     def describe(self) -> str:
         """The filter in words, for "no waiting task matches ..." (``""`` when there is none)."""
         parts = [f"{name} {value}" for name, value in (
             ("--task", self.task), ("--queue", self.queue), ("--id", self.id_prefix), ("--args", self.text),
-            ("--due-after", self.due_after), ("--due-before", self.due_before)) if value]
+            ("--due-after", self.due_after), ("--due-before", self.due_before), ("--error", self.error),
+            ("--message", self.message)) if value]
         if self.retries_only:
             parts.append("--retries")
         return " ".join(parts)
@@ -148,9 +162,9 @@ class Snapshot:
         threading.Thread(target=run, name="delayq-web-index", daemon=True).start()
 
 
-def page_of(app: CeleryApp, match: WaitingFilter, *, offset: int = 0, limit: int = 50,
-            snapshot: Snapshot | None = None, now: float | None = None) -> Page:
-    """The tasks that ``match``, soonest due first, from ``offset``, at most ``limit``."""
+def matching(app: CeleryApp, match: WaitingFilter, *, snapshot: Snapshot | None = None,
+             now: float | None = None) -> Page:
+    """Every task that ``match``, soonest due first (a :class:`Page` of them all: ``limit`` is their count)."""
     now = time.time() if now is None else now
     started = time.monotonic()
     age = 0.0
@@ -166,7 +180,15 @@ def page_of(app: CeleryApp, match: WaitingFilter, *, offset: int = 0, limit: int
 
     first = bisect.bisect_right(every, now, key=lambda t: t.due)  # sorted by due: skip what fell due since
     if match == WaitingFilter():  # no filter: a slice, not a pass over 100,000 tasks
-        return Page(every[first + offset:first + offset + limit], len(every) - first, offset, limit, read_s, age)
-    found = [t for t in every[first:] if _matches(t, match.task, match.queue, match.due_before, match.due_after)
-             and match(t)]
-    return Page(found[offset:offset + limit], len(found), offset, limit, read_s, age)
+        found = every[first:]
+    else:
+        found = [t for t in every[first:] if _matches(t, match.task, match.queue, match.due_before, match.due_after)
+                 and match(t)]
+    return Page(found, len(found), 0, len(found), read_s, age)
+
+
+def page_of(app: CeleryApp, match: WaitingFilter, *, offset: int = 0, limit: int = 50,
+            snapshot: Snapshot | None = None, now: float | None = None) -> Page:
+    """The tasks that ``match``, soonest due first, from ``offset``, at most ``limit``."""
+    every = matching(app, match, snapshot=snapshot, now=now)
+    return replace(every, items=every.items[offset:offset + limit], offset=offset, limit=limit)

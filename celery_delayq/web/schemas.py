@@ -19,7 +19,8 @@ from ..pending.browse import Page
 from ..index.query import PendingTask
 
 __all__ = ["Error", "Waiting", "WaitingPage", "DueSoon", "Totals", "Overview", "Finding", "Cancelled", "Moved",
-           "Parked", "ParkedDetail", "ParkedList", "Bulk", "CancelFilter", "NewDue", "ParkedSelect", "ParkedReplay"]
+           "Parked", "ParkedDetail", "ParkedList", "Bulk", "CancelFilter", "NewDue", "ParkedSelect", "ParkedReplay",
+           "Pass", "WaitingDetail", "ErrorGroupOut", "MoveFilter", "MoveSelected"]
 
 
 class Error(BaseModel):
@@ -55,6 +56,26 @@ class Waiting(BaseModel):
             if isinstance(doc.get(key), str) and len(doc[key]) > body_max:
                 doc[key] = doc[key][:body_max] + "…"
         return cls(**doc, in_s=round(t.due - now, 3), retry=t.attempt > 0)
+
+
+class Pass(BaseModel):
+    """One pass of a task through the ladder, as the index recorded it (its first delay, a retry, a move)."""
+
+    entry: str | None
+    due: str
+    attempt: int
+    last_error: str | None
+
+    @classmethod
+    def of(cls, t: PendingTask) -> Pass:
+        """The pass ``t`` (one entry of the index)."""
+        return cls(entry=t.entry, due=t.due_iso, attempt=t.attempt, last_error=t.last_error)
+
+
+class WaitingDetail(Waiting):
+    """A waiting task with every pass of it the index still holds, oldest first."""
+
+    passes: list[Pass]
 
 
 class WaitingPage(BaseModel):
@@ -188,12 +209,27 @@ def _cut_traceback(doc: dict[str, Any], body_max: int) -> dict[str, Any]:
     return doc
 
 
+class ErrorGroupOut(BaseModel):
+    """Failures of one exception class (``pattern`` null: the class as a whole) and message pattern.
+
+    To act on a group, send ``exception`` (and ``message``: the pattern) as the filter.
+    """
+
+    exception: str
+    pattern: str | None
+    count: int
+
+
 class ParkedList(BaseModel):
-    """Parked messages matching the filter (oldest first, at most ``limit``)."""
+    """Parked messages matching the filter (oldest first, from ``offset``, at most ``limit``), and every match
+    grouped by exception class and message pattern."""
 
     total: int = Field(description="Messages parked in all.")
     matched: int = Field(description="Messages matching the filter.")
+    offset: int
+    limit: int
     items: list[Parked]
+    groups: list[ErrorGroupOut]
 
 
 class Bulk(BaseModel):
@@ -214,6 +250,7 @@ class Bulk(BaseModel):
 _Text = Field(None, max_length=500)
 _EXPECT = Field(None, ge=0, description="To act (dry_run false): the count a dry run returned. When the "
                                         "selection now matches another count, nothing is done (409).")
+MESSAGE = "The exception's message: a pattern as the groups show it, or text in it."
 _ALL = Field(False, description="Select every one, explicitly; an empty filter never means everything. "
                                 "Not with a filter.")
 
@@ -245,10 +282,29 @@ class CancelFilter(_Bulk):
     due_after: StrictStr | None = Field(None, max_length=100)
     due_before: StrictStr | None = Field(None, max_length=100)
     retries: StrictBool = Field(False, description="Only retries (a filter by itself).")
+    error: StrictStr | None = Field(None, max_length=500, description="Glob on a retry's last exception type.")
+    message: StrictStr | None = Field(None, max_length=500, description=MESSAGE)
 
     def fields(self) -> dict[str, Any]:
         """The filter's fields, for :meth:`Service.cancel_matching`."""
-        return self.model_dump(include={"task", "queue", "id", "args", "due_after", "due_before", "retries"})
+        return self.model_dump(include={"task", "queue", "id", "args", "due_after", "due_before", "retries", "error",
+                                        "message"})
+
+
+class MoveFilter(CancelFilter):
+    """Run now or move every waiting task that matches (``dry_run``, the default: count only)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"task": "proj.tasks.*", "due": "10m"}, {"error": "TimeoutError", "dry_run": False, "expect": 3}]})
+    due: StrictStr | None = Field(None, max_length=100, description=f"{DUE_FORMS}; none: run now.")
+
+
+class MoveSelected(BaseModel):
+    """Run now or move these waiting tasks (each must be waiting, or none is moved)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"ids": ["4f1c..."], "due": "2h"}]})
+    ids: list[StrictStr] = Field(..., min_length=1, max_length=1000, description="Whole task ids.")
+    due: StrictStr | None = Field(None, max_length=100, description=f"{DUE_FORMS}; none: run now.")
 
 
 class NewDue(BaseModel):
@@ -269,11 +325,12 @@ class ParkedSelect(_Bulk):
         {"exception": "*Timeout"}, {"all": True, "dry_run": False, "expect": 2}]})
     task: StrictStr | None = Field(None, max_length=500, description="Glob on the task name.")
     exception: StrictStr | None = Field(None, max_length=500, description="Glob on the exception type.")
+    message: StrictStr | None = Field(None, max_length=500, description=MESSAGE)
     ids: list[StrictStr] = Field(default_factory=list, max_length=1000, description="Parked ids (or their start).")
 
     def fields(self) -> dict[str, Any]:
         """The filter's fields, for the service."""
-        return self.model_dump(include={"task", "exception", "ids"})
+        return self.model_dump(include={"task", "exception", "message", "ids"})
 
 
 class ParkedReplay(ParkedSelect):
@@ -281,3 +338,5 @@ class ParkedReplay(ParkedSelect):
 
     delay: StrictFloat | StrictInt | StrictStr | None = Field(
         None, description=f"{DELAY_FORMS}; none: now.")
+    reset_attempts: StrictBool = Field(False, description="Start the tasks' retries over instead of one more "
+                                                          "attempt after the one that failed.")

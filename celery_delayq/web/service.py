@@ -15,15 +15,16 @@ import contextlib
 import logging
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..telemetry.lasthour import last_hour
 from ..audit import audit
 from ..cancels import CancelResult, cancel
-from ..cancels.reschedule import Rescheduled, reschedule
+from ..cancels.reschedule import Rescheduled, arguments_of, reschedule
 from ..cancels.requests import index_of
 from ..doctor import Finding, diagnose
+from ..error_groups import ErrorGroup, group_errors, split_error
 from ..errors import DelayqError
 from ..glue.app_ladder import ladder_for
 from ..glue.integration import install
@@ -32,14 +33,14 @@ from ..ladder.moments import parse_moment
 from ..parking import ParkedFilter, ParkedMessage, ParkingQueue
 from ..index import IndexUnavailable
 from ..index.lookup import find_waiting
-from ..pending.browse import Page, Snapshot, WaitingFilter, page_of
-from ..index.query import PendingTask
+from ..pending.browse import Page, Snapshot, WaitingFilter, matching, page_of
+from ..index.query import PendingTask, read_passes
 from ..rabbitmq.status import ladder_status
 from .schemas import Bulk, DueSoon, Overview
 from .settings import WebSettings
 from ..typing import CeleryApp
 
-__all__ = ["Service", "SelectionChanged", "moment", "describe_parked"]
+__all__ = ["Service", "ParkedPage", "SelectionChanged", "moment", "describe_parked"]
 
 log = logging.getLogger("celery_delayq.web")
 
@@ -56,6 +57,7 @@ class Service:
         self.context = ladder_for(app)
         self.snapshot = Snapshot(app)
         self._doctor: tuple[float, list[Finding]] | None = None
+        self._groups: tuple[list[PendingTask], WaitingFilter, list[ErrorGroup]] | None = None
         self._lock = threading.Lock()
 
     # -- reading ---------------------------------------------------------------------------------
@@ -101,19 +103,39 @@ class Service:
         task_id = check_id(task_id, what="task_id")
         return find_waiting(*index_of(self.app), [task_id], now=time.time())[task_id]
 
+    def passes(self, task_id: str) -> list[PendingTask]:
+        """Every pass of this task through the ladder the index still holds, oldest first (one shard is read)."""
+        return read_passes(*index_of(self.app), check_id(task_id, what="task_id"))
+
+    def error_groups(self, match: WaitingFilter) -> list[ErrorGroup]:
+        """The waiting tasks that match grouped by their last error (from the kept list, as a page is; the
+        groups of one read of the index are kept with it, so paging does not count them again)."""
+        every = self.snapshot.get()[0]
+        with self._lock:
+            if self._groups is not None and self._groups[0] is every and self._groups[1] == match:
+                return self._groups[2]
+        found = matching(self.app, match, snapshot=self.snapshot).items
+        groups = group_errors(split_error(t.last_error) for t in found if t.last_error)
+        with self._lock:
+            self._groups = (every, match, groups)
+        return groups
+
     def parking(self) -> ParkingQueue:
         """The app's parking queue (the caller closes it)."""
         return ParkingQueue.for_app(self.app)
 
-    def parked(self, match: ParkedFilter, *, limit: int = 50) -> tuple[list[ParkedMessage], int, int]:
-        """Parked messages that match (oldest first, at most ``limit``), how many match, and how many are parked.
+    def parked(self, match: ParkedFilter, *, offset: int = 0, limit: int = 50) -> ParkedPage:
+        """One page of the parked messages that match (oldest first), how many match and are parked, and the
+        matches grouped by exception class and message pattern.
 
         The count of matches is what a bulk button confirms (``expect``), so it is the whole
-        queue's, not the page's.
+        queue's, not the page's. The queue is read once (as any look at it is).
         """
         with self.parking() as pq:
             found = pq.list(match)
-            return found[:limit], len(found), pq.count()
+            total = pq.count()
+        return ParkedPage(found[offset:offset + limit], len(found), total, offset, limit,
+                          group_errors((p.exc_type, p.exc_message) for p in found))
 
     def parked_one(self, parked_id: str) -> ParkedMessage:
         """One parked message by id (prefix), or :class:`ParkedMessageNotFound`."""
@@ -166,7 +188,7 @@ class Service:
 
     def waiting_filter(self, *, task: str | None = None, queue: str | None = None, id: str | None = None,
                        args: str | None = None, due_after: str | None = None, due_before: str | None = None,
-                       retries: bool = False) -> WaitingFilter:
+                       retries: bool = False, error: str | None = None, message: str | None = None) -> WaitingFilter:
         """The filter of the waiting list from its fields as typed (blank = not given).
 
         Raises:
@@ -177,7 +199,7 @@ class Service:
 
         return WaitingFilter(task=text(task), queue=text(queue), id_prefix=text(id), text=text(args),
                              due_after=moment(due_after, "due_after"), due_before=moment(due_before, "due_before"),
-                             retries_only=retries)
+                             retries_only=retries, error=text(error), message=text(message))
 
     def cancel_matching(self, fields: Mapping[str, Any], *, everything: bool, dry_run: bool, expect: int | None,
                         who: str, via: str) -> Bulk:
@@ -188,20 +210,26 @@ class Service:
             SelectionChanged: the filter now matches another count than ``expect``; nothing is cancelled.
         """
         with self._audited("cancel-matching", who, via) as record:
-            record["dry_run"] = dry_run
-            match = self.waiting_filter(**fields)
-            record["filter"] = match.describe() or ("all" if everything else "none")
-            require_selection(described=match.describe(), everything=everything, dry_run=dry_run, expect=expect)
-            page = page_of(self.app, match, offset=0, limit=10**9)  # fresh: never act on a kept list
-            ids = [t.task_id for t in page.items]
-            if dry_run:
-                return Bulk.of(ids, 0, dry_run=True)
-            _guard(expect, len(ids), "waiting task")
-            record["ids"] = ids
-            if ids:
+            found = self._matching_now(record, fields, everything=everything, dry_run=dry_run, expect=expect)
+            ids = [t.task_id for t in found]
+            if ids and not dry_run:
                 self._acting()
                 cancel(self.app, *ids, lookup=False)
-            return Bulk.of(ids, len(ids), dry_run=False)
+            return Bulk.of(ids, 0 if dry_run else len(ids), dry_run=dry_run)
+
+    def _matching_now(self, record: dict[str, Any], fields: Mapping[str, Any], *, everything: bool, dry_run: bool,
+                      expect: int | None) -> list[PendingTask]:
+        """The waiting tasks a bulk action selects, read afresh (never a kept list), held to ``expect``
+        unless a dry run; their ids go in the audit ``record`` (and the selection itself)."""
+        record["dry_run"] = dry_run
+        match = self.waiting_filter(**fields)
+        record["filter"] = match.describe() or ("all" if everything else "none")
+        require_selection(described=match.describe(), everything=everything, dry_run=dry_run, expect=expect)
+        found = matching(self.app, match).items
+        if not dry_run:
+            _guard(expect, len(found), "waiting task")
+            record["ids"] = [t.task_id for t in found]
+        return found
 
     def reschedule(self, task_id: str, due: str | float | None, *, who: str, via: str) -> Rescheduled:
         """Run now (``due`` None) or move a waiting task to ``due`` (text as typed, or epoch seconds).
@@ -213,23 +241,65 @@ class Service:
         """
         with self._audited("run-now" if due is None else "reschedule", who, via, [str(task_id)]) as record:
             task_id = check_id(task_id, what="task_id")
-            when = None
-            if due is not None:
-                record["due"] = due
-                when = parse_due(due, check_delay=self.context.config.check_delay)
+            when = self._due(record, due)
             self._acting()
             return reschedule(self.app, task_id, due=when)
 
-    def parked_filter(self, *, task: str | None = None, exception: str | None = None,
+    def move(self, task_ids: Sequence[str], due: str | float | None, *, who: str, via: str) -> Bulk:
+        """Run now (``due`` None) or move these waiting tasks (the rows an operator selected).
+
+        Every id must name a task waiting now, and every task's arguments must be rebuildable, or nothing
+        is moved (:class:`TaskNotWaiting`, :class:`CannotReschedule`); then each runs once, as
+        :meth:`reschedule`.
+        """
+        with self._audited("run-now" if due is None else "reschedule", who, via, [str(i) for i in task_ids]
+                           ) as record:
+            if not task_ids:
+                raise BadInput("task_id: select at least one task")
+            ids = [check_id(i, what="task_id") for i in task_ids]
+            when = self._due(record, due)
+            found = find_waiting(*index_of(self.app), ids, now=time.time())
+            return self._move_each([found[i] for i in dict.fromkeys(ids)], when)
+
+    def move_matching(self, fields: Mapping[str, Any], due: str | float | None, *, everything: bool,
+                      dry_run: bool, expect: int | None, who: str, via: str) -> Bulk:
+        """Run now or move every waiting task matching ``fields`` (:meth:`waiting_filter`'s); a dry run only
+        counts. Raises as :meth:`cancel_matching`, and as :meth:`move`."""
+        with self._audited("run-now" if due is None else "reschedule", who, via) as record:
+            found = self._matching_now(record, fields, everything=everything, dry_run=dry_run, expect=expect)
+            when = self._due(record, due)
+            if dry_run:
+                return Bulk.of([t.task_id for t in found], 0, dry_run=True)
+            return self._move_each(found, when)
+
+    def _due(self, record: dict[str, Any], due: str | float | None) -> float | None:
+        """The new due time (None: now), read as :meth:`reschedule` reads it."""
+        if due is None:
+            return None
+        record["due"] = due
+        return parse_due(due, check_delay=self.context.config.check_delay)
+
+    def _move_each(self, found: Sequence[PendingTask], when: float | None) -> Bulk:
+        """Check every task's arguments first (nothing is moved when one cannot be), then move each."""
+        for t in found:
+            arguments_of(t)
+        if found:
+            self._acting()
+        for t in found:
+            reschedule(self.app, t.task_id, due=when, found=t)
+        return Bulk.of([t.task_id for t in found], len(found), dry_run=False)
+
+    def parked_filter(self, *, task: str | None = None, exception: str | None = None, message: str | None = None,
                       ids: Sequence[str] = ()) -> ParkedFilter:
         """The parked-message filter from its fields as typed (blank = not given; each id is checked)."""
         return ParkedFilter(task=(task or "").strip() or None, exception=(exception or "").strip() or None,
-                            ids=tuple(check_id(i, what="ids") for i in ids))
+                            message=(message or "").strip() or None, ids=tuple(check_id(i, what="ids") for i in ids))
 
     def replay(self, fields: Mapping[str, Any], *, everything: bool, delay: str | float | None, dry_run: bool,
-               expect: int | None, who: str, via: str) -> Bulk:
+               expect: int | None, who: str, via: str, reset_attempts: bool = False) -> Bulk:
         """Replay the parked messages matching ``fields`` (:meth:`parked_filter`'s), after ``delay``
-        (``parse_delay``'s forms; None: now); a dry run only counts them.
+        (``parse_delay``'s forms; None: now); a dry run only counts them. ``reset_attempts``: the tasks
+        start their retries over (the CLI's ``parking replay --reset-attempts``).
 
         Raises:
             BadInput: as :meth:`cancel_matching`; a bad delay.
@@ -242,11 +312,14 @@ class Service:
             record["filter"] = describe_parked(match) or ("all" if everything else "none")
             seconds = None if delay is None else parse_delay(delay, check_delay=self.context.config.check_delay)
             record["delay"] = seconds
+            if reset_attempts:
+                record["reset_attempts"] = True
             require_selection(described=describe_parked(match), everything=everything, dry_run=dry_run,
                               expect=expect, noun="parked message")
             self._acting()
             return self._on_parked(record, match, dry_run=dry_run, expect=expect,
-                                   act=lambda pq, exact: pq.replay(exact, delay=seconds or None).replayed)
+                                   act=lambda pq, exact: pq.replay(exact, delay=seconds or None,
+                                                                   reset_attempts=reset_attempts).replayed)
 
     def delete_parked(self, fields: Mapping[str, Any], *, everything: bool, dry_run: bool, expect: int | None,
                       who: str, via: str) -> Bulk:
@@ -279,14 +352,31 @@ class Service:
         return Bulk.of(found, done, dry_run=False)
 
 
+@dataclass(frozen=True)
+class ParkedPage:
+    """One page of parked messages, how many match the filter and how many are parked, and the matches grouped."""
+
+    items: list[ParkedMessage]
+    matched: int
+    total: int
+    offset: int
+    limit: int
+    groups: list[ErrorGroup]
+
+
 class SelectionChanged(DelayqError):
     """A bulk action's filter matches another count than the operator confirmed: nothing was done (409)."""
+
+    def __init__(self, message: str, *, expect: int = 0, matched: int = 0) -> None:
+        super().__init__(message)
+        self.expect, self.matched = expect, matched
 
 
 def _guard(expect: int | None, matched: int, noun: str) -> None:
     """Refuse to act when the count confirmed (``require_selection`` made sure there is one) is not the count now."""
     if expect != matched:
-        raise SelectionChanged(describe_guard(expect if expect is not None else 0, matched, noun))
+        confirmed = expect if expect is not None else 0
+        raise SelectionChanged(describe_guard(confirmed, matched, noun), expect=confirmed, matched=matched)
 
 
 def moment(value: str | None, what: str) -> float | None:
@@ -301,7 +391,8 @@ def moment(value: str | None, what: str) -> float | None:
 
 def describe_parked(match: ParkedFilter) -> str:
     """A parked-message filter in words (``""`` when there is none)."""
-    parts = [f"{name} {value}" for name, value in (("--task", match.task), ("--exception", match.exception))
+    parts = [f"{name} {value}" for name, value in (("--task", match.task), ("--exception", match.exception),
+                                                                     ("--message", match.message))
              if value]
     parts += [f"--id {i}" for i in match.ids]
     return " ".join(parts)

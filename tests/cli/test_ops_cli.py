@@ -60,7 +60,7 @@ def test_declare_verify_status_delete(cli, amqp_conn: amqp.Connection, uid: str)
     partial = cli("topology", "verify", ok=False)
     assert partial.returncode == 1 and spec.level_queue(3, 1) in partial.stderr
     assert "declared" in cli("topology", "declare").stdout
-    status = cli("status").stdout
+    status = " ".join(cli("status").stdout.split())
     assert "radix 4, 8 levels, unit 10 ms, one pass 11 min (longer delays lap)" in status and "L07" in status and "L00" in status
     assert json.loads(cli("status", "--json").stdout)["complete"] is True
     assert "deleted" in cli("topology", "delete", "--yes").stdout

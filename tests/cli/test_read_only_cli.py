@@ -133,7 +133,9 @@ def test_status_totals_levels_and_due_bounds(ladder_app: Any, amqp_conn: amqp.Co
     assert [lv["messages"] for lv in doc["levels"][1:]] == [0, 0]
     due = time.mktime(time.strptime(doc["all_due_by"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
     assert t0 + 47 - 2 <= due <= t0 + 47 + 2 and doc["next_due_by"] == doc["all_due_by"]
-    table = run_delayq(ladder_app, "status").stdout
+    shown = run_delayq(ladder_app, "status").stdout
+    assert max(map(len, shown.splitlines())) <= 80, shown  # fits a terminal of 80 columns
+    table = " ".join(shown.split())
     assert "waiting 3 · parked 2 · unroutable 1" in table
     assert "radix 4, 3 levels, unit 1 s, one pass 1.1 min (longer delays lap)" in table and "47 s" in table
     assert "16 s – 48 s" in table  # level 2's queues wait 16, 32 and 48 s
@@ -220,7 +222,9 @@ def test_status_shows_an_exit_queue_that_holds_what_its_destination_cannot_take(
         assert doc["totals"]["held"] == 1, doc["held"]
         [(exit_queue, n)] = doc["held"].items()
         assert exit_queue.startswith(f"hd{uid}.exit.") and n == 1
-        table = run_delayq(app, "status").stdout
+        shown = run_delayq(app, "status").stdout
+        assert max(map(len, shown.splitlines())) <= 80, shown
+        table = " ".join(shown.split())
         assert "held 1" in table and exit_queue in table and "binding for their routing key" in table
         from celery_delayq.telemetry.metrics import BrokerCollector
 

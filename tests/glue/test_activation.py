@@ -128,6 +128,21 @@ def test_every_configuration_path_turns_the_ladder_on(
     _delayed_publish_goes_through_the_ladder(app, amqp_conn, queue, uid)
 
 
+@pytest.mark.parametrize("path", ["conf.update", "config_from_object", "TestApp"])
+def test_a_kombu_publisher_whose_first_call_is_producer_or_acquire_goes_through_the_ladder(
+        path: str, broker_url: str, prefix: str, queue: str, amqp_conn: amqp.Connection, apps: list[Celery]) -> None:
+    """Celery before 5.6 loads the configuration inside ``producer_pool`` and then sets its own pool over
+    the ladder's: the first kombu-level delayed publish of such a process skipped the ladder (Celery 5.3, 5.5)."""
+    app = PATHS[path](_settings(broker_url, prefix, queue))
+    apps.append(app)
+    assert not app.configured  # the producer is the first thing to read the configuration
+    with app.producer_or_acquire() as producer:
+        producer.publish({"n": 1}, routing_key=queue, headers={"x-delay": 300}, serializer="json")
+    (m,) = drain(amqp_conn, queue, 1, timeout=20)
+    assert "x-delayq-entry" in m.headers, f"the first delayed publish skipped the ladder: {m.headers}"
+    assert m.arrived >= float(m.headers["x-delayq-due"])  # type: ignore[attr-defined]
+
+
 def test_is_installed_reads_the_configuration_it_needs(broker_url: str, prefix: str, queue: str,
                                                        apps: list[Celery]) -> None:
     on = _conf_update(_settings(broker_url, prefix, queue))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import assume, given, settings
@@ -217,3 +219,25 @@ def test_invalid_shard_counts_are_rejected(bad: object) -> None:
 def test_a_shard_outside_the_ladder_is_an_error() -> None:
     with pytest.raises(ValueError, match="shard 2 is outside 0..1"):
         LadderSpec(prefix="p", shards=2).level_queue(0, 1, 2)
+
+
+def _shape_of(spec: LadderSpec) -> dict[str, object]:
+    return {"levels": spec.levels, "radix": spec.radix, "unit_ms": spec.unit_ms, "prefix": spec.prefix,
+            "queues": {q.name: spec.queue_ttl_ms(q.level, q.digit) for q in spec.level_queues()},
+            "exchanges": [spec.level_exchange(k) for k in range(spec.levels)] + [spec.delivery_exchange],
+            "bindings": sorted([b.source, b.destination, b.routing_key] for b in spec.bindings())}
+
+
+def test_the_default_shape_is_the_one_every_release_shipped() -> None:
+    """An app that sets no shape gets, after an upgrade, the very queues, TTLs and bindings 0.1.0 declared.
+
+    ``tests/data/shape-0.1.0.json`` was written by 0.1.0's own code (287afbb); a new default shape
+    must come with a migration, not by changing what an unconfigured app declares.
+    """
+    from celery import Celery
+
+    from celery_delayq.config import DelayqConfig
+
+    shipped = json.loads((Path(__file__).parents[1] / "data" / "shape-0.1.0.json").read_text())
+    now = _shape_of(DelayqConfig.from_app(Celery("x", set_as_current=False)).spec)
+    assert now == shipped

@@ -10,6 +10,7 @@ installed, except under CI (``./dev`` installs Chromium there).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import threading
@@ -122,7 +123,7 @@ def test_operator_finds_cancels_runs_now_and_replays(served: tuple[Any, str], br
         assert rows.count() == 1 and doomed.id in rows.first.inner_text()
         rows.first.locator("button:has-text('Cancel')").click()
         page.wait_for_selector(".flash.good")
-        assert "cancelled 1 task" in page.inner_text(".flash")
+        assert "Cancelled 1 task" in page.inner_text(".flash")
 
         page.goto(url + "/waiting?args=acme-now")  # search by argument
         assert page.locator("table.tasks tbody tr").count() == 1
@@ -140,13 +141,25 @@ def test_operator_finds_cancels_runs_now_and_replays(served: tuple[Any, str], br
         row.first.locator("input[name=due]").fill("3s")
         row.first.locator("button:has-text('Move')").click()
         page.wait_for_selector(".flash.good")
-        assert f"task {moved.id} now due" in page.inner_text(".flash")
+        assert f"Task {moved.id} is now due" in page.inner_text(".flash")
         deadline = time.time() + 20
         while time.time() < deadline and not [i for i in collector.items if i.get("customer") == "customer-0"]:
             time.sleep(0.1)
 
+        # A task's own page (linked from its row): moved from there, it lists both passes through the ladder.
+        later = others[1]
+        page.goto(url + "/waiting?args='customer-1'")
+        page.click(f"a[href$='/waiting/{later.id}']")
+        assert "Passes through the ladder" in page.inner_text("main") and "('customer-1',)" in page.inner_text("pre")
+        assert page.locator("table.tasks tbody tr").count() == 1
+        page.fill("form[action$='/actions/reschedule'] input[name=due]", "30m")
+        page.click("form[action$='/actions/reschedule'] button")
+        page.wait_for_selector(".flash.good")
+        page.reload()
+        assert page.locator("table.tasks tbody tr").count() == 2, page.inner_text("main")
+
         page.goto(url + "/waiting?id=nothing-like-this")
-        assert "No waiting task matches --id nothing-like-this" in page.inner_text("p.empty")
+        assert "No waiting task has id starting with “nothing-like-this”." in page.inner_text("p.empty")
 
         page.goto(url + "/retries")
         assert "card network timed out" in page.inner_text("table.tasks")
@@ -156,11 +169,13 @@ def test_operator_finds_cancels_runs_now_and_replays(served: tuple[Any, str], br
         assert "card declined" in page.inner_text("table.tasks")
         page.screenshot(path=str(shots / "web-parked.png"), full_page=True)
         page.locator("table.tasks tbody tr a").first.click()
+        assert "x-delayq-exc-type" in page.inner_text("table.headers")  # its headers
         page.wait_for_selector("text=Traceback")
         page.screenshot(path=str(shots / "web-parked-detail.png"), full_page=True)
         page.locator("button:has-text('Replay')").click()
         page.wait_for_selector(".flash.good")
-        assert "replayed 1 of 1" in page.inner_text(".flash")
+        assert "Replayed 1 parked task." in page.inner_text(".flash")
+        assert page.url.split("?")[0].endswith("/parked")  # the list: the message replayed is gone
         deadline = time.time() + 15
         while time.time() < deadline and len([i for i in collector.items if i.get("amount") == -7]) < 2:
             time.sleep(0.1)
@@ -178,3 +193,97 @@ def test_operator_finds_cancels_runs_now_and_replays(served: tuple[Any, str], br
     assert moved_ran >= moved_at + 3 - 0.05, f"the moved task ran {moved_at + 3 - moved_ran:.3f} s early"
     assert len([i for i in collector.items if i.get("amount") == -7]) == 2  # parked, replayed, ran again
     cancel(app, *[o.id for o in others[1:]], retried.id)  # soon ran now: a cancel of it is refused
+
+
+def _parked_count(app: Any, n: int, timeout: float = 60.0) -> int:
+    """Wait until ``n`` messages are parked (or the timeout); how many are."""
+    from celery_delayq.parking import ParkingQueue
+
+    deadline = time.time() + timeout
+    with ParkingQueue.for_app(app) as pq:
+        while (found := pq.count()) != n and time.time() < deadline:
+            time.sleep(0.2)
+    return found
+
+
+def test_operator_pages_replays_all_moves_selected_and_replays_one_class(served: tuple[Any, str], browser: Any,
+                                                                         collector: Collector) -> None:
+    """62 parked: paged through, all replayed with reset attempts (they fail again and park again), then every
+    parked task of one exception class replayed; 10 of 12 waiting tasks selected and moved at once."""
+    app, url = served
+    failing = {"on": True}
+
+    @app.task(name=f"{app.main}.charge", bind=True, base=DelayedRetryTask, max_retries=1)
+    def charge(self: Any, i: int) -> None:
+        collector.add(kind="charge", i=i, retries=self.request.retries)
+        if failing["on"]:
+            exc = KeyError(f"no customer {i}") if i % 3 == 0 else ValueError(f"card declined for amount {i}")
+            raise self.retry(exc=exc, countdown=0.2)
+
+    @app.task(name=f"{app.main}.report", bind=True)
+    def report(self: Any, n: int) -> None:
+        collector.add(kind="report", n=n, id=self.request.id)
+
+    def runs(i: int) -> list[int]:
+        return [r["retries"] for r in collector.items if r.get("i") == i]
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.on("dialog", lambda d: d.accept())
+    with running_worker(app):
+        for i in range(62):
+            charge.delay(i)
+        reports = [report.apply_async((n,), countdown=900 + n) for n in range(12)]
+        assert _parked_count(app, 62) == 62
+
+        # Paging: 50 a page, then 20 a page; each page shows other messages, the last page the rest.
+        page.goto(url + "/parked")
+        assert "1–50 of 62 parked" in page.inner_text("nav.pager")
+        first = page.locator("input[form=selected]").evaluate_all("boxes => boxes.map(b => b.value)")
+        page.click("nav.pager >> text=next ›")
+        second = page.locator("input[form=selected]").evaluate_all("boxes => boxes.map(b => b.value)")
+        assert (len(first), len(second)) == (50, 12) and not set(first) & set(second)
+        page.click("nav.pager .sizes >> text=20")
+        page.click("nav.pager >> text=last »")
+        assert "61–62 of 62 parked" in page.inner_text("nav.pager") and "limit=20" in page.url
+        assert page.locator("table.tasks tbody tr").count() == 2
+
+        # Replay all 62 (not the 2 rows shown), attempts reset: each runs twice more, and parks again.
+        bar = page.locator(".bulk.all")
+        bar.locator("input[name=reset_attempts]").first.check()
+        bar.locator("button:has-text('Replay all 62')").click()
+        page.wait_for_selector(".flash.good")
+        assert "Replayed 62 parked tasks; their retries start over." in page.inner_text(".flash")
+        assert _parked_count(app, 62) == 62
+        assert all(runs(i) == [0, 1, 0, 1] for i in range(62)), [runs(i) for i in range(3)]
+
+        # Move 10 of the 12 waiting reports at once: select every row, clear two, move the rest to 3 s from now.
+        page.goto(url + f"/waiting?task={app.main}.report")
+        page.check("input.select-all")
+        for kept in reports[10:]:
+            page.uncheck(f"input[value='{kept.id}']")
+        page.fill("#selected input[name=due]", "3s")
+        moved_at = time.time()
+        page.click("#selected >> text=Move selected")
+        page.wait_for_selector(".flash.good")
+        assert re.search(r"Moved 10 tasks to 20\d\d-\S+ \S+ UTC \(in [\d.]+ s\); each runs once.", page.inner_text(".flash"))
+
+        # Every parked task of one exception class, in one action (they run once more and succeed).
+        failing["on"] = False
+        page.goto(url + "/parked")
+        group = page.locator("table.groups tr.kind", has_text="builtins.KeyError")
+        assert group.locator("td.num").inner_text() == "21"
+        group.locator("button:has-text('Replay 21')").click()
+        page.wait_for_selector(".flash.good")
+        assert "Replayed 21 parked tasks." in page.inner_text(".flash")
+        assert _parked_count(app, 41) == 41
+        assert "41 parked" in page.inner_text("main") and "builtins.KeyError" not in page.inner_text("table.groups")
+        deadline = time.time() + 30
+        while time.time() < deadline and (len([r for r in collector.items if r["kind"] == "report"]) < 10
+                                          or any(len(runs(i)) < 5 for i in range(0, 62, 3))):
+            time.sleep(0.2)
+    ran = [r for r in collector.items if r["kind"] == "report"]
+    assert sorted(r["n"] for r in ran) == list(range(10)), ran  # the 10 moved ran once each, the 2 kept did not
+    assert min(r["at"] for r in ran) >= moved_at + 3 - 0.05
+    assert all(runs(i) == [0, 1, 0, 1, 1] for i in range(0, 62, 3))  # replayed without a reset: one more attempt
+    assert all(len(runs(i)) == 4 for i in range(62) if i % 3)  # the other class is still parked
+    cancel(app, *[r.id for r in reports[10:]])

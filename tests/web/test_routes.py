@@ -31,7 +31,8 @@ from celery_delayq.index.query import PendingTask  # noqa: E402
 from celery_delayq.web import WebSettings, create_app  # noqa: E402
 from celery_delayq.web.deps import get_service  # noqa: E402
 from celery_delayq.web.schemas import Bulk, DueSoon, Overview  # noqa: E402
-from celery_delayq.web.service import SelectionChanged, Service  # noqa: E402
+from celery_delayq.web.service import ParkedPage, SelectionChanged, Service  # noqa: E402
+from celery_delayq.error_groups import ErrorGroup, group_errors  # noqa: E402
 
 TOKEN = "a-token-of-24-characters"
 DUE = 4_000_000_000.0  # 2096: always in the future
@@ -95,9 +96,25 @@ class FakeService:
         self._call("cancel_matching", fields, **kwargs)
         return Bulk.of(["t-1"], 0, dry_run=True)
 
-    def parked(self, match: ParkedFilter, *, limit: int = 50) -> tuple[list[ParkedMessage], int, int]:
-        self._call("parked", match, limit=limit)
-        return [PARKED], 1, 2
+    def parked(self, match: ParkedFilter, *, offset: int = 0, limit: int = 50) -> ParkedPage:
+        self._call("parked", match, offset=offset, limit=limit)
+        return ParkedPage([PARKED], 1, 2, offset, limit, group_errors([("ValueError", "no")]))
+
+    def passes(self, task_id: str) -> list[PendingTask]:
+        self._call("passes", task_id)
+        return [TASK]
+
+    def error_groups(self, match: WaitingFilter) -> list[ErrorGroup]:
+        self._call("error_groups", match)
+        return group_errors([("ValueError", "no")])
+
+    def move(self, task_ids: list[str], due: str | None, *, who: str, via: str) -> Bulk:
+        self._call("move", task_ids, due, who=who, via=via)
+        return Bulk.of(task_ids, len(task_ids), dry_run=False)
+
+    def move_matching(self, fields: dict[str, Any], due: str | None, **kwargs: Any) -> Bulk:
+        self._call("move_matching", fields, due, **kwargs)
+        return Bulk.of(["t-1"], 0 if kwargs["dry_run"] else 1, dry_run=kwargs["dry_run"])
 
     def parked_one(self, parked_id: str) -> ParkedMessage:
         self._call("parked_one", parked_id)
@@ -133,6 +150,9 @@ ROUTES: list[tuple[str, str, dict[str, Any] | None, str]] = [
     ("get", "/api/waiting?task=proj.*&retries=true&offset=5&limit=10", None, "waiting"),
     ("get", "/api/waiting/t-1", None, "waiting_one"),
     ("post", "/api/waiting/cancel", {"task": "proj.*"}, "cancel_matching"),
+    ("get", "/api/waiting/groups?task=proj.*", None, "error_groups"),
+    ("post", "/api/waiting/move", {"error": "ValueError", "dry_run": False, "expect": 1, "due": "10m"}, "move_matching"),
+    ("post", "/api/waiting/move-selected", {"ids": ["t-1", "t-2"]}, "move"),
     ("post", "/api/waiting/t-1/cancel", None, "cancel"),
     ("post", "/api/waiting/t-1/run-now", None, "reschedule"),
     ("post", "/api/waiting/t-1/reschedule", {"due": "10m"}, "reschedule"),
@@ -175,7 +195,7 @@ def test_reads_answer_the_service_in_their_models(api: TestClient, fake: FakeSer
     assert api.get("/api/waiting/t-1").json()["task_id"] == "t-1"
     parked = api.get("/api/parked", params={"exception": "*Error", "limit": 7}).json()
     assert (parked["total"], parked["matched"], [p["parked_id"] for p in parked["items"]]) == (2, 1, ["p-1"])
-    assert fake.calls[-1] == ("parked", (ParkedFilter(exception="*Error"),), {"limit": 7})
+    assert fake.calls[-1] == ("parked", (ParkedFilter(exception="*Error"),), {"offset": 0, "limit": 7})
     detail = api.get("/api/parked/p-1").json()
     assert detail["body"] == "x" * 100 and detail["body_truncated"] is True and detail["headers"] == {"h": "v"}
 
@@ -196,7 +216,7 @@ def test_actions_pass_the_input_the_caller_and_via(api: TestClient, fake: FakeSe
             assert kwargs["via"] == "api" and kwargs["who"].startswith("token:"), (name, kwargs)
     assert calls["cancel_matching"] == (
         ({"task": "proj.*", "queue": None, "id": None, "args": None, "due_after": None, "due_before": None,
-          "retries": False},),
+          "retries": False, "error": None, "message": None},),
         {"everything": False, "dry_run": True, "expect": None, "who": calls["cancel_matching"][1]["who"], "via": "api"})
     assert calls["replay"][1]["delay"] == "5m" and calls["replay"][1]["everything"] is True
     # one parked message by id: found first (a prefix names its whole id), then deleted exactly
@@ -235,7 +255,8 @@ def test_each_status_a_route_can_answer_is_in_its_openapi_responses(api: TestCli
     """What each route's service call can raise (by what it does), and that the route documents it."""
     can_raise = {"overview": {503}, "findings": {503}, "waiting": {400, 503}, "waiting_one": {400, 404, 503},
                  "cancel": {400, 404, 503}, "reschedule": {400, 404, 409, 422, 503},
-                 "cancel_matching": {400, 409, 503}, "parked": {400, 409, 503}, "parked_one": {400, 404, 409, 503},
+                 "cancel_matching": {400, 409, 503}, "error_groups": {400, 503},
+                 "move_matching": {400, 409, 422, 503}, "move": {400, 404, 409, 422, 503}, "parked": {400, 409, 503}, "parked_one": {400, 404, 409, 503},
                  "replay": {400, 409, 422, 503}, "delete_parked": {400, 404, 409, 503}}
     doc = api.get("/api/openapi.json").json()
     for method, path, _, call in ROUTES:

@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from ..deps import Limit, ParkedId, ParkedQuery, ServiceDep, Who
+from ..deps import Limit, Offset, ParkedId, ParkedQuery, ServiceDep, Who
 from ..errors import PARKED_READ, PARKED_READ_ONE, WRITE
-from ..schemas import Bulk, Parked, ParkedDetail, ParkedList, ParkedReplay, ParkedSelect
+from ..schemas import Bulk, ErrorGroupOut, Parked, ParkedDetail, ParkedList, ParkedReplay, ParkedSelect
 
 __all__ = ["router"]
 
@@ -17,17 +17,21 @@ router = APIRouter(prefix="/api/parked", tags=["parked"])
 
 # Fixed paths (/replay, /delete) are declared before the id path they also fit (/{parked_id}).
 @router.get("", responses=PARKED_READ, summary="Parked messages, oldest first")
-def parked(svc: ServiceDep, q: Annotated[ParkedQuery, Depends()], limit: Limit) -> ParkedList:
-    """Parked messages matching every filter given (the queue is left as it was)."""
-    found, matched, total = svc.parked(q.filter(svc), limit=limit)
-    return ParkedList(total=total, matched=matched,
-                      items=[Parked.of(p, body_max=svc.settings.body_max) for p in found])
+def parked(svc: ServiceDep, q: Annotated[ParkedQuery, Depends()], limit: Limit, offset: Offset = 0) -> ParkedList:
+    """One page of the parked messages matching every filter given, and every match grouped by exception
+    class and message pattern (the queue is left as it was)."""
+    page = svc.parked(q.filter(svc), offset=offset, limit=limit)
+    return ParkedList(total=page.total, matched=page.matched, offset=page.offset, limit=page.limit,
+                      items=[Parked.of(p, body_max=svc.settings.body_max) for p in page.items],
+                      groups=[ErrorGroupOut.model_validate(g, from_attributes=True) for g in page.groups])
 
 
 @router.post("/replay", responses=WRITE, summary="Replay matching parked messages")
 def parked_replay(svc: ServiceDep, who: Who, body: ParkedReplay) -> Bulk:
-    """Count (``dry_run``, the default) or replay the matching parked messages, after ``delay``."""
-    return svc.replay(body.fields(), **body.how(), delay=body.delay, who=who, via="api")
+    """Count (``dry_run``, the default) or replay the matching parked messages, after ``delay``
+    (``reset_attempts``: their retries start over)."""
+    return svc.replay(body.fields(), **body.how(), delay=body.delay, reset_attempts=body.reset_attempts, who=who,
+                      via="api")
 
 
 @router.post("/delete", responses=WRITE, summary="Delete matching parked messages")

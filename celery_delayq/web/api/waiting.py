@@ -6,21 +6,21 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from ..deps import Limit, ServiceDep, TaskId, WaitingQuery, Who
+from ..deps import Limit, Offset, ServiceDep, TaskId, WaitingQuery, Who
 from ..errors import READ, READ_ONE, WRITE
-from ..schemas import Bulk, CancelFilter, Cancelled, Moved, NewDue, Waiting, WaitingPage
+from ..schemas import (Bulk, CancelFilter, Cancelled, ErrorGroupOut, Moved, MoveFilter, MoveSelected, NewDue, Pass,
+                       Waiting, WaitingDetail, WaitingPage)
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/api/waiting", tags=["waiting"])
 
 
-# A fixed path (/cancel) is declared before the id path it also fits (/{task_id}): the router tries
+# Fixed paths (/cancel, /groups, /move, /move-selected) are declared before the id path it also fits (/{task_id}): the router tries
 # routes in order.
 @router.get("", responses=READ, summary="Waiting tasks, soonest first")
 def waiting(svc: ServiceDep, q: Annotated[WaitingQuery, Depends()], limit: Limit,
-            retries: bool = Query(False, description="Only retries."),
-            offset: int = Query(0, ge=0, le=10_000_000)) -> WaitingPage:
+            offset: Offset = 0, retries: bool = Query(False, description="Only retries.")) -> WaitingPage:
     """One page of the tasks waiting in the ladder that match every filter given."""
     page = svc.waiting(q.filter(svc, retries=retries), offset=offset, limit=limit)
     return WaitingPage.of(page, body_max=svc.settings.body_max)
@@ -32,10 +32,31 @@ def cancel_matching(svc: ServiceDep, who: Who, body: CancelFilter) -> Bulk:
     return svc.cancel_matching(body.fields(), **body.how(), who=who, via="api")
 
 
-@router.get("/{task_id}", responses=READ_ONE, summary="One waiting task")
-def waiting_one(svc: ServiceDep, task_id: TaskId) -> Waiting:
-    """The waiting task of this id (one index shard is read)."""
-    return Waiting.of(svc.waiting_one(task_id), body_max=svc.settings.body_max)
+@router.get("/groups", responses=READ, summary="Waiting tasks grouped by their last error")
+def error_groups(svc: ServiceDep, q: Annotated[WaitingQuery, Depends()],
+                 retries: bool = Query(True, description="Only retries.")) -> list[ErrorGroupOut]:
+    """The matching tasks (retries by default) by last exception class, then by message pattern, most first."""
+    return [ErrorGroupOut.model_validate(g, from_attributes=True) for g in svc.error_groups(q.filter(svc, retries=retries))]
+
+
+@router.post("/move", responses=WRITE, summary="Run now or move every matching task")
+def move_matching(svc: ServiceDep, who: Who, body: MoveFilter) -> Bulk:
+    """Count (``dry_run``, the default) or run now (no ``due``) or move to ``due`` every waiting task matching
+    the filter (or ``all``); each runs once. Nothing is moved when one's arguments cannot be rebuilt (409)."""
+    return svc.move_matching(body.fields(), body.due, **body.how(), who=who, via="api")
+
+
+@router.post("/move-selected", responses=WRITE, summary="Run now or move these tasks")
+def move_selected(svc: ServiceDep, who: Who, body: MoveSelected) -> Bulk:
+    """Run now (no ``due``) or move to ``due`` these waiting tasks; one not waiting: 404 and none is moved."""
+    return svc.move(body.ids, body.due, who=who, via="api")
+
+
+@router.get("/{task_id}", responses=READ_ONE, summary="One waiting task, with its passes through the ladder")
+def waiting_one(svc: ServiceDep, task_id: TaskId) -> WaitingDetail:
+    """The waiting task of this id and every pass of it the index still holds (one index shard is read)."""
+    one = Waiting.of(svc.waiting_one(task_id), body_max=svc.settings.body_max)
+    return WaitingDetail(**one.model_dump(), passes=[Pass.of(t) for t in svc.passes(task_id)])
 
 
 @router.post("/{task_id}/cancel", responses=WRITE, summary="Cancel one task")

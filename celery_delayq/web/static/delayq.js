@@ -149,7 +149,9 @@
         if (!r.ok) { throw new Error("HTTP " + r.status); }
         return r.text();
       })
-      .then(function (html) { if (swap(html)) { shownReadAt = signal.read_at; } })
+      .then(function (html) {  // typing may have begun while it was fetched: then the next poll tries again
+        if (!busy() && swap(html)) { shownReadAt = signal.read_at; }
+      })
       .catch(function () { failing = true; })
       .then(function () { fetching = false; updateAge(); });
   }
