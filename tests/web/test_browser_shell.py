@@ -162,6 +162,10 @@ def test_log_in_watch_a_task_leave_charts_narrow_dark_and_log_out(served: tuple[
             assert re.fullmatch(r"\((now|\d+ s ago)\)", page.inner_text("p.sub .rel")), page.inner_text("p.sub .rel")
             page.reload()
             assert page.inner_text("[data-tz-toggle]") == "Local time"
+            page.goto(url + f"/waiting?task={app.main}.*")  # the lists' times follow the choice
+            due = page.locator("table.tasks time").first
+            assert not due.inner_text().endswith("UTC") and due.get_attribute("title").endswith("UTC"), due.inner_text()
+            page.goto(url + "/")
             page.click("[data-tz-toggle]")
             _wait(page, "Number(document.querySelector('#chart-lateness').dataset.points) > 0")
             page.screenshot(path=str(shots / "web-overview.png"), full_page=True)
