@@ -74,8 +74,6 @@ def authenticated(request: Request, settings: WebSettings, sessions: Sessions | 
     logged in with the token), ``"none"`` (no auth configured), or None."""
     if not settings.auth_required:
         return "none"
-    if sessions is not None and sessions.valid(request.cookies.get(SESSION_COOKIE)):
-        return "session"
     header = request.headers.get("authorization", "")
     scheme, _, value = header.partition(" ")
     if scheme.lower() == "bearer" and settings.token and _same(value.strip(), settings.token):
@@ -83,10 +81,13 @@ def authenticated(request: Request, settings: WebSettings, sessions: Sessions | 
     if scheme.lower() == "basic" and settings.username and settings.password:
         try:
             user, _, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
+            if _same(user, settings.username) and _same(password, settings.password):
+                return "basic"
         except (binascii.Error, UnicodeDecodeError):
-            return None
-        if _same(user, settings.username) and _same(password, settings.password):
-            return "basic"
+            pass
+    # Last: a cookie comes with every request a browser sends, so its writes need the CSRF token.
+    if sessions is not None and sessions.valid(request.cookies.get(SESSION_COOKIE)):
+        return "session"
     return None
 
 

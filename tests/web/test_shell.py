@@ -113,6 +113,8 @@ def test_log_in_with_the_token_act_with_csrf_and_log_out() -> None:
     assert refused.status_code == 403 and "CSRF" in refused.json()["error"]
     ok = client.post("/api/waiting/t-1/cancel", headers={"X-CSRF-Token": client.cookies["delayq_csrf"]})
     assert ok.status_code == 200 and fake.calls[-1][2]["who"].startswith("token:")  # audited as the token
+    bearer = client.post("/api/waiting/t-1/cancel", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert bearer.status_code == 200  # the header decides first: a script needs no CSRF token, cookie or not
     kept = client.cookies[SESSION_COOKIE]
     out = client.post("/logout", data={"csrf_token": client.cookies["delayq_csrf"]}, follow_redirects=False)
     assert out.status_code == 303 and "Max-Age=0" in out.headers["set-cookie"]
