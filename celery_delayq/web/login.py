@@ -54,15 +54,20 @@ def login_page(request: Request, svc: ServiceDep, next: str = "/") -> Response:
 def login(request: Request, svc: ServiceDep, token: str = Form(""), next: str = Form("/")) -> Response:
     sessions = sessions_of(request)
     root = request.scope.get("root_path", "")
-    if not sessions.enabled or not sessions.token_ok(token):
-        client = request.client.host if request.client else "?"
-        log.warning("delayq web: a login from %s was refused (%s)", client,
-                    "no token is configured" if not sessions.enabled else "wrong token")
+    client = request.client.host if request.client else "?"
+    throttled = sessions.throttled(client)
+    if throttled or not sessions.enabled or not sessions.token_ok(token):
+        why = ("too many failed logins" if throttled else "no token is configured" if not sessions.enabled
+               else "wrong token")
+        log.warning("delayq web: a login from %s was refused (%s)", client, why)
+        if not throttled:
+            sessions.failed(client)
         page = _render(request, svc, "login.html", tab="login", next=safe_next(next), token_mode=sessions.enabled,
                        basic=bool(svc.settings.username and svc.settings.password),
-                       error="That is not the token." if sessions.enabled else
+                       error=f"{sessions.FAILS_ALLOWED} failed logins within a minute: wait a minute, then try "
+                             "again." if throttled else "That is not the token." if sessions.enabled else
                        "This page has no token to log in with.")
-        page.status_code = 401
+        page.status_code = 429 if throttled else 401
         return page
     log.info("delayq web: %s logged in with the token", request.client.host if request.client else "?")
     response = RedirectResponse(root + safe_next(next), status_code=303)

@@ -7,7 +7,9 @@ of this process and the token. The token itself is never in it, in clear or
 otherwise; changing the token, restarting the process, the expiry
 (:data:`SESSION_TTL_S`, 12 h) or logging out (the nonce is revoked in this
 process) ends a session. Signatures are compared in constant time
-(:func:`hmac.compare_digest`), and so is the token typed at the login form.
+(:func:`hmac.compare_digest`), and so is the token typed at the login form;
+a client that fails :attr:`Sessions.FAILS_ALLOWED` logins in a minute is refused
+(429) without a check until the minute has passed.
 A cookie-authenticated write still needs the CSRF token (:mod:`.security`).
 """
 
@@ -43,6 +45,7 @@ class Sessions:
         token = (settings.token or "").encode()
         self._key = hmac.new(secret, b"delayq session\0" + token, hashlib.sha256).digest() if token else b""
         self._revoked: dict[str, float] = {}
+        self._fails: dict[str, list[float]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -54,6 +57,25 @@ class Sessions:
         """Is ``typed`` the token (constant time)?"""
         token = self.settings.token
         return bool(token) and hmac.compare_digest(typed.strip().encode(), (token or "").encode())
+
+    #: Failed logins one client may make per :attr:`FAIL_WINDOW_S` before it is refused without a check.
+    FAILS_ALLOWED = 5
+    FAIL_WINDOW_S = 60.0
+
+    def throttled(self, client: str, now: float | None = None) -> bool:
+        """Has ``client`` failed :attr:`FAILS_ALLOWED` logins within the last :attr:`FAIL_WINDOW_S` seconds?"""
+        now = time.time() if now is None else now
+        with self._lock:
+            recent = [t for t in self._fails.get(client, []) if t > now - self.FAIL_WINDOW_S]
+            self._fails[client] = recent
+            return len(recent) >= self.FAILS_ALLOWED
+
+    def failed(self, client: str, now: float | None = None) -> None:
+        """Count a failed login of ``client`` (the oldest clients are forgotten past 10,000)."""
+        with self._lock:
+            if len(self._fails) > 10_000:
+                self._fails.clear()
+            self._fails.setdefault(client, []).append(time.time() if now is None else now)
 
     def _sign(self, payload: str) -> str:
         return _b64(hmac.new(self._key, payload.encode(), hashlib.sha256).digest())

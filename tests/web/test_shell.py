@@ -58,6 +58,20 @@ def test_a_session_cookie_is_signed_expires_and_never_holds_the_token() -> None:
     assert {"HttpOnly", "SameSite=Strict", "Secure", "Path=/ops", "Max-Age=60"} <= {p.strip() for p in cookie.split(";")}
 
 
+def test_a_client_that_keeps_guessing_is_refused_for_a_minute() -> None:
+    sessions = Sessions(WebSettings(token=TOKEN))
+    for i in range(Sessions.FAILS_ALLOWED):
+        assert not sessions.throttled("10.0.0.9", now=1000.0 + i)
+        sessions.failed("10.0.0.9", now=1000.0 + i)
+    assert sessions.throttled("10.0.0.9", now=1010.0) and not sessions.throttled("10.0.0.8", now=1010.0)
+    assert not sessions.throttled("10.0.0.9", now=1065.0)  # the oldest failures left the minute
+    client = _client(WebSettings(token=TOKEN))
+    for _ in range(Sessions.FAILS_ALLOWED):
+        assert _log_in(client, token="guess-guess-guess-guess").status_code == 401
+    refused = _log_in(client)  # the right token, but too late: refused without a check
+    assert refused.status_code == 429 and "wait a minute" in refused.text and SESSION_COOKIE not in client.cookies
+
+
 def test_after_login_only_a_path_of_this_site() -> None:
     assert safe_next("/waiting?task=a.*") == "/waiting?task=a.*"
     for bad in ("//evil.example/x", "https://evil.example/", "/\\evil.example", "javascript:alert(1)", "", None,
