@@ -127,8 +127,10 @@ class Live:
                 self._drop_connection()
                 errors.append(f"parking queue: {exc}")
             version = hashlib.sha1(f"{digest}|{self._parked}".encode()).hexdigest()[:16]
-            changed_at = self._signal.changed_at if self._signal is not None and \
-                self._signal.version == version else now
+            # The first version this process sees is no news: a page drawn before it is taken as current
+            # (otherwise every page open when the server starts would refresh at once).
+            changed_at = 0.0 if self._signal is None else \
+                self._signal.changed_at if self._signal.version == version else now
             self._signal = Changes(version=version, changed_at=changed_at, read_at=read_at, now=now,
                                    waiting=waiting, parked=self._parked, poll_s=POLL_S, refresh_s=REFRESH_S,
                                    error="; ".join(errors) or None)
