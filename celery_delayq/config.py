@@ -172,12 +172,12 @@ class DelayqConfig:
     broker_url: str | None = None
     telemetry_dir: str | None = None
     management_url: str | None = None
-    queue_delays: Any = ()
+    queue_delays: tuple[tuple[str, float], ...] = ()
     park: bool = True
     parking_queue: str | None = None
     parking_queue_type: str = "auto"
-    park_on: Any = ()
-    retry_policy: Any = None
+    park_on: tuple[type[BaseException] | str, ...] = ()
+    retry_policy: object = None
     max_delay: float | None = None
     dedup: bool = False
     dedup_url: str = "redis://localhost:6379/0"
@@ -185,10 +185,10 @@ class DelayqConfig:
     index: bool = True
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"
-    disabled_extensions: Any = ()
+    disabled_extensions: tuple[str, ...] = ()
     leader_placement: str = "spread"
     backend: str = "ladder"
-    queue_backends: Any = ()
+    queue_backends: tuple[tuple[str, str], ...] = ()
     fixed_resolution: float = 1.0
     fixed_max_delay: float = 600.0
     fixed_queues: int = 16
@@ -466,7 +466,7 @@ def _extensions(value: Any) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _park_on(value: Any) -> tuple[Any, ...]:
+def _park_on(value: Any) -> tuple[type[BaseException] | str, ...]:
     items = value if isinstance(value, (list, tuple, set, frozenset)) else (value,) if value else ()
     for item in items:
         # Strings are imported when a task first needs them (an import here could be circular).

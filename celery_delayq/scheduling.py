@@ -29,6 +29,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Callable, Iterator, Mapping
 
 from kombu.connection import Connection
@@ -145,7 +146,7 @@ class Scheduler:
         signals.message_scheduled.send(sender=backend, plan=receipt, headers=hdrs)
         return receipt
 
-    def schedule_body(self, body: Any, *, delay: float | None = None, eta: Any = None,
+    def schedule_body(self, body: object, *, delay: float | None = None, eta: datetime | str | float | None = None,
                       exchange: str = "", routing_key: str = "", queue: str | None = None,
                       serializer: str = "json", headers: Mapping[str, Any] | None = None,
                       **properties: Any) -> Receipt | None:

@@ -73,16 +73,16 @@ class CeleryApp(Protocol):
         """Celery's signal in a forked child (the producer hook is set again there)."""
         ...
 
-    #: ``Celery.producer_or_acquire``: wrapped on Celery before 5.6 so that a first kombu-level publish
-    #: loads the configuration (and installs the ladder) first (:mod:`celery_delayq.glue.integration`).
-    producer_or_acquire: Any
-
     def connection_for_write(self, url: Any = None, **kwargs: Any) -> "Connection":
         """A new, unconnected kombu connection to the app's (or ``url``'s) broker."""
         ...
 
     def add_defaults(self, fun: Any) -> None:
         """Register a callback run once the app's configuration is loaded."""
+        ...
+
+    def producer_or_acquire(self, producer: Any = None) -> ContextManager[Any]:
+        """``producer``, or one from the app's producer pool (kombu-level publishers)."""
         ...
 
     @property

@@ -17,6 +17,12 @@ under ``if TYPE_CHECKING:`` count for the cycle test and the layer order (a
 type-only cycle is still a knot a reader must untie); they are kept apart so
 the runtime graph stays what runs. Pure: reads the source with :mod:`ast`,
 imports nothing.
+
+Two numbers keep the tree flat: no loop between sub-packages (a folder that
+imports another imports nothing back from it), and the longest chain of
+runtime imports (a module importing one that imports another, and so on), at
+most :data:`MAX_CHAIN` modules; below the web page, the CLI and the pytest
+plugin at most :data:`MAX_CHAIN_BELOW_WEB`. A failure prints the chain.
 """
 
 from __future__ import annotations
@@ -41,8 +47,21 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("scheduling", SCHEDULING), ("glue", GLUE))
 #: The command lines, ``celery -A APP delayq`` (``python -m celery_delayq.analytics`` runs its report by name).
 CLI = ("celery_delayq.cli",)
+#: The web page and its API (``celery -A APP delayq web``).
+WEB = ("celery_delayq.web",)
+#: The top floors, which only use the library: the web page, the CLI and the pytest plugin (it imports the
+#: package root, so that ``delayq_enabled`` works in a test suite).
+TOP = WEB + CLI + ("celery_delayq.pytest_plugin",)
 #: Package-level knots among the features still to untie, each with its reason. Only these may remain.
 KNOWN_FEATURE_KNOTS: list[list[str]] = []
+#: The longest import chain, in modules (the goal, #32: 12). It runs through the web page, which is
+#: being rebuilt: ``cli -> cli.web -> web -> web.api.* / web.pages -> web.deps / web.errors -> web.service``
+#: are six modules before the first feature, and ``web.service -> cancels`` (10 modules deep: cancels ->
+#: extension -> requests -> index.lookup -> index.ids -> index.query -> index.writer/stream ->
+#: rabbitmq.topology -> ladder.spec -> errors) makes 16. Lower it as the web layer gets flatter.
+MAX_CHAIN = 16
+#: The same below the entry points (:data:`TOP`: the web page, the CLI, the pytest plugin, left out).
+MAX_CHAIN_BELOW_WEB = 11
 
 
 def _module_name(path: Path) -> str:
@@ -178,10 +197,20 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     return out
 
 
+def _knot_imports(graph: dict[str, set[str]], knot: list[str]) -> list[str]:
+    """The module imports that tie the sub-packages of ``knot`` together."""
+    return sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
+                  if _package(m) in knot and _package(d) in knot and _package(m) != _package(d))
+
+
 def test_the_features_form_floors() -> None:
-    """No two features import each other (telemetry must not read the analytics, which read telemetry),
-    save the knots listed in :data:`KNOWN_FEATURE_KNOTS`."""
-    assert cycles(package_graph(import_graph(type_only=True))) == KNOWN_FEATURE_KNOTS
+    """No loop between sub-packages: no two features import each other (telemetry must not read the
+    analytics, which read telemetry), save the knots listed in :data:`KNOWN_FEATURE_KNOTS`.
+    Type-only imports count; a failure names the imports that tie each knot."""
+    graph = import_graph(type_only=True)
+    knots = [k for k in cycles(package_graph(graph)) if k not in KNOWN_FEATURE_KNOTS]
+    assert knots == [], "sub-packages that import each other in a loop:\n" + "\n".join(
+        f"  {' <-> '.join(k)}:\n    " + "\n    ".join(_knot_imports(graph, k)) for k in knots)
 
 
 def test_the_feature_test_sees_two_features_that_import_each_other() -> None:
@@ -189,6 +218,49 @@ def test_the_feature_test_sees_two_features_that_import_each_other() -> None:
              "celery_delayq.analytics.files": set(), "celery_delayq.analytics.schema": {"celery_delayq.telemetry.x"},
              "celery_delayq.telemetry.x": set()}
     assert cycles(package_graph(graph)) == [["analytics", "telemetry"]]
+
+
+def longest_chain(graph: dict[str, set[str]]) -> list[str]:
+    """The longest path of the import graph: ``[a, b, c]`` when ``a`` imports ``b``, which imports ``c``.
+
+    On a graph with a cycle (which :func:`test_the_package_has_no_import_cycle` refuses) the path ends
+    where it meets a module again, named twice.
+    """
+    memo: dict[str, list[str]] = {}
+
+    def longest(module: str) -> list[str]:
+        if module not in memo:
+            memo[module] = [module]  # a cycle stops here
+            memo[module] = max(([module] + longest(d) for d in sorted(graph.get(module, ()))), key=len,
+                               default=[module])
+        return memo[module]
+
+    return max((longest(m) for m in sorted(graph)), key=len, default=[])
+
+
+def _chain_failure(chain: list[str], cap: int) -> str:
+    return f"{len(chain)} modules import each other in a line (at most {cap}):\n    " + "\n -> ".join(chain)
+
+
+def test_the_longest_import_chain_is_short() -> None:
+    """Runtime imports (function-level ones too: a deferred import still runs) chain at most
+    :data:`MAX_CHAIN` modules; a longer chain is printed, module by module."""
+    chain = longest_chain(import_graph())
+    assert len(chain) <= MAX_CHAIN, _chain_failure(chain, MAX_CHAIN)
+
+
+def test_below_the_web_page_the_import_chain_is_shorter() -> None:
+    """Leaving out the top floors (:data:`TOP`), at most :data:`MAX_CHAIN_BELOW_WEB` modules."""
+    graph = {m: {d for d in deps if not _in(d, TOP)} for m, deps in import_graph().items() if not _in(m, TOP)}
+    chain = longest_chain(graph)
+    assert len(chain) <= MAX_CHAIN_BELOW_WEB, _chain_failure(chain, MAX_CHAIN_BELOW_WEB)
+
+
+def test_the_chain_test_finds_the_longest_line_of_imports() -> None:
+    graph = {"a": {"b", "x"}, "b": {"c"}, "c": {"d"}, "d": set(), "x": {"d"}}
+    assert longest_chain(graph) == ["a", "b", "c", "d"]
+    assert longest_chain({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]  # a cycle ends the path, never loops
+    assert "\n -> b" in _chain_failure(["a", "b"], 1)
 
 
 def test_nothing_imports_the_cli() -> None:
@@ -233,6 +305,7 @@ def picture(graph: dict[str, set[str]], type_only: dict[str, set[str]]) -> dict[
                                                            and m.split(".")[-1] not in folders),
             "floors": max(floor(m) for m in graph), "imports running back up": back,
             "cycles": cycles(graph), "type-only cycles": cycles(type_only),
+            "longest chain": " -> ".join(longest_chain(graph)),
             "package knots": cycles(package_graph(type_only))}
 
 

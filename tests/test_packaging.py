@@ -71,3 +71,30 @@ def test_the_built_wheel_installs_in_a_clean_venv_and_runs_the_readme_example(
     assert where.startswith(str(venv)), where  # the installed wheel, not this checkout
     env = {k: val for k, val in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     readme_example_runs(python, env, make_app, broker_url, prefix, uid, tmp_path / "run", amqp_conn)
+
+
+def test_the_support_matrix_is_what_the_readme_pyproject_and_ci_say() -> None:
+    """The README's versions are tox.ini's envlist; pyproject claims no more; CI runs the matrix."""
+    import configparser
+    import re
+
+    tox = configparser.ConfigParser()
+    tox.read(ROOT / "tox.ini")
+    envlist = tox["tox"]["envlist"]
+    pythons, celeries = re.fullmatch(r"py\{([\d,]+)\}-celery\{([\d,]+)\}", envlist).groups()  # type: ignore[union-attr]
+    py = [f"3.{v[1:]}" for v in pythons.split(",")]
+    cel = [f"5.{v[1:]}" for v in celeries.split(",")]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"Needs Python {py[0]}–{py[-1]}, Celery {cel[0]}–{cel[-1]} and RabbitMQ 3.10 or later" in readme
+    assert "CI tests every Python × Celery pair" in readme and "Java 17" in readme
+    for v, spec in zip(celeries.split(","), cel):
+        assert f"celery{v}: celery[redis]>={spec},<5.{int(v[1:]) + 1}" in tox["testenv"]["deps"]
+    meta = importlib.metadata.metadata("celery_delayq")
+    versions = {c.rsplit(" :: ", 1)[1] for c in meta.get_all("Classifier") or []
+                if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)}
+    assert versions == set(py)
+    assert meta.get("Requires-Python") == f">={py[0]}"
+    assert any(r.startswith("celery") and f">={cel[0]}" in r for r in meta.get_all("Requires-Dist") or [])
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "./dev test --matrix\n" in ci
+    assert "openjdk-17" in (ROOT / "dev").read_text()

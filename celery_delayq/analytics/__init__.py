@@ -1,13 +1,7 @@
-"""Offline analysis of delayed-task telemetry with PySpark (optional extra).
+"""Offline analysis of delayed-task telemetry with PySpark (``pip install 'celery_delayq[analytics]'``).
 
-Install with ``pip install 'celery_delayq[analytics]'``.  Importing this
-package does not import pyspark; the public names below load it on first
-use, so ``celery_delayq`` itself never pays for (or requires) Spark.
-
-* :func:`run_report` — the whole job: events dir in, report dir out.
-* :func:`read_events`, :func:`build_tables` — the testable pieces.
-* :func:`create_session` — a SparkSession with the job's tuned defaults.
-* :mod:`celery_delayq.analytics.synthetic` — synthetic telemetry generator.
+Importing it does not import pyspark: :func:`run_report`, :func:`read_events`, :func:`build_tables`
+and :func:`create_session` load it on first use.
 """
 
 from __future__ import annotations
@@ -24,16 +18,8 @@ if TYPE_CHECKING:
     from celery_delayq.analytics.session import create_session
     from celery_delayq.analytics.tables import build_tables
 
-__all__ = [
-    "AnalyticsError",
-    "EventsNotFoundError",
-    "MissingDependencyError",
-    "NoValidEventsError",
-    "build_tables",
-    "create_session",
-    "read_events",
-    "run_report",
-]
+__all__ = ["AnalyticsError", "EventsNotFoundError", "MissingDependencyError", "NoValidEventsError", "build_tables",
+           "create_session", "read_events", "run_report"]
 
 _LAZY = {
     "run_report": "celery_delayq.analytics.job",
@@ -51,9 +37,8 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(module), name)
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] in ("pyspark", "py4j", "matplotlib"):
-            raise MissingDependencyError(
-                f"{name} needs the analytics extra: pip install 'celery_delayq[analytics]' ({exc})"
-            ) from exc
+            raise MissingDependencyError(f"{name} needs the analytics extra: pip install 'celery_delayq[analytics]' "
+                                         f"({exc})") from exc
         raise
     globals()[name] = value
     return value

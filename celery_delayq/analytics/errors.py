@@ -1,8 +1,5 @@
-"""Exceptions raised by the analytics job (no pyspark import, so callers can
-catch them without the optional dependency loaded).
-
-A missing events directory is :class:`celery_delayq.telemetry.files.EventsNotFoundError`
-(the file lister's, read without Spark too)."""
+"""Exceptions raised by the analytics job, importable without pyspark (a missing events directory:
+:class:`celery_delayq.telemetry.files.EventsNotFoundError`)."""
 
 from __future__ import annotations
 

@@ -15,21 +15,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from celery_delayq.analytics.errors import NoValidEventsError
-from celery_delayq.telemetry.files import (
-    EventFile,
-    IncrementalState,
-    is_local,
-    list_event_files,
-    split_sealed,
-)
+from celery_delayq.telemetry.files import EventFile, IncrementalState, is_local, list_event_files, split_sealed
 from celery_delayq.analytics.plots import render_all
-from celery_delayq.analytics.reader import (
-    check_events_path,
-    malformed_of,
-    parse_events,
-    read_events,
-    read_store,
-)
+from celery_delayq.analytics.reader import check_events_path, malformed_of, parse_events, read_events, read_store
 from celery_delayq.analytics.report import render_html
 from celery_delayq.analytics.session import session_scope
 from celery_delayq.analytics.storms import find_storms
@@ -42,28 +30,18 @@ logger = logging.getLogger(__name__)
 
 
 def _write_tables(tables: Mapping[str, Any], out: Path) -> None:
-    for name, frame in tables.items():
-        # Aggregates are small: one file per table is easier to consume and
-        # avoids a pile of tiny part files.
+    for name, frame in tables.items():  # aggregates are small: one file each
         frame.coalesce(1).write.mode("overwrite").parquet((out / name).as_uri())
 
 
 def _read_back(spark: SparkSession, out: Path) -> dict[str, list[dict[str, Any]]]:
-    """Collect the written tables (small) as plain dicts for JSON/plots/HTML.
-
-    Reading the Parquet back instead of collecting the lazy frames means each
-    aggregate is computed exactly once, and the JSON/HTML show exactly what
-    the Parquet holds.
-    """
-    return {
-        name: [row.asDict() for row in spark.read.parquet((out / name).as_uri()).collect()]
-        for name in TABLE_NAMES
-    }
+    """The written tables as plain dicts (each aggregate computed once; JSON/HTML show what Parquet holds)."""
+    return {name: [row.asDict() for row in spark.read.parquet((out / name).as_uri()).collect()]
+            for name in TABLE_NAMES}
 
 
 def _jvm_cpu_s(session: SparkSession) -> float | None:
-    """CPU seconds the driver JVM used so far (Linux; None elsewhere): in local
-    mode that is the whole job's CPU, a figure other load on the machine barely moves."""
+    """CPU seconds the driver JVM used so far (Linux; None elsewhere): in local mode, the whole job's."""
     try:
         pid = session._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[union-attr]
         with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
@@ -82,11 +60,7 @@ def _window(events: DataFrame, since: float | None, until: float | None) -> Data
 
 
 def _files_to_read(events_dir: str, since: float | None, until: float | None) -> list[EventFile] | None:
-    """The local files to parse (None: a remote path, Spark lists it).
-
-    Raises NoValidEventsError at once when there is nothing to read, so an
-    empty directory never waits for a JVM.
-    """
+    """The local files to parse (None: a remote path, Spark lists it); none: NoValidEventsError before any JVM."""
     if not is_local(events_dir):
         return None
     files = list_event_files(events_dir, since=since, until=until)
@@ -95,22 +69,18 @@ def _files_to_read(events_dir: str, since: float | None, until: float | None) ->
     return files
 
 
-def _incremental_events(
-    session: SparkSession, events_dir: str, out: Path, since: float | None, until: float | None
-) -> tuple[DataFrame, int, dict[str, Any]]:
+def _incremental_events(session: SparkSession, events_dir: str, out: Path, since: float | None,
+                        until: float | None) -> tuple[DataFrame, int, dict[str, Any]]:
     """Fold newly sealed files into the output's event store; events = store + open files (persisted).
 
-    The JSON is parsed once per file: sealed files (their hour is over) are
-    appended to ``<out>/_events`` (Parquet, partitioned by hour) and
-    remembered in ``<out>/_state.json``; files that may still grow are read
-    on every run and never stored, so nothing is counted twice.
+    Sealed files (their hour is over) go once into ``<out>/_events`` (Parquet by hour), noted in
+    ``<out>/_state.json``; files that may still grow are read on every run, never stored.
     """
     if not is_local(events_dir):
         raise ValueError("--incremental needs a local events directory")
     state = IncrementalState(out)
     if state.events_dir not in (None, events_dir):
-        logger.info("events directory changed (%s -> %s): rebuilding the store",
-                    state.events_dir, events_dir)
+        logger.info("events directory changed (%s -> %s): rebuilding the store", state.events_dir, events_dir)
         state.reset()
     every = list_event_files(events_dir)
     sealed, still_open = split_sealed(every)
@@ -132,9 +102,7 @@ def _incremental_events(
                   if not ((since is not None and f.hour and f.hour[1] <= since)
                           or (until is not None and f.hour and f.hour[0] >= until))]
     observation = None
-    if open_files:
-        # Lazy: parsed once, into the one cache below (a cache of their own
-        # would hold every open event twice while the union is built).
+    if open_files:  # lazy: parsed once, into the one cache below
         live, observation = parse_events(session, open_files)
         parts.append(live)
     if not parts:
@@ -152,48 +120,26 @@ def _incremental_events(
     return events, malformed, info
 
 
-def run_report(
-    events_dir: str | os.PathLike[str],
-    out_dir: str | os.PathLike[str],
-    master: str = "local[*]",
-    spark: SparkSession | None = None,
-    *,
-    conf: Mapping[str, str] | None = None,
-    since: float | None = None,
-    until: float | None = None,
-    incremental: bool = False,
-    live: Mapping[str, Any] | None = None,
-    quiet: bool = False,
-) -> dict[str, Any]:
+def run_report(events_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], master: str = "local[*]",
+               spark: SparkSession | None = None, *, conf: Mapping[str, str] | None = None,
+               since: float | None = None, until: float | None = None, incremental: bool = False,
+               live: Mapping[str, Any] | None = None, quiet: bool = False) -> dict[str, Any]:
     """Analyse the telemetry under ``events_dir`` and write the report to ``out_dir``.
 
-    Writes ``summary.json``, one Parquet directory per table (see
-    :func:`~celery_delayq.analytics.tables.build_tables`), the chart PNGs
-    and a self-contained ``report.html``.  ``out_dir`` is a local
-    directory (created if needed); ``events_dir`` may be any path Spark can
-    read.  ``since``/``until`` (epoch seconds) keep the events with
-    ``since <= ts < until``; whole ``date=/hour=`` partitions outside the
-    window are not even opened.
+    Writes ``summary.json``, one Parquet directory per table
+    (:func:`~celery_delayq.analytics.tables.build_tables`), the chart PNGs and a self-contained
+    ``report.html`` into local ``out_dir``; ``events_dir`` may be any path Spark reads.
+    ``since``/``until`` (epoch s) keep ``since <= ts < until`` (other partitions are not opened).
+    ``incremental`` parses each JSON file once (:func:`_incremental_events`).
 
-    With ``incremental``, JSON files are parsed only once: files whose hour
-    is over are folded into a Parquet store in ``out_dir`` on the first run
-    that sees them, so a cron run costs the new files plus a columnar scan
-    (see :func:`_incremental_events`).
+    Uses ``spark`` if given (left running); else a session on ``master`` with
+    :func:`~celery_delayq.analytics.session.default_conf` plus ``conf``, stopped at the end.
+    ``live``: ``delayq status --json``'s document (or ``{"error": ...}``), the first section.
+    ``quiet``: the JVM's output goes to ``<out>/spark.log``.
 
-    Uses ``spark`` if given (left running, its settings untouched); otherwise
-    creates a session on ``master`` with the tuned defaults of
-    :func:`~celery_delayq.analytics.session.default_conf` plus ``conf``, and
-    stops it at the end.
-
-    ``live`` is what the broker holds now (``delayq status --json``'s document,
-    or ``{"error": ...}``): the report's first section.  With ``quiet``, a
-    session created here sends the JVM's own output to ``<out>/spark.log``.
-    The summary's ``timings_s`` says how long each stage took.
-
-    Returns the summary dict (also written as ``summary.json``).  Raises
+    Returns the summary dict (with ``timings_s`` per stage). Raises
     :class:`~celery_delayq.telemetry.files.EventsNotFoundError` or
-    :class:`~celery_delayq.analytics.errors.NoValidEventsError`, for a local
-    directory before any JVM starts.
+    :class:`~celery_delayq.analytics.errors.NoValidEventsError`, locally before any JVM starts.
     """
     events_dir = check_events_path(events_dir)
     out = Path(out_dir).resolve()
@@ -230,17 +176,13 @@ def run_report(
     summary["timings_s"] = clock.stages
     for name, png in images.items():
         (out / name).write_bytes(png)
-    (out / "report.html").write_text(
-        render_html(summary, tables, images, events_dir=events_dir), encoding="utf-8"
-    )
+    (out / "report.html").write_text(render_html(summary, tables, images, events_dir=events_dir), encoding="utf-8")
     clock.lap("html")
     summary["timings_s"] = clock.stages
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    logger.info(
-        "report written to %s: %s; total %.1fs, driver jvm cpu %s", out,
-        ", ".join(f"{name} {secs:.1f}s" for name, secs in clock.stages.items()), clock.total(),
-        f"{cpu_end - cpu_start:.1f}s" if cpu_start is not None and cpu_end is not None else "n/a",
-    )
+    logger.info("report written to %s: %s; total %.1fs, driver jvm cpu %s", out,
+                ", ".join(f"{name} {secs:.1f}s" for name, secs in clock.stages.items()), clock.total(),
+                f"{cpu_end - cpu_start:.1f}s" if cpu_start is not None and cpu_end is not None else "n/a")
     return summary
 
 

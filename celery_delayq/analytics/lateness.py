@@ -1,24 +1,8 @@
-"""Lateness percentiles of deliveries, for any grouping, from one scan of the events.
+"""Lateness percentiles of deliveries (``ts - due_at``), for any grouping, from one scan of the events.
 
-Every delivery is late by ``ts - due_at``.  The report needs its p50 and
-p99 per task, per queue, overall, per minute and per delay bucket.  With
-``percentile_approx`` that is a scan of the events per grouping, each
-feeding millions of values into a summary (about 10 s of the job on 10M
-events here).  A quantile sketch merges instead: the deliveries are scanned
-once into a KLL sketch per task, queue, minute and delay bucket (tens of
-thousands of small sketches), and every table's percentiles merge those
-(``kll_merge_agg_double``): about 6 s on the same events.
-
-Accuracy: DataSketches' KLL with ``k`` = :data:`SKETCH_K` has a
-normalized rank error under 0.1% (99% confidence), so "p99" is between
-p98.9 and p99.1.  Against Spark's exact ``percentile`` on 10M synthetic
-events the overall p99 was 0.3% off in value; ``percentile_approx(..., 1000)``
-had been 1.5% low.  Up to ``k`` values a sketch is exact, and a quantile
-is always one of the values, the ``ceil(q * n)``-th smallest (the same rule
-as ``percentile_approx``).
-
-KLL functions arrived in pyspark 4.1.2; with an older pyspark the same
-groupings run ``percentile_approx`` over the deliveries instead.
+The deliveries are scanned once into a KLL sketch per task, queue, minute and delay bucket, and
+every table merges those; before pyspark 4.1.2, ``percentile_approx`` over the deliveries.
+Speed and accuracy, measured: docs/report.md.
 """
 
 from __future__ import annotations
@@ -28,10 +12,8 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-__all__ = [
-    "ACCURACY", "HAS_SKETCHES", "KEYS", "LATENESS", "QUANTILES", "SKETCH", "SKETCH_K", "Lateness",
-    "lateness_ms", "sketch_of", "split",
-]
+__all__ = ["ACCURACY", "HAS_SKETCHES", "KEYS", "LATENESS", "QUANTILES", "SKETCH", "SKETCH_K", "Lateness",
+           "lateness_ms", "sketch_of", "split"]
 
 #: The quantiles every table shows: p50 and p99.
 QUANTILES: tuple[float, float] = (0.5, 0.99)
@@ -63,9 +45,7 @@ def sketch_of(values: Column) -> Column:
 class Lateness:
     """Deliveries, reduced once, that any grouping's lateness percentiles come from.
 
-    Build it with :meth:`of_sketches` (a few sketches per key) or
-    :meth:`of_deliveries` (one row per delivery, where pyspark has no KLL).
-    Either frame has the :data:`KEYS` columns and a boolean ``early``.
+    :meth:`of_sketches` or :meth:`of_deliveries` (no KLL); either frame has :data:`KEYS` and ``early``.
     """
 
     frame: DataFrame
@@ -102,6 +82,4 @@ class Lateness:
 
 def split(quantiles: Column) -> tuple[Column, Column]:
     """``lateness_p50_ms`` and ``lateness_p99_ms`` from a :meth:`Lateness.quantiles` column."""
-    return quantiles.getItem(0).alias("lateness_p50_ms"), quantiles.getItem(1).alias(
-        "lateness_p99_ms"
-    )
+    return quantiles.getItem(0).alias("lateness_p50_ms"), quantiles.getItem(1).alias("lateness_p99_ms")

@@ -1,9 +1,7 @@
-"""PNG charts for the report, rendered with matplotlib's Agg renderer.
+"""PNG charts for the report, from plain rows Spark aggregated.
 
-Figures are built with :class:`matplotlib.figure.Figure` directly instead of
-``pyplot``: no global figure registry and no GUI backend selection, so
-rendering works headless and never changes the caller's matplotlib state.
-Inputs are plain Python rows (already aggregated by Spark), never DataFrames.
+Figures are :class:`matplotlib.figure.Figure` objects, not ``pyplot``: headless, and the
+caller's matplotlib state is never changed.
 """
 
 from __future__ import annotations
@@ -19,32 +17,13 @@ from matplotlib import dates as mdates
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
-__all__ = [
-    "CHARTS",
-    "attempts_to_success_png",
-    "backlog",
-    "backlog_throughput_png",
-    "lateness_over_time_png",
-    "format_duration",
-    "lateness_by_delay_png",
-    "minute_span",
-    "render_all",
-    "retries_over_time_png",
-]
+__all__ = ["CHARTS", "attempts_to_success_png", "backlog", "backlog_throughput_png", "lateness_over_time_png",
+           "format_duration", "lateness_by_delay_png", "minute_span", "render_all", "retries_over_time_png"]
 
 _STYLE = {
-    "font.size": 11,
-    "axes.titlesize": 13,
-    "axes.titleweight": "bold",
-    "axes.labelsize": 11,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "grid.alpha": 0.3,
-    "grid.linestyle": "-",
-    "legend.frameon": False,
-    "legend.fontsize": 9,
-    "figure.facecolor": "white",
+    "font.size": 11, "axes.titlesize": 13, "axes.titleweight": "bold", "axes.labelsize": 11,
+    "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
+    "grid.linestyle": "-", "legend.frameon": False, "legend.fontsize": 9, "figure.facecolor": "white",
 }
 _SIZE = (8.0, 4.5)
 _DPI = 120
@@ -90,16 +69,7 @@ def _png(fig: Figure) -> bytes:
 def _no_data(fig: Figure, title: str) -> bytes:
     ax = fig.add_subplot()
     ax.set_title(title)
-    ax.text(
-        0.5,
-        0.5,
-        "no data",
-        ha="center",
-        va="center",
-        fontsize=14,
-        color="0.5",
-        transform=ax.transAxes,
-    )
+    ax.text(0.5, 0.5, "no data", ha="center", va="center", fontsize=14, color="0.5", transform=ax.transAxes)
     ax.set_axis_off()
     return _png(fig)
 
@@ -109,26 +79,54 @@ def _top_series(totals: Mapping[str, float]) -> tuple[list[str], bool]:
     return ranked[:MAX_SERIES], len(ranked) > MAX_SERIES
 
 
-def lateness_by_delay_png(rows: Iterable[Mapping[str, Any]]) -> bytes:
-    """p50/p99 delivery lateness per power-of-two delay bucket.
+def _stacks(points: Iterable[tuple[str, int, int]]) -> list[tuple[str, dict[int, int]]]:
+    """``(task, x, n)`` summed per task and ``x`` (a minute, an attempt): the busiest tasks each alone, the
+    rest folded into ``"other"`` (``[]`` when there are no points)."""
+    series: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    totals: dict[str, int] = defaultdict(int)
+    for name, x, n in points:
+        series[name][x] += n
+        totals[name] += n
+    if not totals:
+        return []
+    shown, folded = _top_series(totals)
+    stacks = [(name, series[name]) for name in shown]
+    if folded:
+        other: dict[int, int] = defaultdict(int)
+        for name in set(series) - set(shown):
+            for x, n in series[name].items():
+                other[x] += n
+        stacks.append(("other", other))
+    return stacks
 
-    ``rows`` have ``delay_bucket_s``, ``lateness_p50_ms``, ``lateness_p99_ms``
-    and ``delivered``.  The x axis is log2; the y axis is symmetric-log so
-    that millisecond medians, multi-second tails and early (negative)
-    deliveries are all readable on one chart.
+
+def _lateness_axis(ax: Any, lowest_p50: float) -> str:
+    """The y scale of a lateness plot, set on ``ax``: ``"log"`` (1-2-5 ticks in plain numbers, none in
+    6×10¹ notation) when every median is late, else ``"symlog"`` with a line at 0 (an early, negative
+    median can't go on a log axis)."""
+    if lowest_p50 > 0:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_minor_locator(ticker.NullLocator())
+        return "log"
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.axhline(0, color="0.3", linewidth=0.8)
+    return "symlog"
+
+
+def lateness_by_delay_png(rows: Iterable[Mapping[str, Any]]) -> bytes:
+    """p50/p99 delivery lateness per power-of-two delay bucket (rows of ``lateness_by_delay``).
+
+    Log2 x axis; log y axis, or symmetric-log where early (negative) medians occur.
     """
     with matplotlib.rc_context(_STYLE):
         fig = _figure()
         title = "Delivery lateness by requested delay"
-        data = sorted(
-            (r for r in rows if r.get("lateness_p50_ms") is not None),
-            key=lambda r: r["delay_bucket_s"],
-        )
+        data = sorted((r for r in rows if r.get("lateness_p50_ms") is not None), key=lambda r: r["delay_bucket_s"])
         if not data:
             return _no_data(fig, title)
         positive = [r["delay_bucket_s"] for r in data if r["delay_bucket_s"] > 0]
-        # Bucket 0 ("run immediately") can't sit on a log axis: park it one
-        # step left of the smallest real bucket and label it "0".
+        # Bucket 0 cannot sit on a log axis: one step left of the smallest, labelled "0".
         zero_x = (min(positive) if positive else 1.0) / 2
         xs = [r["delay_bucket_s"] if r["delay_bucket_s"] > 0 else zero_x for r in data]
         p50 = [r["lateness_p50_ms"] for r in data]
@@ -139,21 +137,10 @@ def lateness_by_delay_png(rows: Iterable[Mapping[str, Any]]) -> bytes:
         ax.plot(xs, p99, marker="o", color=_PALETTE[3], label="p99")
         ax.plot(xs, p50, marker="o", color=_PALETTE[0], label="p50")
         ax.set_xscale("log", base=2)
-        if min(p50) > 0:
-            ax.set_yscale("log")
-            ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-            ax.yaxis.set_minor_locator(ticker.NullLocator())
-            y_scale = "log"
-        else:
-            # Early (negative) medians can't go on a log axis.
-            ax.set_yscale("symlog", linthresh=1.0)
-            ax.axhline(0, color="0.3", linewidth=0.8)
-            y_scale = "symlog"
+        y_scale = _lateness_axis(ax, min(p50))
         ax.xaxis.set_major_locator(ticker.FixedLocator(xs))
         ax.xaxis.set_minor_locator(ticker.NullLocator())
-        # How many deliveries each point stands for: a p99 of five deliveries is their maximum.
-        # In a row along the bottom, short, every other one a line higher where buckets crowd: at 10M events
-        # there are 20 buckets, and counts written under each point ran into their neighbours.
+        # How many deliveries each point stands for, along the bottom; staggered where buckets crowd.
         crowded = len(xs) > 8
         for i, (x, r) in enumerate(zip(xs, data, strict=True)):
             ax.annotate(f"n={format_count(int(r.get('delivered') or 0))}", (x, 0),
@@ -161,9 +148,7 @@ def lateness_by_delay_png(rows: Iterable[Mapping[str, Any]]) -> bytes:
                         textcoords="offset points", ha="center", va="bottom", fontsize=7, color="0.35")
         ax.margins(y=0.2)
         labels = [format_duration(r["delay_bucket_s"]) for r in data]
-        ax.set_xticks(
-            xs, labels, rotation=45 if len(xs) > 8 else 0, ha="right" if len(xs) > 8 else "center"
-        )
+        ax.set_xticks(xs, labels, rotation=45 if len(xs) > 8 else 0, ha="right" if len(xs) > 8 else "center")
         ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.set_xlabel("requested delay bucket (lower bound, log scale)")
         ax.set_ylabel(f"lateness: delivered − due (ms, {y_scale})")
@@ -174,18 +159,14 @@ def lateness_by_delay_png(rows: Iterable[Mapping[str, Any]]) -> bytes:
 
 _BIN_MINUTES = (1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440)
 _MAX_BINS = 150
-
-
-#: The narrowest time axis: a window of one minute is drawn over five, so its
-#: ticks read as clock times and not as a sub-second scale.
+#: The narrowest time axis (s), so a one-minute window's ticks read as clock times.
 _MIN_SPAN_S = 300
 
 
 def _time_axis(ax: Any, span: tuple[float, float] | None = None) -> None:
     """UTC clock ticks; with ``span`` (epoch s), exactly that range (widened to :data:`_MIN_SPAN_S`).
 
-    Without explicit limits matplotlib pads a date axis by years around a
-    single point: a 1-minute report once showed 2025–2029.
+    Without explicit limits matplotlib pads a date axis around a single point by years.
     """
     locator = mdates.AutoDateLocator(tz=timezone.utc, minticks=3, maxticks=8)
     ax.xaxis.set_major_locator(locator)
@@ -216,39 +197,19 @@ def _utc(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=timezone.utc)
 
 
-def retries_over_time_png(
-    rows: Iterable[Mapping[str, Any]],
-    storms: Iterable[Mapping[str, Any]] = (),
-    span: tuple[int, int] | None = None,
-) -> bytes:
-    """Retries per minute over time, stacked by task (top tasks + "other").
+def retries_over_time_png(rows: Iterable[Mapping[str, Any]], storms: Iterable[Mapping[str, Any]] = (),
+                          span: tuple[int, int] | None = None) -> bytes:
+    """Retries per minute over time, stacked by task (top tasks + "other"), from ``retries_per_minute`` rows.
 
-    ``rows`` have ``task_name``, ``minute_s`` (epoch seconds of the minute
-    start) and ``retries``.  Long ranges are averaged into wider bins (at
-    most ~150 per chart) so the chart shows the trend rather than noise; the
-    y axis stays "retries per minute".  Every bin is drawn over its whole
-    width, the last one included.  ``storms`` (see
-    :func:`~celery_delayq.analytics.storms.find_storms`) are shaded and labelled.
-    ``span`` (first and last minute, epoch s) lines the x axis up with the
-    other time charts.
+    Long ranges are averaged into wider bins (at most ~150); ``storms``
+    (:func:`~celery_delayq.analytics.storms.find_storms`) are shaded and labelled; ``span``
+    (epoch s) lines the x axis up with the other time charts.
     """
     with matplotlib.rc_context(_STYLE):
         fig = _figure()
-        series: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-        totals: dict[str, int] = defaultdict(int)
-        for r in rows:
-            series[r["task_name"]][int(r["minute_s"]) // 60] += r["retries"]
-            totals[r["task_name"]] += r["retries"]
-        if not totals:
+        stacks = _stacks((r["task_name"], int(r["minute_s"]) // 60, r["retries"]) for r in rows)
+        if not stacks:
             return _no_data(fig, "Retries per minute")
-        shown, folded = _top_series(totals)
-        stacks = [(name, series[name]) for name in shown]
-        if folded:
-            other: dict[int, int] = defaultdict(int)
-            for name in set(series) - set(shown):
-                for minute, n in series[name].items():
-                    other[minute] += n
-            stacks.append(("other", other))
 
         first = min(m for _, points in stacks for m in points)
         last = max(m for _, points in stacks for m in points)
@@ -257,8 +218,7 @@ def retries_over_time_png(
         width = next((b for b in _BIN_MINUTES if (last - first) / b <= _MAX_BINS), _BIN_MINUTES[-1])
         start = first - first % width
         bins = list(range(start, last + 1, width))  # silent bins stay 0 instead of being interpolated
-        # One more edge: with step="post" a bin's value is drawn from its start
-        # to the next x, so the last bin needs its end as well (else it has no width).
+        # step="post": one more edge, so the last bin has a width.
         edges = [_utc(b * 60) for b in [*bins, bins[-1] + width]]
         ys = []
         for _, points in stacks:
@@ -270,53 +230,36 @@ def retries_over_time_png(
 
         ax = fig.add_subplot()
         colors = [_PALETTE[i % len(_PALETTE)] for i in range(len(stacks))]
-        ax.stackplot(
-            edges, ys, labels=[name for name, _ in stacks], colors=colors, alpha=0.85, step="post"
-        )
+        ax.stackplot(edges, ys, labels=[name for name, _ in stacks], colors=colors, alpha=0.85, step="post")
         top = max(sum(col) for col in zip(*ys, strict=False))
         for i, storm in enumerate(storms):
             ax.axvspan(_utc(storm["start_s"]), _utc(storm["end_s"]), color="#d1242f", alpha=0.12,
                        linewidth=0, label="retry storm" if i == 0 else None)
             # Staggered, so storms close together don't print over each other.
-            ax.annotate(
-                storm["task_name"],
-                (_utc(storm["start_s"]), top * (1.12 - 0.07 * (i % 3))),
-                fontsize=8,
-                color="#d1242f",
-                ha="left",
-                va="top",
-            )
+            ax.annotate(storm["task_name"], (_utc(storm["start_s"]), top * (1.12 - 0.07 * (i % 3))),
+                        fontsize=8, color="#d1242f", ha="left", va="top")
         _time_axis(ax, (bins[0] * 60, (bins[-1] + width) * 60))
         ax.set_ylim(0, top * 1.2 if top else 1)
         ax.set_xlabel("time (UTC)")
         ax.set_ylabel("retries / minute")
         suffix = "" if width == 1 else f" ({width}-min average)"
         ax.set_title("Retries per minute" + suffix)
-        # Below the plot: long task names beside it would make this chart
-        # narrower than the other time charts it is read against.
+        # Below: names beside it would make it narrower than the other time charts.
         fig.legend(loc="outside lower center", ncols=4, fontsize=8)
         return _png(fig)
 
 
 def lateness_over_time_png(timeline: Iterable[Mapping[str, Any]]) -> bytes:
-    """p50 and p99 delivery lateness per minute over time.
-
-    ``timeline`` rows have ``minute_s``, ``lateness_p50_ms`` and
-    ``lateness_p99_ms`` (null in minutes without deliveries, left as gaps).
-    Each minute's point sits in the middle of its minute, on the same time
-    range as the other time charts.
-    """
+    """p50 and p99 delivery lateness per minute (mid-minute points; minutes without deliveries are gaps)."""
     with matplotlib.rc_context(_STYLE):
         fig = _figure()
         title = "Delivery lateness over time (per minute)"
         rows = list(timeline)
         span = minute_span(rows)
-        by_minute = {int(r["minute_s"]) // 60: r for r in rows
-                     if r.get("lateness_p50_ms") is not None}
+        by_minute = {int(r["minute_s"]) // 60: r for r in rows if r.get("lateness_p50_ms") is not None}
         if not by_minute:
             return _no_data(fig, title)
-        # Every minute of the range, NaN where nothing was delivered: a gap in
-        # the line, not a straight segment over hours without data.
+        # Every minute of the range, NaN (a gap) where nothing was delivered.
         minutes = range(min(by_minute), max(by_minute) + 1)
         nan = float("nan")
         xs = [_utc(m * 60 + 30) for m in minutes]
@@ -326,16 +269,7 @@ def lateness_over_time_png(timeline: Iterable[Mapping[str, Any]]) -> bytes:
         marker = "o" if len(xs) <= 30 else None
         ax.plot(xs, p99, color=_PALETTE[3], label="p99", marker=marker, linewidth=1.2)
         ax.plot(xs, p50, color=_PALETTE[0], label="p50", marker=marker, linewidth=1.2)
-        if min(v for v in p50 if v == v) > 0:
-            ax.set_yscale("log")
-            # 1-2-5 labels in plain numbers, none in 6×10¹ notation.
-            ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-            ax.yaxis.set_minor_locator(ticker.NullLocator())
-            scale = "log"
-        else:
-            ax.set_yscale("symlog", linthresh=1.0)
-            ax.axhline(0, color="0.3", linewidth=0.8)
-            scale = "symlog"
+        scale = _lateness_axis(ax, min(v for v in p50 if v == v))
         ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         _time_axis(ax, span)
         ax.set_xlabel("time (UTC)")
@@ -348,11 +282,8 @@ def lateness_over_time_png(timeline: Iterable[Mapping[str, Any]]) -> bytes:
 def backlog(rows: Iterable[Mapping[str, Any]]) -> list[tuple[int, int]]:
     """``(minute_s, backlog)`` at the end of each minute: what entered the ladder and has not left.
 
-    ``rows`` are the ``backlog`` table's (``entered``, ``left``: ladder passes
-    scheduled, and delivered or cancelled, that minute; see
-    :func:`~celery_delayq.analytics.tables.build_tables`). Counted from the
-    start of the report's window, so it is never below zero: a delivery of
-    something scheduled before the window is not a pass of the window.
+    ``rows``: the ``backlog`` table's (:func:`~celery_delayq.analytics.tables.build_tables`);
+    counted from the window's start, never below zero.
     """
     level = 0
     out = []
@@ -363,14 +294,8 @@ def backlog(rows: Iterable[Mapping[str, Any]]) -> list[tuple[int, int]]:
 
 
 #: Throughput lines: (timeline column, label, palette index).
-_THROUGHPUT = (
-    ("scheduled", "scheduled", 7),
-    ("delivered", "delivered", 0),
-    ("succeeded", "succeeded", 2),
-    ("retried", "retried", 1),
-    ("failed", "failed", 3),
-    ("parked", "parked", 4),
-)
+_THROUGHPUT = (("scheduled", "scheduled", 7), ("delivered", "delivered", 0), ("succeeded", "succeeded", 2),
+               ("retried", "retried", 1), ("failed", "failed", 3), ("parked", "parked", 4))
 
 
 def backlog_throughput_png(timeline: Iterable[Mapping[str, Any]],
@@ -392,8 +317,7 @@ def backlog_throughput_png(timeline: Iterable[Mapping[str, Any]],
         # Step "post" over [minute start, next minute start): one more edge at the end.
         edges = [_utc(m) for m, _ in levels] + [_utc(levels[-1][0] + 60)]
         values = [v for _, v in levels]
-        top.fill_between(edges, [*values, values[-1]], step="post", color=_PALETTE[0], alpha=0.25,
-                         linewidth=0)
+        top.fill_between(edges, [*values, values[-1]], step="post", color=_PALETTE[0], alpha=0.25, linewidth=0)
         top.step(edges, [*values, values[-1]], where="post", color=_PALETTE[0], linewidth=1.2)
         top.set_ylabel("in the ladder")
         top.set_title("Backlog: scheduled, not yet delivered or cancelled")
@@ -407,8 +331,7 @@ def backlog_throughput_png(timeline: Iterable[Mapping[str, Any]],
             if not any(ys):
                 continue
             peak = max(peak, *ys)
-            # Each series thinner than the one under it: where all 13 scheduled were delivered and succeeded,
-            # equal lines lay on each other and only the last drawn showed.
+            # Each series thinner than the one under it, so equal lines all show.
             bottom.step(edges, [*ys, ys[-1]], where="post", label=label, color=_PALETTE[color],
                         linewidth=max(1.1, 3.4 - 0.9 * drawn))
             drawn += 1
@@ -429,55 +352,26 @@ def backlog_throughput_png(timeline: Iterable[Mapping[str, Any]],
 
 
 def attempts_to_success_png(rows: Iterable[Mapping[str, Any]]) -> bytes:
-    """Histogram of the attempt on which tasks succeeded, stacked by task.
-
-    ``rows`` have ``task_name``, ``attempt`` (0 = first run) and ``count``.
-    Each bar is annotated with its share of all successes.
-    """
+    """Histogram of the attempt on which tasks succeeded, stacked by task, each bar labelled with its share."""
     with matplotlib.rc_context(_STYLE):
         fig = _figure()
         title = "Attempt on which tasks succeeded"
-        counts: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-        totals: dict[str, int] = defaultdict(int)
-        for r in rows:
-            counts[r["task_name"]][int(r["attempt"])] += r["count"]
-            totals[r["task_name"]] += r["count"]
-        if not totals:
+        stacks = _stacks((r["task_name"], int(r["attempt"]), r["count"]) for r in rows)
+        if not stacks:
             return _no_data(fig, title)
-        shown, folded = _top_series(totals)
-        stacks: list[tuple[str, dict[int, int]]] = [(name, counts[name]) for name in shown]
-        if folded:
-            other: dict[int, int] = defaultdict(int)
-            for name in set(counts) - set(shown):
-                for attempt, n in counts[name].items():
-                    other[attempt] += n
-            stacks.append(("other", other))
 
         attempts = list(range(0, max(a for _, c in stacks for a in c) + 1))
         bottom = [0] * len(attempts)
         ax = fig.add_subplot()
         for i, (name, per_attempt) in enumerate(stacks):
             heights = [per_attempt.get(a, 0) for a in attempts]
-            ax.bar(
-                attempts,
-                heights,
-                bottom=bottom,
-                label=name,
-                color=_PALETTE[i % len(_PALETTE)],
-                width=0.75,
-            )
+            ax.bar(attempts, heights, bottom=bottom, label=name, color=_PALETTE[i % len(_PALETTE)], width=0.75)
             bottom = [b + h for b, h in zip(bottom, heights, strict=False)]
         grand = sum(bottom)
         for a, height in zip(attempts, bottom, strict=False):
             if height:
-                ax.annotate(
-                    f"{height / grand:.1%}" if height / grand >= 0.001 else "<0.1%",
-                    (a, height),
-                    xytext=(0, 3),
-                    textcoords="offset points",
-                    ha="center",
-                    fontsize=9,
-                )
+                ax.annotate(f"{height / grand:.1%}" if height / grand >= 0.001 else "<0.1%", (a, height),
+                            xytext=(0, 3), textcoords="offset points", ha="center", fontsize=9)
         # Headroom above the tallest bar, so its share label sits under the title.
         ax.set_ylim(0, max(bottom) * 1.15)
         ax.set_xticks(attempts)
@@ -491,25 +385,18 @@ def attempts_to_success_png(rows: Iterable[Mapping[str, Any]]) -> bytes:
 
 
 #: The charts, in report order.
-CHARTS: tuple[str, ...] = (
-    "lateness_over_time.png",
-    "backlog_throughput.png",
-    "retries_over_time.png",
-    "lateness_by_delay.png",
-    "attempts_to_success.png",
-)
+CHARTS: tuple[str, ...] = ("lateness_over_time.png", "backlog_throughput.png", "retries_over_time.png",
+                           "lateness_by_delay.png", "attempts_to_success.png")
 
 
-def render_all(
-    tables: Mapping[str, Sequence[Mapping[str, Any]]], storms: Iterable[Mapping[str, Any]] = ()
-) -> dict[str, bytes]:
+def render_all(tables: Mapping[str, Sequence[Mapping[str, Any]]],
+               storms: Iterable[Mapping[str, Any]] = ()) -> dict[str, bytes]:
     """Render every chart from collected table rows; keys are the PNG file names (:data:`CHARTS`)."""
     return {
         "lateness_over_time.png": lateness_over_time_png(tables["timeline"]),
         "backlog_throughput.png": backlog_throughput_png(tables["timeline"], tables.get("backlog", ())),
-        "retries_over_time.png": retries_over_time_png(
-            tables["retries_per_minute"], storms, minute_span(tables["timeline"])
-        ),
+        "retries_over_time.png": retries_over_time_png(tables["retries_per_minute"], storms,
+                                                       minute_span(tables["timeline"])),
         "lateness_by_delay.png": lateness_by_delay_png(tables["lateness_by_delay"]),
         "attempts_to_success.png": attempts_to_success_png(tables["attempts_to_success"]),
     }

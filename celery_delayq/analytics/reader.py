@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from celery_delayq.analytics.errors import NoValidEventsError
 from celery_delayq.telemetry.files import EventsNotFoundError, local_path
-from celery_delayq.analytics.schema import EVENT_COLUMNS, PARSE_SCHEMA, is_valid_event
+from celery_delayq.analytics.schema import EVENT_COLUMNS, EVENT_SCHEMA, is_valid_event
 
 __all__ = ["check_events_path", "malformed_of", "parse_events", "read_events", "read_store"]
 
@@ -21,10 +21,7 @@ _VALID = "_valid"
 
 
 def check_events_path(path: str | os.PathLike[str]) -> str:
-    """Fail fast (before any JVM starts) if a local events path is missing.
-
-    Returns the path as a string.  Remote URIs are left for Spark to check.
-    """
+    """The path as a string; a missing local one fails before any JVM starts (Spark checks remote ones)."""
     path = os.fspath(path)
     local = local_path(path)
     if local is not None and not os.path.exists(local):
@@ -42,13 +39,8 @@ def _in_window(since: float | None, until: float | None):  # -> Column | None
     return cond
 
 
-def parse_events(
-    spark: SparkSession,
-    path: str | os.PathLike[str] | Sequence[str],
-    *,
-    since: float | None = None,
-    until: float | None = None,
-) -> tuple[DataFrame, Observation]:
+def parse_events(spark: SparkSession, path: str | os.PathLike[str] | Sequence[str], *, since: float | None = None,
+                 until: float | None = None) -> tuple[DataFrame, Observation]:
     """The lazy half of :func:`read_events`: valid events in ``[since, until)``, and the
     observation that counts valid and malformed lines when the frame is first computed."""
     if isinstance(path, (str, os.PathLike)):
@@ -56,29 +48,17 @@ def parse_events(
     else:
         where = [os.fspath(p) for p in path]
     try:
-        # Spark's JSON source, not text + from_json: the same rows (one per
-        # non-blank line; a line that is not a JSON object comes out all null,
-        # so invalid) for 15% less CPU.
-        parsed = (
-            spark.read.schema(PARSE_SCHEMA)
-            .option("mode", "PERMISSIVE")
-            .option("recursiveFileLookup", "true")
-            .json(where)
-            .select(*EVENT_COLUMNS)
-            .withColumn(_VALID, is_valid_event())
-        )
+        # Spark's JSON source (docs/report.md); a line that is not a JSON object comes out all null.
+        parsed = (spark.read.schema(EVENT_SCHEMA).option("mode", "PERMISSIVE").option("recursiveFileLookup", "true")
+                  .json(where).select(*EVENT_COLUMNS).withColumn(_VALID, is_valid_event()))
     except AnalysisException as exc:
         if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
             raise EventsNotFoundError(f"events directory not found: {where}") from exc
         raise
     observation = Observation("celery_delayq_parse")
-    # observe() also keeps the optimizer from pushing the validity filter
-    # below the parse, which would re-parse the JSON once per referenced field.
-    observed = parsed.observe(
-        observation,
-        F.count_if(F.col(_VALID)).alias("valid"),
-        F.count_if(~F.col(_VALID)).alias("malformed"),
-    )
+    # observe() also keeps the validity filter above the parse (else: a parse per referenced field).
+    observed = parsed.observe(observation, F.count_if(F.col(_VALID)).alias("valid"),
+                              F.count_if(~F.col(_VALID)).alias("malformed"))
     valid = observed.where(F.col(_VALID)).drop(_VALID)
     window = _in_window(since, until)
     if window is not None:
@@ -91,29 +71,14 @@ def malformed_of(observation: Observation) -> int:
     return int(observation.get.get("malformed") or 0)
 
 
-def read_events(
-    spark: SparkSession,
-    path: str | os.PathLike[str] | Sequence[str],
-    *,
-    since: float | None = None,
-    until: float | None = None,
-    allow_empty: bool = False,
-) -> tuple[DataFrame, int]:
-    """Parse every event file under ``path`` and split valid from malformed lines.
+def read_events(spark: SparkSession, path: str | os.PathLike[str] | Sequence[str], *, since: float | None = None,
+                until: float | None = None, allow_empty: bool = False) -> tuple[DataFrame, int]:
+    """Parse every event file under ``path`` and split valid from malformed lines, reading the text once.
 
-    ``path`` is a directory (read recursively, any layout, e.g. the
-    recorder's ``date=/hour=`` partitions; names starting with ``.`` or
-    ``_`` are skipped, ``.gz`` files are decompressed) or a list of files.
-    Each non-blank line is parsed with an explicit schema and checked by
-    :func:`~celery_delayq.analytics.schema.is_valid_event`; valid events
-    outside ``[since, until)`` are dropped (they are not malformed).
-
-    Returns ``(valid, malformed)``: the valid events (columns
-    :data:`~celery_delayq.analytics.schema.EVENT_COLUMNS`, see
-    :mod:`~celery_delayq.analytics.schema` for what "valid" means), **persisted** because every
-    aggregate reads them again (release with ``valid.unpersist()``), and the
-    exact number of malformed lines.  Counting rides along with building the
-    cache (``observe``), so the raw text is read only once.
+    ``path``: a directory (recursively; ``.``/``_`` names skipped, ``.gz`` decompressed) or a list
+    of files. Valid events (:mod:`~celery_delayq.analytics.schema`) outside ``[since, until)`` are
+    dropped, not malformed. Returns ``(valid, malformed)``: the valid events, **persisted** (release
+    with ``valid.unpersist()``), and the exact number of malformed lines.
 
     Raises :class:`EventsNotFoundError` if ``path`` doesn't exist and, unless
     ``allow_empty``, :class:`NoValidEventsError` if it holds no valid event.
@@ -129,9 +94,7 @@ def read_events(
     return valid, malformed
 
 
-def read_store(
-    spark: SparkSession, store: Path, *, since: float | None = None, until: float | None = None
-) -> DataFrame:
+def read_store(spark: SparkSession, store: Path, *, since: float | None = None, until: float | None = None) -> DataFrame:
     """The events an incremental run stored as Parquet (partitioned by ``hour``), in the window."""
     frame = spark.read.parquet(store.as_uri())
     if since is not None:

@@ -1,8 +1,4 @@
-"""Self-contained HTML report: inline CSS, PNGs as base64 data URIs, no JS.
-
-The file must open from disk (or as a CI artifact / e-mail attachment)
-without network access, so nothing is referenced externally.
-"""
+"""Self-contained HTML report (inline CSS, PNGs as data URIs, no JS): it opens from disk, offline."""
 
 from __future__ import annotations
 
@@ -50,19 +46,10 @@ th{white-space:normal;vertical-align:bottom}}
 """
 
 _SUMMARY_COLUMNS = (
-    ("scheduled", "scheduled"),
-    ("delivered", "delivered"),
-    ("succeeded", "succeeded"),
-    ("retried", "retried"),
-    ("celery_failures", "FAILURE (Celery)"),
-    ("parked", "parked"),
-    ("failed", "failed, not parked"),
-    ("exhausted", "exhausted"),
-    ("replayed", "replayed"),
-    ("cancelled", "cancelled"),
-    ("lateness_p50_ms", "p50 late (ms)"),
-    ("lateness_p99_ms", "p99 late (ms)"),
-    ("early", "early"),
+    ("scheduled", "scheduled"), ("delivered", "delivered"), ("succeeded", "succeeded"), ("retried", "retried"),
+    ("celery_failures", "FAILURE (Celery)"), ("parked", "parked"), ("failed", "failed, not parked"),
+    ("exhausted", "exhausted"), ("replayed", "replayed"), ("cancelled", "cancelled"),
+    ("lateness_p50_ms", "p50 late (ms)"), ("lateness_p99_ms", "p99 late (ms)"), ("early", "early"),
     ("success_after_retry_rate", "success after retry"),
 )
 _QUEUE_COLUMNS = tuple(c for c in _SUMMARY_COLUMNS if c[0] != "success_after_retry_rate")
@@ -100,15 +87,9 @@ def _fmt(value: Any, kind: str = "") -> str:
     return str(value)
 
 
-def _table(
-    headers: Sequence[tuple[str, str]],
-    rows: Sequence[Sequence[str]],
-    left: int = 0,
-    alarm: Sequence[int] = (),
-) -> str:
-    """HTML table; ``left`` leading columns are text (left-aligned), ``alarm``
-    column indexes are highlighted when their cell is not zero. No rows: one
-    line saying so (a header row over nothing reads as a broken page)."""
+def _table(headers: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]], left: int = 0,
+           alarm: Sequence[int] = ()) -> str:
+    """HTML table; ``left`` leading columns are text, ``alarm`` columns are red unless zero; no rows: one line."""
     if not rows:
         return '<p class="note">None in this window.</p>'
     head = "".join(
@@ -125,21 +106,13 @@ def _table(
         attr = f' class="{" ".join(cls)}"' if cls else ""
         return f"<td{attr}>{html.escape(text)}</td>"
 
-    body = "".join(
-        "<tr>" + "".join(cell(i, c) for i, c in enumerate(row)) + "</tr>" for row in rows
-    )
-    return (
-        f'<div class="scroll"><table><thead><tr>{head}</tr></thead>'
-        f"<tbody>{body}</tbody></table></div>"
-    )
+    body = "".join("<tr>" + "".join(cell(i, c) for i, c in enumerate(row)) + "</tr>" for row in rows)
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def _row(stats: Mapping[str, Any], columns: Sequence[tuple[str, str]]) -> list[str]:
-    return [
-        _fmt(celery_failures(stats) if key == "celery_failures" else stats.get(key),
-             "rate" if key == "success_after_retry_rate" else "")
-        for key, _ in columns
-    ]
+    return [_fmt(celery_failures(stats) if key == "celery_failures" else stats.get(key),
+                 "rate" if key == "success_after_retry_rate" else "") for key, _ in columns]
 
 
 def _alarm_indexes(columns: Sequence[tuple[str, str]], offset: int = 1) -> list[int]:
@@ -147,29 +120,19 @@ def _alarm_indexes(columns: Sequence[tuple[str, str]], offset: int = 1) -> list[
 
 
 def celery_failures(stats: Mapping[str, Any]) -> int:
-    """Runs Celery marked FAILURE: ``failed`` (nothing handles them) plus ``parked`` (kept to replay).
-
-    A parked task raised too; Celery's result says FAILURE for both, so the
-    report counts both under that name and shows the split beside it.
-    """
+    """Runs Celery marked FAILURE: ``failed`` (nothing handles them) plus ``parked`` (kept to replay)."""
     return int(stats.get("failed") or 0) + int(stats.get("parked") or 0)
 
 
 def _card_row(items: Sequence[tuple[str, str, bool]]) -> str:
-    return (
-        '<div class="cards">'
-        + "".join(
-            f'<div class="card{" alarm" if bad else ""}"><div class="v">{html.escape(v)}</div>'
-            f'<div class="k">{html.escape(k)}</div></div>'
-            for k, v, bad in items
-        )
-        + "</div>"
-    )
+    return '<div class="cards">' + "".join(
+        f'<div class="card{" alarm" if bad else ""}"><div class="v">{html.escape(v)}</div>'
+        f'<div class="k">{html.escape(k)}</div></div>' for k, v, bad in items) + "</div>"
 
 
 def _cards(overall: Mapping[str, Any], malformed: int, storms: int, backlog_now: int | None) -> str:
     failures = celery_failures(overall)
-    items = [
+    return _card_row([
         ("scheduled", _fmt(overall.get("scheduled")), False),
         ("delivered", _fmt(overall.get("delivered")), False),
         ("succeeded", _fmt(overall.get("succeeded")), False),
@@ -182,8 +145,7 @@ def _cards(overall: Mapping[str, Any], malformed: int, storms: int, backlog_now:
         ("p99 lateness", f"{_fmt(overall.get('lateness_p99_ms'))} ms", False),
         ("success after retry", _fmt(overall.get("success_after_retry_rate"), "rate"), False),
         ("malformed lines", _fmt(malformed), bool(malformed)),
-    ]
-    return _card_row(items)
+    ])
 
 
 def _now(live: Mapping[str, Any] | None) -> list[str]:
@@ -231,10 +193,7 @@ def _now(live: Mapping[str, Any] | None) -> list[str]:
 
 def _img(name: str, png: bytes, alt: str) -> str:
     data = base64.b64encode(png).decode("ascii")
-    return (
-        f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(alt)}" '
-        f'title="{html.escape(name)}"></figure>'
-    )
+    return f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(alt)}" title="{html.escape(name)}"></figure>'
 
 
 def _utc(seconds: float) -> str:
@@ -244,43 +203,28 @@ def _utc(seconds: float) -> str:
 def _attention(summary: Mapping[str, Any]) -> list[str]:
     """The first section: what failed, what got parked, which retries storm."""
     tasks = summary["tasks"]
-    hurt = sorted(
-        ((name, s) for name, s in tasks.items() if s.get("failed") or s.get("parked")),
-        key=lambda item: (-(item[1].get("failed") or 0) - (item[1].get("parked") or 0), item[0]),
-    )
+    hurt = sorted(((name, s) for name, s in tasks.items() if s.get("failed") or s.get("parked")),
+                  key=lambda item: (-(item[1].get("failed") or 0) - (item[1].get("parked") or 0), item[0]))
     storms = summary.get("retry_storms", [])
     parts = ["<h2>Needs attention</h2>"]
     if not hurt and not storms:
         parts.append('<p class="ok">No failed or parked tasks and no retry storms in this window.</p>')
         return parts
     if hurt:
-        parts.append(
-            _table(
-                [("t", "task"), ("c", "FAILURE (Celery)"), ("f", "failed, not parked"), ("p", "parked"),
-                 ("x", "exhausted"), ("r", "retried"), ("s", "succeeded")],
-                [
-                    [name, _fmt(celery_failures(s)), _fmt(s.get("failed")), _fmt(s.get("parked")),
-                     _fmt(s.get("exhausted")),
-                     _fmt(s.get("retried")), _fmt(s.get("succeeded"))]
-                    for name, s in hurt
-                ],
-                left=1,
-                alarm=(1, 2, 3),
-            )
-        )
+        parts.append(_table(
+            [("t", "task"), ("c", "FAILURE (Celery)"), ("f", "failed, not parked"), ("p", "parked"),
+             ("x", "exhausted"), ("r", "retried"), ("s", "succeeded")],
+            [[name, _fmt(celery_failures(s)), _fmt(s.get("failed")), _fmt(s.get("parked")), _fmt(s.get("exhausted")),
+              _fmt(s.get("retried")), _fmt(s.get("succeeded"))] for name, s in hurt],
+            left=1, alarm=(1, 2, 3)))
     if storms:
         parts += [
             "<h3>Retry storms</h3>",
-            _table(
-                [("t", "task"), ("s", "from (UTC)"), ("e", "to (UTC)"), ("p", "peak / min"),
-                 ("b", "normal / min"), ("r", "retries")],
-                [
-                    [s["task_name"], _utc(s["start_s"]), _utc(s["end_s"]), _fmt(s["peak_per_minute"]),
-                     _fmt(s["baseline_per_minute"]), _fmt(s["retries"])]
-                    for s in storms
-                ],
-                left=3,
-            ),
+            _table([("t", "task"), ("s", "from (UTC)"), ("e", "to (UTC)"), ("p", "peak / min"),
+                    ("b", "normal / min"), ("r", "retries")],
+                   [[s["task_name"], _utc(s["start_s"]), _utc(s["end_s"]), _fmt(s["peak_per_minute"]),
+                     _fmt(s["baseline_per_minute"]), _fmt(s["retries"])] for s in storms],
+                   left=3),
             '<p class="note">A storm: a task\'s retries per minute reach 4× its normal (the median '
             "of its last 15 calm minutes) and at least 10; the first 15 minutes only learn the "
             "normal.</p>",
@@ -288,21 +232,13 @@ def _attention(summary: Mapping[str, Any]) -> list[str]:
     return parts
 
 
-def render_html(
-    summary: Mapping[str, Any],
-    tables: Mapping[str, Sequence[Mapping[str, Any]]],
-    images: Mapping[str, bytes],
-    *,
-    events_dir: str = "",
-    generated_at: datetime | None = None,
-    max_minutes: int = 20,
-) -> str:
+def render_html(summary: Mapping[str, Any], tables: Mapping[str, Sequence[Mapping[str, Any]]],
+                images: Mapping[str, bytes], *, events_dir: str = "", generated_at: datetime | None = None,
+                max_minutes: int = 20) -> str:
     """Render the whole report as one HTML string.
 
-    ``summary`` is the ``summary.json`` dict, ``tables`` the collected rows of
-    each table (``retries_per_minute`` rows carry ``minute_s``), ``images``
-    the PNG bytes keyed by file name.  Only the busiest ``max_minutes``
-    retry minutes are tabulated; the chart shows all of them.
+    ``summary``: the ``summary.json`` dict; ``tables``: each table's collected rows; ``images``:
+    PNG bytes by file name. Only the busiest ``max_minutes`` retry minutes are tabulated.
     """
     generated = (generated_at or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M:%S UTC")
     overall = summary["overall"]
@@ -311,10 +247,8 @@ def render_html(
     backlog_now = passes[-1][1] if passes else (0 if timeline else None)
     timings = summary.get("timings_s") or {}
     took = (" · took " + ", ".join(f"{html.escape(k)} {v:.1f} s" for k, v in timings.items())) if timings else ""
-    span = (
-        f" · events from {_utc(timeline[0]['minute_s'])} to {_utc(timeline[-1]['minute_s'] + 60)} UTC"
-        if timeline else ""
-    )
+    span = (f" · events from {_utc(timeline[0]['minute_s'])} to {_utc(timeline[-1]['minute_s'] + 60)} UTC"
+            if timeline else "")
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -326,8 +260,7 @@ def render_html(
         f" · generated {generated}{took}</div>",
         *_now(summary.get("live")),
         "<h2>In the events of this window</h2>",
-        _cards(overall, int(summary.get("malformed", 0)), len(summary.get("retry_storms", [])),
-               backlog_now),
+        _cards(overall, int(summary.get("malformed", 0)), len(summary.get("retry_storms", [])), backlog_now),
         *_attention(summary),
         "<h2>Over time</h2>",
     ]
@@ -355,81 +288,46 @@ def render_html(
         "later succeeded.</p>",
     ]
     queues = summary.get("queues", {})
-    parts += [
-        "<h2>Per queue</h2>",
-        _table(
-            [("queue", "queue"), *_QUEUE_COLUMNS],
-            [[name, *_row(stats, _QUEUE_COLUMNS)] for name, stats in sorted(queues.items())],
-            left=1,
-            alarm=_alarm_indexes(_QUEUE_COLUMNS),
-        ),
-    ]
+    parts += ["<h2>Per queue</h2>",
+              _table([("queue", "queue"), *_QUEUE_COLUMNS],
+                     [[name, *_row(stats, _QUEUE_COLUMNS)] for name, stats in sorted(queues.items())],
+                     left=1, alarm=_alarm_indexes(_QUEUE_COLUMNS))]
 
     parts.append("<h2>Lateness by requested delay</h2>")
     if "lateness_by_delay.png" in images:
-        parts.append(_img("lateness_by_delay.png", images["lateness_by_delay.png"],
-                          alts["lateness_by_delay.png"]))
+        parts.append(_img("lateness_by_delay.png", images["lateness_by_delay.png"], alts["lateness_by_delay.png"]))
     lateness = sorted(tables.get("lateness_by_delay", ()), key=lambda r: r["delay_bucket_s"])
-    parts.append(
-        _table(
-            [("b", "delay bucket"), ("d", "delivered"), ("p50", "p50 late (ms)"),
-             ("p99", "p99 late (ms)"), ("e", "early")],
-            [
-                [_fmt(r["delay_bucket_s"], "duration"), _fmt(r["delivered"]),
-                 _fmt(r["lateness_p50_ms"]), _fmt(r["lateness_p99_ms"]), _fmt(r["early"])]
-                for r in lateness
-            ],
-            left=1,
-        )
-    )
+    parts.append(_table(
+        [("b", "delay bucket"), ("d", "delivered"), ("p50", "p50 late (ms)"), ("p99", "p99 late (ms)"), ("e", "early")],
+        [[_fmt(r["delay_bucket_s"], "duration"), _fmt(r["delivered"]), _fmt(r["lateness_p50_ms"]),
+          _fmt(r["lateness_p99_ms"]), _fmt(r["early"])] for r in lateness],
+        left=1))
     if lateness:
         parts.append(_LATENESS_NOTE)
 
     exceptions = sorted(tables.get("top_exceptions", ()), key=lambda r: (r["task_name"], r["rank"]))
-    parts += [
-        "<h2>Top exceptions</h2>",
-        _table(
-            [("t", "task"), ("x", "exception"), ("r", "rank"), ("c", "count"), ("rt", "retried"),
-             ("ex", "exhausted"), ("pk", "parked"), ("f", "failed")],
-            [
-                [r["task_name"], r["exception"], _fmt(r["rank"]), _fmt(r["count"]),
-                 _fmt(r["retried"]), _fmt(r.get("exhausted")), _fmt(r.get("parked")),
-                 _fmt(r.get("failed"))]
-                for r in exceptions
-            ],
-            left=2,
-            alarm=(6, 7),
-        ),
-    ]
+    parts += ["<h2>Top exceptions</h2>", _table(
+        [("t", "task"), ("x", "exception"), ("r", "rank"), ("c", "count"), ("rt", "retried"),
+         ("ex", "exhausted"), ("pk", "parked"), ("f", "failed")],
+        [[r["task_name"], r["exception"], _fmt(r["rank"]), _fmt(r["count"]), _fmt(r["retried"]),
+          _fmt(r.get("exhausted")), _fmt(r.get("parked")), _fmt(r.get("failed"))] for r in exceptions],
+        left=2, alarm=(6, 7))]
     if exceptions:
         parts.append(_EXCEPTIONS_NOTE)
 
     parts.append("<h2>Attempts to success</h2>")
     if "attempts_to_success.png" in images:
-        parts.append(_img("attempts_to_success.png", images["attempts_to_success.png"],
-                          alts["attempts_to_success.png"]))
-    attempts = sorted(
-        tables.get("attempts_to_success", ()), key=lambda r: (r["task_name"], r["attempt"])
-    )
-    parts.append(
-        _table(
-            [("t", "task"), ("a", "attempt"), ("c", "successes")],
-            [[r["task_name"], _fmt(r["attempt"]), _fmt(r["count"])] for r in attempts],
-            left=1,
-        )
-    )
+        parts.append(_img("attempts_to_success.png", images["attempts_to_success.png"], alts["attempts_to_success.png"]))
+    attempts = sorted(tables.get("attempts_to_success", ()), key=lambda r: (r["task_name"], r["attempt"]))
+    parts.append(_table([("t", "task"), ("a", "attempt"), ("c", "successes")],
+                        [[r["task_name"], _fmt(r["attempt"]), _fmt(r["count"])] for r in attempts], left=1))
 
-    busiest = sorted(
-        tables.get("retries_per_minute", ()),
-        key=lambda r: (-r["retries"], r["minute_s"], r["task_name"]),
-    )[:max_minutes]
+    busiest = sorted(tables.get("retries_per_minute", ()),
+                     key=lambda r: (-r["retries"], r["minute_s"], r["task_name"]))[:max_minutes]
     parts += [
         f"<h2>Busiest retry minutes (top {max_minutes})</h2>",
-        _table(
-            [("m", "minute (UTC)"), ("t", "task"), ("r", "retries")],
-            [[_utc(r["minute_s"]), r["task_name"], _fmt(r["retries"])] for r in busiest],
-            left=2,
-        ),
+        _table([("m", "minute (UTC)"), ("t", "task"), ("r", "retries")],
+               [[_utc(r["minute_s"]), r["task_name"], _fmt(r["retries"])] for r in busiest], left=2),
         "</main></body></html>",
     ]
     return "\n".join(parts)

@@ -23,11 +23,7 @@ _PARALLEL_GC = "-XX:+UseParallelGC"
 
 
 def _default_driver_memory() -> str:
-    """Half the machine's RAM, between 1g and 4g.
-
-    In local mode the driver JVM does all the work and holds the cached
-    events; Spark's 1g default spills a 10M-event cache to disk.
-    """
+    """Half the machine's RAM, between 1g and 4g (the local driver holds the cached events)."""
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
@@ -36,25 +32,17 @@ def _default_driver_memory() -> str:
 
 
 def default_conf() -> dict[str, str]:
-    """Spark settings applied when this package creates the session."""
+    """Spark settings applied when this package creates the session (why: docs/report.md)."""
     conf = {
-        # The aggregates are tiny; Spark's default of 200 shuffle partitions
-        # would mostly schedule empty tasks.
-        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.shuffle.partitions": "8",  # the aggregates are tiny
         "spark.sql.adaptive.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        # The cached events, uncompressed: encoding them cost 4 s of a 30 s
-        # parse of 10M events here, to hold them in 280 MB instead of 311 MB.
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
     }
-    # An explicitly configured driver memory (spark-submit/env) wins.
-    if "SPARK_DRIVER_MEMORY" not in os.environ:
+    if "SPARK_DRIVER_MEMORY" not in os.environ:  # an explicit one wins
         conf["spark.driver.memory"] = _default_driver_memory()
-    # The job is one batch that caches every event: the throughput collector
-    # took 17% less JVM CPU than the default G1 (30% less to parse and cache)
-    # on a million events here.  Executors too, on a cluster.
     conf["spark.driver.extraJavaOptions"] = _PARALLEL_GC
     conf["spark.executor.extraJavaOptions"] = _PARALLEL_GC
     return conf
@@ -62,13 +50,9 @@ def default_conf() -> dict[str, str]:
 
 @contextmanager
 def _output_to(log: Path | None) -> Iterator[None]:
-    """Send this process's stdout and stderr (file descriptors 1 and 2) to ``log`` meanwhile.
+    """Send this process's file descriptors 1 and 2 to ``log`` meanwhile (restored on exit).
 
-    The driver JVM is a child process: it inherits the descriptors it is
-    started with and keeps them, so everything it prints for its whole life
-    (the JDK's incubator notice, log4j's profile line, the loopback-address
-    and native-hadoop warnings) lands in ``log`` instead of on the terminal.
-    Python's own ``sys.stdout``/``sys.stderr`` are restored on exit.
+    The driver JVM started meanwhile inherits them: all it ever prints lands in ``log``.
     """
     if log is None:
         yield
@@ -90,26 +74,18 @@ def _output_to(log: Path | None) -> Iterator[None]:
             os.close(fd)
 
 
-def create_session(
-    master: str = "local[*]",
-    conf: Mapping[str, str] | None = None,
-    app_name: str = "celery-delayq-report",
-    *,
-    log: Path | None = None,
-) -> SparkSession:
+def create_session(master: str = "local[*]", conf: Mapping[str, str] | None = None,
+                   app_name: str = "celery-delayq-report", *, log: Path | None = None) -> SparkSession:
     """Create (or reuse) a SparkSession with :func:`default_conf` and ``conf`` on top.
 
-    JVM-level settings such as ``spark.driver.memory`` only take effect when
-    no JVM is running yet in this process. With ``log``, the JVM's own output
-    goes to that file (see :func:`_output_to`) and Spark logs errors only:
-    a report run prints its result, not Spark's start-up chatter.
+    JVM settings apply only if no JVM runs yet. With ``log``, the JVM's output goes there
+    (:func:`_output_to`) and Spark logs errors only.
     """
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in {**default_conf(), **(conf or {})}.items():
         builder = builder.config(key, value)
     if log is not None and master.startswith("local") and "SPARK_LOCAL_IP" not in os.environ:
-        # A local job talks to itself: binding to loopback skips the hostname
-        # lookup (and its "resolves to a loopback address" warning).
+        # A local job talks to itself: no hostname lookup (nor its warning).
         os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     try:
         with _output_to(log):
@@ -127,25 +103,14 @@ def create_session(
 
 
 @contextmanager
-def session_scope(
-    master: str = "local[*]",
-    spark: SparkSession | None = None,
-    conf: Mapping[str, str] | None = None,
-    *,
-    log: Path | None = None,
-) -> Iterator[SparkSession]:
-    """Yield ``spark`` if given, else a session that is stopped on exit.
-
-    A session that is already active in this process is reused and left
-    running, because stopping it would break whoever created it.
-    """
+def session_scope(master: str = "local[*]", spark: SparkSession | None = None,
+                  conf: Mapping[str, str] | None = None, *, log: Path | None = None) -> Iterator[SparkSession]:
+    """Yield ``spark`` if given, else a session that is stopped on exit (an active one is reused, left running)."""
     if spark is not None:
         yield spark
         return
     active = SparkSession.getActiveSession()
-    if active is None and SparkContext._active_spark_context is not None:
-        # A context started elsewhere (another thread): getOrCreate() would
-        # return it, and it isn't ours to stop.
+    if active is None and SparkContext._active_spark_context is not None:  # another thread's: not ours to stop
         active = SparkSession.builder.getOrCreate()
     if active is not None:
         logger.info("reusing the running SparkSession; master %s is ignored", master)

@@ -17,38 +17,20 @@ QUEUE_FIELDS: tuple[str, ...] = (*EVENT_TYPES, "lateness_p50_ms", "lateness_p99_
 
 def empty_stats(fields: Sequence[str] = SUMMARY_FIELDS) -> dict[str, Any]:
     """Statistics of a scope with no events (counts 0, ratios/percentiles null)."""
-    return {
-        field: (None if field.startswith("lateness_") or field.endswith("_rate") else 0)
-        for field in fields
-    }
-
-
-def _clean(value: Any) -> Any:
-    # JSON has no NaN/inf; a null is the honest "undefined".
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+    return {field: (None if field.startswith("lateness_") or field.endswith("_rate") else 0) for field in fields}
 
 
 def _stats(row: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
-    return {field: _clean(row.get(field)) for field in fields}
+    # JSON has no NaN/inf; a null is the honest "undefined".
+    return {field: None if isinstance(v := row.get(field), float) and not math.isfinite(v) else v for field in fields}
 
 
-def build_summary(
-    rows: Iterable[Mapping[str, Any]],
-    malformed: int,
-    *,
-    queues: Iterable[Mapping[str, Any]] = (),
-    storms: Iterable[Mapping[str, Any]] = (),
-    window: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """``{"overall": S, "tasks": {task_name: S}, "queues": {queue: Q}, "malformed": N, ...}``.
+def build_summary(rows: Iterable[Mapping[str, Any]], malformed: int, *, queues: Iterable[Mapping[str, Any]] = (),
+                  storms: Iterable[Mapping[str, Any]] = (), window: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``{"overall": S, "tasks": {task_name: S}, "queues": {queue: Q}, "malformed": N, ...}``, names sorted.
 
-    ``rows`` are ``task_summary`` rows as dicts (``scope`` ``"overall"`` or
-    ``"task"``), ``queues`` ``queue_summary`` rows; every event type is
-    counted (``tasks.<name>.parked``, ``.failed``, ...).  ``storms`` are
-    retry storms (dicts), ``window`` the ``since``/``until``/``files`` the
-    report covers.  Names are sorted so the file diffs cleanly.
+    ``rows``: ``task_summary`` rows; ``queues``: ``queue_summary`` rows; ``storms``: retry storms;
+    ``window``: the ``since``/``until``/``files`` the report covers.
     """
     overall = empty_stats()
     tasks: dict[str, dict[str, Any]] = {}

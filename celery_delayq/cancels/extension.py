@@ -15,6 +15,7 @@ from typing import Any
 
 from ..glue.app_ladder import AppLadder
 from ..glue.extensions import Extension
+from .requests import record_cancels
 from .revoke import hook_revoke, unhook_revoke
 from .worker import CancelFollower, CancelStep, drop_if_superseded, mark_if_cancelled
 
@@ -33,7 +34,7 @@ class CancelsExtension(Extension[AppLadder]):
 
     def install(self, ladder: AppLadder) -> None:
         """Celery's revoke of the app is recorded in the cancel log too."""
-        hook_revoke(ladder.app)
+        hook_revoke(ladder.app, record_cancels)
 
     def uninstall(self, ladder: AppLadder) -> None:
         """Unhook revoke and stop the follower."""

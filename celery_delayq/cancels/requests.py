@@ -14,9 +14,9 @@ import kombu
 
 from .. import signals
 from ..glue.app_ladder import ladder_for
-from ..index.cancel_log import record
+from ..index.cancel_log import read_cancel_book, record
 from ..index.ids import Resolved, TaskIdNotFound, resolve_ids
-from ..index.lookup import find_waiting, read_cancel_book
+from ..index.lookup import find_waiting
 from ..index.query import PendingTask, iso, read_index
 from ..index.stream import IndexUnavailable, reader_connection
 from ..inputs import check_id

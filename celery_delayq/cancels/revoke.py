@@ -8,27 +8,36 @@ app's ``control.broadcast`` (which ``app.control.revoke``,
 a ``revoke`` is first recorded in the cancel log, confirmed, and then
 broadcast as usual. Done per app by :func:`celery_delayq.install`, in the
 process that revokes: that is where the revoke is known for certain, even
-when no worker runs.
+when no worker runs. The hook is given what records the revoke
+(:func:`~celery_delayq.cancels.requests.record_cancels`, by the extension):
+this module reads no index itself.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from typing import Any, Iterable, Protocol
 
-from .requests import record_cancels
 from ..typing import CeleryApp
 
-__all__ = ["hook_revoke", "unhook_revoke"]
+__all__ = ["hook_revoke", "unhook_revoke", "RecordCancels"]
 
 _ORIGINAL = "_delayq_original"
 
 log = logging.getLogger(__name__)
 
 
-def hook_revoke(app: CeleryApp) -> None:
-    """Record every ``revoke`` of ``app`` in its cancel log before broadcasting it (idempotent)."""
+class RecordCancels(Protocol):
+    """What records revoked ids in the app's cancel log (:func:`~celery_delayq.cancels.requests.record_cancels`)."""
+
+    def __call__(self, app: CeleryApp, task_ids: Iterable[str], *, lookup: bool = ..., reason: str = ...) -> object:
+        ...
+
+
+def hook_revoke(app: CeleryApp, record_cancels: RecordCancels) -> None:
+    """Record (with ``record_cancels``) every ``revoke`` of ``app`` in its cancel log before broadcasting it
+    (idempotent)."""
     control = app.control
     original = control.broadcast
     if hasattr(original, _ORIGINAL):

@@ -268,6 +268,18 @@ def _dry_run(ctx: click.Context, pq: ParkingQueue, found: list[ParkedMessage], d
               f"Nothing was changed.{_act_hint(len(found), 'replay')}")
 
 
+def _confirmed(out: Console, pq: ParkingQueue, found: list[ParkedMessage], described: str, expect: int | None,
+               yes: bool, *, ask: str, done: str, warning: str = "") -> list[str] | None:
+    """The ids of ``found`` once the operator confirmed them (prompt, or ``--yes --expect N``); ``None`` when
+    nothing matches and nothing was expected (said, as ``nothing <done>``)."""
+    if not found and not expect:
+        out.print(f"no parked message in {pq.name} matches {described or '--all'}; nothing {done}")
+        return None
+    confirm_bulk(f"{ask} {len(found)} parked message(s) of {pq.name!r} ({pq.count()} parked)?{warning}",
+                 matched=len(found), expect=expect, yes=yes, noun="parked message")
+    return [p.parked_id for p in found]
+
+
 def _act_hint(count: int, verb: str) -> str:
     return f" To {verb} them: the same command with --yes --expect {count}." if count else ""
 
@@ -302,12 +314,9 @@ def replay_(ctx: click.Context, queue: str | None, task: str | None, exception: 
         if dry_run:
             _dry_run(ctx, pq, found, delay)
             return
-        if not found and not expect:
-            out.print(f"no parked message in {pq.name} matches {described or '--all'}; nothing replayed")
+        chosen = _confirmed(out, pq, found, described, expect, yes, ask="Replay", done="replayed")
+        if chosen is None:
             return
-        confirm_bulk(f"Replay {len(found)} parked message(s) of {pq.name!r} ({pq.count()} parked)?",
-                     matched=len(found), expect=expect, yes=yes, noun="parked message")
-        chosen = [p.parked_id for p in found]
         with _Bar("replaying", out) as bar:
             report = pq.replay(ParkedFilter(exactly=frozenset(chosen)), delay=delay, reset_attempts=reset_attempts,
                                batch_size=batch_size, progress=bar)
@@ -342,12 +351,10 @@ def purge_(ctx: click.Context, queue: str | None, task: str | None, exception: s
                       f"{described or '--all'} and would be deleted. Nothing was changed."
                       f"{_act_hint(len(found), 'delete')}")
             return
-        if not found and not expect:
-            out.print(f"no parked message in {pq.name} matches {described or '--all'}; nothing purged")
+        chosen = _confirmed(out, pq, found, described, expect, yes, ask="Delete", done="purged",
+                            warning=" There is no undo")
+        if chosen is None:
             return
-        confirm_bulk(f"Delete {len(found)} parked message(s) of {pq.name!r} ({pq.count()} parked)? There is no undo",
-                     matched=len(found), expect=expect, yes=yes, noun="parked message")
-        chosen = [p.parked_id for p in found]
         with _Bar("purging", out) as bar:
             deleted = pq.purge(ParkedFilter(exactly=frozenset(chosen)), progress=bar)
     audit_action(ctx, ids=chosen, queue=pq.name, filter=described or "--all", deleted=deleted)

@@ -102,7 +102,7 @@ def _render(doc: dict[str, Any], ctx: click.Context) -> None:
 def _cancelled_waiting(app: AppLadder) -> int | None:
     """Cancelled tasks still in the ladder's queues (found waiting, not due yet); None when unreadable."""
     from ..cancels.requests import index_of
-    from ..index.lookup import read_cancel_book
+    from ..index.cancel_log import read_cancel_book
 
     try:
         return len(read_cancel_book(*index_of(app.app)).still_due())

@@ -26,7 +26,7 @@ changed. Each type's :meth:`help` writes the forms into the option's ``--help``.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import click
 
@@ -89,7 +89,34 @@ class Moment(_FloatType):
                 f"or a duration {way} (10m, 2h, 3d).")
 
 
-class DueTime(_FloatType):
+class _AppLimited(_FloatType):
+    """A value read with the app's delay limit (``check_delay``): :class:`DueTime`, :class:`Delay`.
+
+    A refused value is one line naming it (``BadInput``, ``DelayTooLong``, a
+    ``ValueError``), never a traceback.
+    """
+
+    #: How ``--help`` writes the value, and its accepted forms.
+    metavar: ClassVar[str]
+    forms: ClassVar[str]
+
+    def _parse(self, value: object, ctx: click.Context | None) -> float:
+        """The value, read with ``_app_limit(ctx)`` (raises ``ValueError`` or a ``DelayqError``)."""
+        raise NotImplementedError
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            return self._parse(value, ctx)
+        except (ValueError, DelayqError) as exc:  # BadInput, DelayTooLong: one line naming the value
+            self.fail(_message(exc, self.name), param, ctx)
+
+    @classmethod
+    def help(cls, what: str) -> str:
+        """``what``, then the accepted forms."""
+        return f"{what} {cls.metavar}: {cls.forms}."
+
+
+class DueTime(_AppLimited):
     """A task's new due time (value: epoch seconds): in the future, within the app's longest delay.
 
     Read by :func:`~celery_delayq.inputs.parse_due` with the app's
@@ -99,37 +126,25 @@ class DueTime(_FloatType):
     """
 
     name = "due"
+    metavar = "WHEN"
+    forms = DUE_FORMS
 
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+    def _parse(self, value: object, ctx: click.Context | None) -> float:
         if isinstance(value, float):  # already converted (click converts a default once more)
             return value
-        try:
-            return parse_due(str(value), what="due", check_delay=_app_limit(ctx))
-        except (ValueError, DelayqError) as exc:  # BadInput, DelayTooLong: one line naming the value
-            self.fail(_message(exc, "due"), param, ctx)
-
-    @staticmethod
-    def help(what: str) -> str:
-        """``what``, then the accepted forms."""
-        return f"{what} WHEN: {DUE_FORMS}."
+        return parse_due(str(value), what="due", check_delay=_app_limit(ctx))
 
 
-class Delay(_FloatType):
+class Delay(_AppLimited):
     """A delay from now in seconds (``90s``, ``10m``, or seconds), 0 or more, within the app's longest delay."""
 
     name = "delay"
+    metavar = "DELAY"
+    forms = DELAY_FORMS
 
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        try:
-            return parse_delay(value if isinstance(value, (int, float)) else str(value), what="delay",
-                               check_delay=_app_limit(ctx))
-        except (ValueError, DelayqError) as exc:
-            self.fail(_message(exc, "delay"), param, ctx)
-
-    @staticmethod
-    def help(what: str) -> str:
-        """``what``, then the accepted forms."""
-        return f"{what} DELAY: {DELAY_FORMS}."
+    def _parse(self, value: object, ctx: click.Context | None) -> float:
+        return parse_delay(value if isinstance(value, (int, float)) else str(value), what="delay",
+                           check_delay=_app_limit(ctx))
 
 
 class Id(_TextType):

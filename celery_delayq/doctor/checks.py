@@ -1,9 +1,4 @@
-"""The doctor's checks as pure functions: plain observations in, a :class:`~.finding.Finding` out.
-
-No I/O here, so each case, including those this machine cannot produce (a
-cluster, the delayed-message plugin, an old broker, disabled feature flags),
-is unit-tested with data.
-"""
+"""The doctor's checks as pure functions: plain observations in, a :class:`~.finding.Finding` out (unit-tested with data)."""
 
 from __future__ import annotations
 
@@ -21,10 +16,9 @@ from .finding import ACTIVATION_RULE, ERROR, OK, WARN, ApiReach, Finding
 
 __all__ = [
     "broker_finding", "feature_flags_finding", "ladder_finding", "leaders_finding", "node_loss_finding",
-    "file_handles_finding",
-    "quorum_reservations", "parking_finding",
-    "activation_finding", "worker_eta_finding", "native_finding", "plugin_finding", "native_queue_names",
-    "REQUIRED_FLAGS", "NATIVE_LEVELS", "NATIVE_DELIVERY_EXCHANGE", "PLUGIN_GONE_FROM", "PLUGIN_MAX_DELAY_MS",
+    "file_handles_finding", "quorum_reservations", "parking_finding", "activation_finding", "worker_eta_finding",
+    "native_finding", "plugin_finding", "native_queue_names", "REQUIRED_FLAGS", "NATIVE_LEVELS",
+    "NATIVE_DELIVERY_EXCHANGE", "PLUGIN_GONE_FROM", "PLUGIN_MAX_DELAY_MS",
 ]
 
 #: Feature flags the ladder's quorum queues need: quorum queues, and at-least-once dead-lettering.
@@ -141,13 +135,7 @@ def _laps_of(state: LadderState, spec: LadderSpec) -> dict[str, Any]:
 
 def leaders_finding(queues: list[dict[str, Any]] | None, nodes: list[str] | None, ladder_queues: Iterable[str],
                     api: ApiReach, *, vhost: str = "/", namespace: str = "") -> Finding:
-    """Where the leaders of the ladder's queues run (``GET /api/queues`` and ``/api/nodes``).
-
-    On a multi-node cluster all leaders on one node is a warning: quorum
-    queues default to the client-local leader locator, so the declaring
-    process's node gets them all, and one node then does every level's
-    dead-letter work and fails them all over at once.
-    """
+    """Where the leaders of the ladder's queues run (``GET /api/queues`` and ``/api/nodes``); all on one node warns."""
     if queues is None or nodes is None or not api.usable:
         return Finding("leaders", WARN, f"leaders not checked: {api.why_not()}.", api.how_to_fix(),
                        {"api": api.state})
@@ -205,17 +193,11 @@ DLX_CONFIRM_TIMEOUT_ADVISED_MS = 5_000
 
 def node_loss_finding(version: tuple[int, ...], nodes: list[str] | None, queue_type: str,
                       api: ApiReach) -> Finding:
-    """What losing one node of the cluster does to the tasks waiting in the ladder.
+    """What losing one node of the cluster does to the tasks waiting in the ladder (docs/clusters.md).
 
-    On RabbitMQ before 3.12.5, a quorum queue's dead-letter worker that first
-    publishes to a target queue asks the target's first member, and if that
-    node is down the publish is rejected (``rabbit_fifo_client:enqueue/3``).
-    The worker re-sends a rejected message only once
-    ``dead_letter_worker_publisher_confirm_timeout`` has passed since it sent
-    it, whether its timer or a policy change wakes it
-    (``rabbit_fifo_dlx_worker:redeliver_messages/1``), and holds up to 32 such
-    messages (its prefetch), everything behind them waiting too. Nothing over
-    AMQP or the management API moves them sooner; ``advanced.config`` can.
+    Before 3.12.5 a dead-letter worker's first publish to a target whose first member is down is
+    rejected and re-sent only after ``dead_letter_worker_publisher_confirm_timeout``; only
+    ``advanced.config`` shortens that.
     """
     shown = _version_text(version)
     timeout_s = DLX_CONFIRM_TIMEOUT_MS // 1000
@@ -254,15 +236,9 @@ def node_loss_finding(version: tuple[int, ...], nodes: list[str] | None, queue_t
 def file_handles_finding(version: tuple[int, ...], limits: dict[str, int] | None,
                          queues: list[dict[str, Any]] | None, api: ApiReach, *,
                          missing_ladder_queues: int = 0) -> Finding:
-    """Will the node's quorum queues use up RabbitMQ 3.x's file-handle budget?
+    """Will the node's quorum queues use up RabbitMQ 3.x's file-handle budget (docs/footprint.md)?
 
-    Before 4.0 every quorum queue replica reserves file handles (see
-    :func:`quorum_reservations`). Past the node's limit (about 100 below its
-    open-files limit, ``fd_total``) the node keeps running but accepts no new
-    connection and answers no ``rabbitmqctl status``, and logs nothing: seen
-    here with 344 single-node quorum queues under Debian's default limit of
-    1,024. ``missing_ladder_queues`` counts the ladder's queues a first start
-    will add (each reserves 3 on one node, up to 2 + 3 members on a cluster).
+    ``missing_ladder_queues``: the ladder's queues a first start will add.
     """
     if version >= RESERVATIONS_GONE_FROM:
         return Finding("file_handles", OK, f"RabbitMQ {_version_text(version)} reserves no file handles per queue.",
@@ -317,9 +293,7 @@ def activation_finding(*, enabled: bool, installed: bool, ladder_tasks: int = 0,
                        plain_process: dict[str, Any] | None = None) -> Finding:
     """Is the ladder really active: in this process, and in a process that only imports the app.
 
-    ``plain_process`` is the answer of a fresh interpreter that imported the
-    app the way ``-A`` names it (and ran ``django.setup()`` under Django), as
-    a web process would: ``imports_celery_delayq``, ``installed``, ``error``.
+    ``plain_process``: a fresh interpreter's answer (``imports_celery_delayq``, ``installed``, ``error``).
     """
     details = {"delayq_enabled": enabled, "installed_here": installed, "ladder_tasks": ladder_tasks,
                "plain_process": plain_process, "rule": ACTIVATION_RULE}
@@ -411,8 +385,7 @@ def native_finding(queues: dict[str, int | None], *, delivery_exchange: bool, qu
                    enabled: bool, now: float | None = None) -> Finding:
     """Celery's own delayed delivery (``celery_delayed_*``): present, in use, and when it will be empty.
 
-    ``queues`` maps each native queue that exists to its ready messages. A
-    message in ``celery_delayed_k`` arrives within ``2**(k+1) - 1`` seconds.
+    ``queues``: each existing native queue's ready messages (``celery_delayed_k``: within ``2**(k+1) - 1`` s).
     """
     now = time.time() if now is None else now
     busy = {name: n for name, n in queues.items() if n}
@@ -444,12 +417,8 @@ def native_finding(queues: dict[str, int | None], *, delivery_exchange: bool, qu
 
 def plugin_finding(exchanges: list[dict[str, Any]] | None, *, plugin_enabled: bool | None,
                    version: tuple[int, ...], api: ApiReach) -> Finding:
-    """Exchanges of the delayed-message plugin's type (``GET /api/exchanges``), and what they still hold.
-
-    ``messages_delayed`` is the plugin's count of messages held in an exchange,
-    when the API shows it. The plugin keeps them outside any queue, so
-    disabling it, or upgrading to 4.3+ where it cannot run, loses them.
-    """
+    """Exchanges of the delayed-message plugin's type (``GET /api/exchanges``), and what they still hold
+    (``messages_delayed``: lost by disabling the plugin or upgrading to 4.3+)."""
     if exchanges is None or not api.usable:
         return Finding("plugin_exchanges", WARN, f"plugin exchanges not checked: {api.why_not()} (AMQP cannot tell "
                        "an exchange's type).", api.how_to_fix(), {"api": api.state})

@@ -1,11 +1,7 @@
 """What the doctor looks at, read-only: passive declares, management API GETs, ``inspect scheduled``.
 
-It creates nothing on the broker. The only non-passive declares are
-:meth:`~celery_delayq.rabbitmq.topology.Topology.verify` of a ladder that is already
-complete (same arguments: a no-op, or the name of the argument that
-differs) and the limit probe of a parking queue that exists
-(:func:`~celery_delayq.parking.limits.browse_risk`). :func:`classify` turns
-the :class:`Observations` into findings without further I/O.
+Creates nothing: the only non-passive declares (``verify`` of a complete ladder, the parking
+queue's limit probe) repeat existing arguments. :func:`classify` makes findings without I/O.
 """
 
 from __future__ import annotations
@@ -89,12 +85,7 @@ class _DoctorAPI(ManagementAPI):
 
 
 def _reach(api: _DoctorAPI | None, raw: Connection) -> tuple[ApiReach, dict[str, Any] | None]:
-    """Ask the API's overview, and check that it speaks for the broker the AMQP connection reached.
-
-    The same check the package makes everywhere (:meth:`ManagementAPI.identify`):
-    a cluster name, the connected node among the API's nodes, or the connection
-    itself among the API's connections.
-    """
+    """Ask the API's overview, checked to speak for the AMQP connection's broker (:meth:`ManagementAPI.identify`)."""
     if api is None:
         return ApiReach(None, "off"), None
     found = api.identity()

@@ -1,15 +1,8 @@
 """One Celery app's ladder: its settings, its publisher, and which publishes it delays.
 
-:class:`AppLadder` answers the one question the kombu hook asks about a
-publish (:meth:`AppLadder.divert`): is it delayed, until when, and where
-would an undelayed publish have gone. It decides from the message headers
-alone and does no I/O; the producer then hands the serialised message to
-:attr:`AppLadder.backend`. It also undoes Celery's own native delayed
-delivery when that is active, so a task passes through exactly one ladder,
-once.
-
-Not to be confused with Celery's task router (``task_routes``), which
-chooses a task's queue; this only decides *when* the message gets there.
+:meth:`AppLadder.divert` answers the kombu hook from the headers alone, with no I/O: is a
+publish delayed, until when, and where would it have gone (undoing Celery's native delayed
+delivery, so a task passes through one ladder once). It decides *when*, never which queue.
 """
 
 from __future__ import annotations
@@ -27,17 +20,14 @@ from kombu.connection import Connection
 from ..ladder import headers as H
 from ..config import DelayqConfig
 from ..ladder.delays import parse_eta
-from ..ladder.index_layout import index_layout
 from ..ladder.spec import check_name
 from ..rabbitmq import client
-from ..rabbitmq.budget import BudgetCheck
 from ..rabbitmq.management import ManagementAPI, key_matches
 from ..rabbitmq.owned import dedicated_copy
 from ..ladder.plugin_compat import DELAY_HEADER, delay_of, plain_entities
-from ..rabbitmq.placement import LeaderPlacement
-from ..rabbitmq.publisher import LadderPublisher, publisher_for
+from ..rabbitmq.publisher import LadderPublisher, publisher_for, topology_for
 from ..scheduling import Scheduler
-from ..rabbitmq.topology import Topology, broker_version, resolve_queue_type
+from ..rabbitmq.topology import Topology
 from .extensions import Extensions
 from .queue_delays import default_delay, queue_delays_of
 from ..typing import CeleryApp, DelayBackend, Diversion
@@ -109,13 +99,7 @@ class AppLadder:
         return self.app.connection_for_write()
 
     def dedicated_connection(self, role: str) -> Connection:
-        """A (not yet connected) connection of the ladder's own for ``role``.
-
-        It keeps the app's connection options (credentials, SSL, heartbeat, failover)
-        but never ``confirm_publish``: with it, py-amqp waits for every confirm inside
-        ``basic_publish``, which defeats confirm tracking of one's own (a publish then
-        times out) and cannot share a channel with a transaction.
-        """
+        """A (not yet connected) connection of the ladder's own for ``role``: the app's options, never ``confirm_publish``."""
         return dedicated_copy(self.connection(), role)
 
     # -- the read side: what commands, the page and the metrics read (nothing declared, no hook) --
@@ -131,18 +115,9 @@ class AppLadder:
     def topology(self, raw: client.Connection) -> Topology:
         """The app's ladder as the broker behind ``raw`` would have it (nothing is declared).
 
-        A :meth:`Topology.declare` of a new ladder spreads its leaders (``delayq_leader_placement``).
+        An operator's command is the explicit way to create a ladder the budget check cannot see.
         """
-        version = broker_version(raw)
-        topo = Topology(self.config.spec, resolve_queue_type(self.config.queue_type, version),
-                        index=index_layout(self.config.spec, index=self.config.index, version=version))
-        api = self.api(raw)
-        spread = self.config.leader_placement == "spread"
-        if api is not None and spread:
-            topo.placement = LeaderPlacement(api, self.connection()).place
-        # An operator's command is the explicit way to create a ladder the budget check cannot see.
-        topo.budget = BudgetCheck(version, api, spread=spread, explicit=True)
-        return topo
+        return topology_for(self.connection(), self.config, raw, explicit=True, route_check=False)
 
     def api(self, raw: client.Connection) -> ManagementAPI | None:
         """The management API of the broker behind ``raw`` (``None`` when switched off)."""
@@ -157,16 +132,12 @@ class AppLadder:
 
     @property
     def backend(self) -> DelayBackend:
-        """The app's :class:`~celery_delayq.typing.DelayBackend` (``delayq_backend``; the ladder's
-        is this app's :attr:`publisher` itself)."""
+        """The app's :class:`~celery_delayq.typing.DelayBackend` (``delayq_backend``)."""
         return self.scheduler.default
 
     @property
     def scheduler(self) -> Scheduler:
-        """The one place above the backends (delay check, signals, index), which the producer asks.
-
-        It takes the app's :attr:`backend`, and each ``delayq_queue_backends`` queue's own.
-        """
+        """The one place above the backends (delay check, signals, index), which the producer asks."""
         if self._scheduler is None:
             self._scheduler = Scheduler.for_connection(self.connection(), self.config, clock=self.clock)
         return self._scheduler
@@ -180,11 +151,7 @@ class AppLadder:
 
     @functools.cached_property
     def native_delayed_delivery(self) -> bool:
-        """Would Celery (5.5+) rewrite this app's delayed publishes to its own native ladder?
-
-        Asked once per app: finding the transport builds a Connection, which cost
-        ~0.45 ms per ``apply_async`` (a third of the hook's time) when asked each time.
-        """
+        """Would Celery (5.5+) rewrite this app's delayed publishes to its own native ladder? (Asked once: costly.)"""
         try:
             from celery.utils.quorum_queues import detect_quorum_queues
         except ImportError:  # Celery < 5.5 has no native delayed delivery
@@ -196,12 +163,7 @@ class AppLadder:
         return bool(detect_quorum_queues(self.app, driver)[0])
 
     def reread(self) -> None:
-        """Read the app's settings again if they were read; keep what did not change.
-
-        A setting may arrive after the ladder first read them (``add_defaults`` or
-        ``conf.update`` on a loaded configuration); the app's producers keep this
-        same object, so it is refreshed in place.
-        """
+        """Read the app's settings again, in place, if they were read; keep what did not change."""
         if self._config is None:
             return
         fresh = DelayqConfig.from_app(self.app)
@@ -217,17 +179,12 @@ class AppLadder:
                declare: Iterable[Any]) -> Diversion | None:
         """Where and when a publish must arrive, or ``None`` to publish it unchanged.
 
-        A publish is delayed when its headers carry a future ``eta`` (Celery's
-        message protocol 2) or an ``x-delayq-due``, and the task belongs in the
-        ladder; or when it goes undelayed to a queue with a default delay
-        (``delayq_queue_delays``), which applies to every task of the app.
-        Names are checked here, before any broker call.
+        Delayed: a future ``eta`` or ``x-delayq-due`` of a task that belongs in the ladder, or an
+        undelayed publish to a queue with a default delay (``delayq_queue_delays``).
 
         Raises:
             InvalidDelay: an eta that is not a point in time.
             InvalidName: an exchange, routing key or queue name RabbitMQ would refuse.
-
-        The delay's length is checked once, by the :attr:`scheduler`, before anything is sent.
         """
         eta = headers.get("eta")
         if eta is None and H.DUE not in headers:
@@ -258,9 +215,7 @@ class AppLadder:
             return None if native is None else Diversion(name, key)
 
         queue_hint = _check_names(name, key, declare)
-        if headers.get("eta") is None:
-            # Keep Celery's own eta, so request.eta is right and a worker would hold an
-            # early arrival rather than run it (belt and braces: the ladder rounds up).
+        if headers.get("eta") is None:  # request.eta right; a worker holds an early arrival
             headers["eta"] = datetime.fromtimestamp(due, tz=timezone.utc).isoformat()
         return Diversion(name, key, due=due, delay=due - now, queue_hint=queue_hint)
 
@@ -273,23 +228,14 @@ class AppLadder:
             return None
         name, key = exchange_name(exchange), routing_key or ""
         queue_hint = _check_names(name, key, plain_entities(declare))
-        # As the plugin does on delivery: a negative x-delay, so a consumer that republishes
-        # the message (into a plugin exchange, or through this hook) does not delay it twice.
+        # Negative, as the plugin does on delivery: a republish does not delay it twice.
         headers[DELAY_HEADER] = -int(round(delay * 1000))
         return Diversion(name, key, due=now + delay, delay=delay, queue_hint=queue_hint)
 
     def _native_destination(self, delivery_exchange: str, original_key: str, *, native_key: str) -> tuple[str, str]:
-        """Where an undelayed publish of a native-ladder task would have gone.
-
-        Celery replaced the task's exchange with its ladder's; the task's queue
-        in ``task_queues`` tells the original exchange. If that is ambiguous,
-        deliver through Celery's native delivery exchange, which its workers
-        bind to the same queues.
-        """
-        exchanges = {
-            q.exchange.name for q in self.app.amqp.queues.values()
-            if q.routing_key == original_key and q.exchange is not None and q.exchange.type != "direct"
-        }
+        """Where an undelayed native-ladder publish would have gone: the one ``task_queues`` exchange, else native delivery."""
+        exchanges = {q.exchange.name for q in self.app.amqp.queues.values()
+                     if q.routing_key == original_key and q.exchange is not None and q.exchange.type != "direct"}
         if len(exchanges) == 1:
             return exchanges.pop(), original_key
         return delivery_exchange, native_key
@@ -298,12 +244,8 @@ class AppLadder:
 def _check_names(exchange: str, routing_key: str, declare: Iterable[Any]) -> str | None:
     """Validate every name a delayed publish will use; return the queue that surely receives it.
 
-    kombu would otherwise fail deep inside a declare with ``struct.error`` on a
-    name longer than 255 bytes, after part of the work was done. The queue
-    returned is one Celery declares (``declare``) *and* binds so that
-    ``exchange``/``routing_key`` reach it; a publish that names a queue but
-    goes elsewhere (``apply_async(exchange=..., routing_key=...)``) gets
-    ``None``, and its routability is checked at the broker instead.
+    That is a queue Celery declares *and* binds so ``exchange``/``routing_key`` reach it, else
+    ``None`` (the broker checks routability then).
     """
     check_name("exchange name", exchange)
     check_name("routing key", routing_key)
@@ -341,20 +283,13 @@ def _reaches(bound_exchange: Any, binding_key: str, exchange: str, routing_key: 
     return bool(key_matches(bound_exchange.type or "direct", binding_key, routing_key))
 
 
-#: The attribute of a Celery app that holds its :class:`AppLadder`. On the app, not in a module-level
-#: weak dictionary: the ladder holds its app, so a dictionary's value would keep its own key (every app
-#: that ever had a ladder) alive for good; app and ladder are one garbage cycle instead.
+#: The app attribute holding its :class:`AppLadder` (a weak dictionary's value would keep its key alive).
 _ATTR = "_delayq_ladder"
 _LADDERS_LOCK = threading.Lock()
 
 
 def ladder_for(app: CeleryApp) -> AppLadder:
-    """The app's :class:`AppLadder` (settings, publisher), without hooking anything.
-
-    Use it to read the app's ladder settings or reach its publisher; use
-    :func:`celery_delayq.install` to make the app's publishes go through it.
-    One per app and process, built on first use.
-    """
+    """The app's :class:`AppLadder` (settings, publisher), one per process, without hooking anything (see install)."""
     ladder: AppLadder | None = getattr(app, _ATTR, None)
     if ladder is None:
         with _LADDERS_LOCK:

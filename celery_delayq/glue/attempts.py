@@ -1,11 +1,5 @@
-"""What one attempt of a DelayedRetryTask knows, beyond Celery's request.
-
-Celery's request tells the attempt number (``retries``) and carries our
-headers; this module adds what Celery does not keep: when the attempt
-started, the raw message (for an exact parked copy), and the duplicate
-guard's key, and builds the tenacity state of an attempt. Parking a task
-that gives up is :func:`celery_delayq.parking.park.park_attempt`.
-"""
+"""What one attempt of a DelayedRetryTask knows beyond Celery's request: its start, the raw message
+(for an exact parked copy), the duplicate guard's key; and its tenacity state."""
 
 from __future__ import annotations
 
@@ -18,16 +12,14 @@ from typing import Any
 from tenacity import RetryCallState
 
 from ..ladder import headers as H
-from .request import RawMessage, take_raw
+from .raw import RawMessage, take_raw
 from ..policies.state import call_state
 
 __all__ = ["Attempt", "begin_attempt", "end_attempt", "current_attempt", "first_attempt_time", "state_for"]
 
 log = logging.getLogger(__name__)
 
-# The running attempt of this thread (greenlet under gevent). Not an attribute of
-# Celery's request: Celery copies the request's attributes into a new request
-# (push_request) and from there into the headers of a retry.
+# The running attempt of this thread (not on Celery's request, whose attributes end up in a retry's headers).
 _local = threading.local()
 
 
@@ -39,8 +31,7 @@ class Attempt:
         started: Wall-clock epoch seconds at which the attempt started.
         raw: The message as the worker received it (``None`` if not captured).
         delivery: The duplicate guard's key, when the guard is on.
-        settled: A ``retry()`` of this attempt already gave up (and parked), so
-            the exception it re-raises must not be handled a second time.
+        settled: A ``retry()`` of this attempt already gave up (and parked): its re-raise is not handled again.
     """
 
     task_id: str
@@ -74,11 +65,7 @@ def current_attempt(request: Any) -> Attempt:
 
 
 def first_attempt_time(request: Any) -> float:
-    """Wall-clock start of the task's first attempt.
-
-    On a retry it comes from ``x-delayq-first-attempt``, which Celery copies
-    from message to message; the first attempt uses its own start time.
-    """
+    """Wall-clock start of the task's first attempt (on a retry from ``x-delayq-first-attempt``)."""
     if request.retries:
         value = request.get(H.FIRST_ATTEMPT)
         if value is not None:

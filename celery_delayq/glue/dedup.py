@@ -1,25 +1,9 @@
 """Opt-in duplicate-delivery guard: a second delivery of the same (task id, attempt) runs zero times.
 
-Quorum queues dead-letter *at least once*, so a message can leave the ladder
-twice; a worker killed after publishing a retry but before acking also
-publishes that retry twice. Turn the guard on (``delayq_dedup = True``) when
-running a task twice is worse than a Redis round trip per task: payments,
-e-mails, non-idempotent calls.
-
-Each delivery claims the key ``(task id, attempt, replay id)`` in Redis
-(``SET NX``, state ``running``) before the task runs, and marks it ``done``
-when the attempt is over (returned, failed, or published its retry). A
-delivery that finds the key taken is acknowledged and not run (Celery's
-``Ignore``: no state change, no failure signal). Two rules keep the guard
-from ever turning *at least once* into *zero times*:
-
-* A message the broker marks ``redelivered`` is the *same* message again
-  after a consumer died before acking it, not a copy. It runs unless its key
-  says ``done`` (the attempt finished and only the ack was lost).
-* If Redis cannot be reached, the delivery runs (fail open) and a warning is logged.
-
-A parked message replayed carries its parked id as replay id, so it is a new
-delivery, not a duplicate of the run that failed.
+Quorum queues dead-letter *at least once*; ``delayq_dedup = True`` costs a Redis round trip per task.
+Each delivery claims ``(task id, attempt, replay id)`` (``SET NX``, ``running``) before it runs and
+marks it ``done`` after; a delivery that finds it taken is acked and not run (``Ignore``). Never
+zero times: a ``redelivered`` message runs unless ``done``, and without Redis it runs (fail open).
 """
 
 from __future__ import annotations
@@ -47,8 +31,7 @@ class DuplicateGuard:
 
     Args:
         url: Redis URL (``redis://host:6379/0``).
-        ttl: Seconds to remember a delivery; longer than any duplicate can
-            trail the original (duplicates leave the ladder within seconds).
+        ttl: Seconds to remember a delivery (duplicates trail the original by seconds).
         namespace: Key prefix, so apps sharing a Redis do not collide.
     """
 

@@ -1,30 +1,11 @@
 """Features as extensions: named objects with explicit hooks, each keeping its state on the app's ladder.
 
-:func:`~celery_delayq.glue.integration.install` builds the app's
-:class:`Extensions` from :data:`EXTENSIONS` (a name → ``"module:Class"`` table,
-as :data:`~celery_delayq.config.BACKEND_ALIASES` names backends, so the glue
-imports no feature) minus the names in ``delayq_disabled_extensions``, and
-calls each one's :meth:`Extension.install`. Dramatiq's middleware is the
-model: the glue calls hooks with clear names at fixed points, and an extension
-does its work there and nowhere else.
-
-An extension is one instance per app ladder (``ladder.extensions["cancels"]``):
-what it keeps for the app (a cancel-log follower, a telemetry subscription,
-a metrics server) lives on that instance, so it goes with the ladder and no
-module keeps a dictionary per app.
-
-The hooks, in the order they run:
-
-* :meth:`~Extension.install` / :meth:`~Extension.uninstall`: in every process
-  that installs the ladder (publishers too); :attr:`~Extension.consumer_steps`
-  are added to (and removed from) the app's worker consumer blueprint there;
-* :meth:`~Extension.worker_start`, :meth:`~Extension.worker_stop`,
-  :meth:`~Extension.worker_shutdown`: the worker's delayq consumer step, after
-  the delay backend's own worker service started (before the first task);
-* :meth:`~Extension.request_revoked`: each time Celery asks a request of the app
-  whether it is revoked (``True`` drops it as revoked);
-* :meth:`~Extension.cancelled`: the takeover asks whether a task id was cancelled;
-* :meth:`~Extension.park`: a ``DelayedRetryTask`` attempt that gives up is parked.
+:func:`~celery_delayq.glue.integration.install` builds the app's :class:`Extensions` from
+:data:`EXTENSIONS` (name -> ``"module:Class"``, so the glue imports no feature) less
+``delayq_disabled_extensions``; as with dramatiq's middleware, the glue calls named hooks at
+fixed points (install/uninstall in every process, ``worker_*`` from the worker's delayq step,
+``request_revoked`` per request, ``cancelled`` from the takeover, ``park`` for a giving-up
+attempt). One instance per app ladder keeps what the feature holds for the app.
 """
 
 from __future__ import annotations
@@ -32,8 +13,6 @@ from __future__ import annotations
 import logging
 import threading
 from typing import Any, ClassVar, Generic, Iterator, Mapping, TypeVar
-
-from kombu.utils.imports import symbol_by_name
 
 from ..errors import DelayqError
 from ..policies.resolve import RetryOptions
@@ -57,18 +36,12 @@ class ExtensionMissing(DelayqError):
     """A hook was needed from an extension that is not active on the app (``delayq_disabled_extensions``)."""
 
 
-#: The ladder type the hooks receive: :class:`~celery_delayq.glue.app_ladder.AppLadder`, which
-#: holds an ``Extensions[AppLadder]`` (a parameter, so this module needs no import of it).
+#: The ladder type the hooks receive (:class:`~celery_delayq.glue.app_ladder.AppLadder`; a parameter: no import).
 L = TypeVar("L")
 
 
 class Extension(Generic[L]):
-    """One feature of the ladder: a name, and hooks the glue calls at fixed points.
-
-    Every hook does nothing by default; an extension overrides those it needs.
-    ``ladder`` is the app's :class:`~celery_delayq.glue.app_ladder.AppLadder`
-    (features subclass ``Extension[AppLadder]``).
-    """
+    """One feature of the ladder: a name, and hooks the glue calls at fixed points (each a no-op by default)."""
 
     #: The extension's name: its key in ``ladder.extensions`` and in ``delayq_disabled_extensions``.
     name: ClassVar[str] = ""
@@ -176,8 +149,7 @@ class Extensions(Mapping[str, Extension[L]]):
         """Park a giving-up attempt through the ``parking`` extension.
 
         Raises:
-            ExtensionMissing: ``parking`` is in ``delayq_disabled_extensions`` while the
-                task asks to park (``delayq_park``); turn one of the two off.
+            ExtensionMissing: ``parking`` is disabled while the task asks to park (``delayq_park``).
         """
         parking = self._by_name.get("parking")
         if parking is None or not _overrides(parking, "park"):
@@ -187,10 +159,7 @@ class Extensions(Mapping[str, Extension[L]]):
         parking.park(task, request, exc, reason=reason, options=options)
 
     def each(self, hook: str, ladder: L, *args: Any) -> None:
-        """Call one lifecycle hook of every extension, in order (``uninstall`` and ``worker_*`` in reverse).
-
-        A failing hook is logged and does not keep the others from running.
-        """
+        """Call one lifecycle hook of every extension, in order (stopping ones in reverse); a failure is logged."""
         reverse = hook in ("uninstall", "worker_stop", "worker_shutdown")
         extensions = list(self._by_name.values())
         for extension in reversed(extensions) if reverse else extensions:

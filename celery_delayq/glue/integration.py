@@ -1,44 +1,17 @@
 """Turning the ladder on for a Celery app: activation, the producer hook, the worker steps.
 
-How an app's delayed publishes reach the ladder, in one sentence: **the
-setting alone turns it on: processes that imported celery_delayq publish
-into the ladder themselves; a worker of the app moves any other delayed
-task into the ladder on arrival and tells you which publisher to fix.**
-:func:`install` does the same explicitly; ``DelayedRetryTask`` tasks install
-it for their app when they are bound.
+The activation rule (docs/migration.md): the setting alone turns it on; processes that imported
+celery_delayq publish into the ladder themselves, and a worker of the app moves any other
+delayed task into the ladder on arrival (:mod:`~celery_delayq.glue.takeover`).
 
-The mechanism, step by step:
-
-* Importing celery_delayq registers :func:`watch_app` as a Celery *fixup*
-  (Celery's per-app extension point; its Django support is one) and runs it
-  on the apps that already exist. It changes nothing about how the app
-  publishes: it watches the app's configuration, however it is given
-  (``conf.update``, ``config_from_object``, ``config_source``,
-  ``add_defaults`` before or after the load, Celery's ``TestApp`` and pytest
-  ``celery_config``; to see a late ``add_defaults`` it wraps that one method
-  of the app, because Celery announces nothing else), and :func:`is_installed`
-  loads it to answer.
-* If ``delayq_enabled`` is set, :func:`install` points the app's two
-  producer seams at :class:`~celery_delayq.glue.producer.LadderProducer`: its
-  producer pool (``apply_async``, ``send_task``, canvas, retries) and
-  ``app.amqp.Producer`` (celery beat); and ``app.amqp.create_task_message``
-  at :class:`~celery_delayq.glue.message_check.CheckedTaskMessage`, so a bad
-  countdown or eta is an ``InvalidDelay`` before anything is sent. No other
-  app, pool or producer in the process is touched, and nothing is patched on
-  import.
-* :func:`install` then builds the app's extensions
-  (:mod:`celery_delayq.glue.extensions`: takeover, cancels, parking,
-  telemetry, metrics, less ``delayq_disabled_extensions``) and runs their
-  ``install`` hooks; :class:`DelayqWorkerStep` runs their worker hooks.
-* The app loads its configuration before its first publish (Celery reads
-  ``task_routes`` first), so the first publish already goes through the ladder.
-* A process that never imports celery_delayq has no hook (Celery 5.7 builds
-  fixups from a fixed list and runs no installed package's code on the
-  publishing side without an import). A worker of the app (``celery worker``
-  loads the package through its CLI plugin) takes over: its
-  :class:`~celery_delayq.glue.takeover.TakeoverStep` moves such a task into the
-  ladder before acknowledging it, and warns once per publishing host with the
-  line that fixes the publisher.
+* Importing celery_delayq registers :func:`watch_app` as a Celery *fixup* and runs it on the
+  existing apps: it only watches the app's configuration, however it is given.
+* If ``delayq_enabled`` is set, :func:`install` points the app's producer pool and
+  ``app.amqp.Producer`` at :class:`~celery_delayq.glue.producer.LadderProducer`, and
+  ``app.amqp.create_task_message`` at :class:`~celery_delayq.glue.message_check.CheckedTaskMessage`
+  (a bad countdown fails before anything is sent); no other app is touched. It then builds the
+  app's extensions (:mod:`celery_delayq.glue.extensions`); :class:`DelayqWorkerStep` runs their
+  worker hooks.
 """
 
 from __future__ import annotations
@@ -77,30 +50,22 @@ _FIXUP = "celery_delayq.glue.integration:watch_app"
 
 
 def is_installed(app: CeleryApp) -> bool:
-    """Do ``app``'s publishes go through the ladder in this process?
-
-    Right even before anything has read ``app.conf``: the app's configuration
-    is loaded to answer, and the ladder installed if ``delayq_enabled`` is set.
-    """
+    """Do ``app``'s publishes go through the ladder in this process? (Loads the configuration to answer.)"""
     return activate(app)
 
 
 def install(app: CeleryApp) -> AppLadder:
     """Make ``app``'s delayed publishes wait in the ladder (idempotent); returns its ladder.
 
-    After this, every publish of the app that is delayed (``countdown``, ``eta``,
-    ``retry``) goes through the ladder when ``delayq_enabled`` is set, and
-    those of :class:`~celery_delayq.DelayedRetryTask` tasks always; a worker of
-    the app declares the ladder when it starts. Calling it is optional when
-    ``delayq_enabled`` is set (see the module docstring).
+    Delayed publishes (``countdown``, ``eta``, ``retry``) then go through the ladder when
+    ``delayq_enabled`` is set, those of :class:`~celery_delayq.DelayedRetryTask` tasks always.
+    Optional when ``delayq_enabled`` is set.
     """
     with _LOCK:
         ladder = ladder_for(app)
         if ladder.installed:
             return ladder
-        # Marked first: what follows may load the app's configuration, whose
-        # activation callback then finds the app installed and returns.
-        ladder.installed = True
+        ladder.installed = True  # first: loading the configuration below re-enters activation
         _hook_producers(app, ladder)
         app.on_after_fork.connect(_rehook_after_fork, weak=False)
         if app.Task.Request == "celery.worker.request:Request":
@@ -139,13 +104,9 @@ def uninstall(app: CeleryApp) -> None:
 
 
 def _install_extensions(app: CeleryApp, ladder: AppLadder) -> None:
-    """Build the app's extensions (:data:`~celery_delayq.glue.extensions.EXTENSIONS` less
-    ``delayq_disabled_extensions``), add their worker steps, and run their ``install`` hooks.
+    """Build the app's extensions (less ``delayq_disabled_extensions``), add their steps, run their ``install``.
 
-    Only that one setting is read here (the extensions read their own, as
-    telemetry reads ``delayq_telemetry_dir``): install() may run while Celery
-    loads the app's configuration, and the rest of the settings are read (and
-    checked) when the ladder is first used.
+    Only that setting is read here: install() may run while Celery loads the configuration.
     """
     for name, path in enabled_extensions(setting(app, "disabled_extensions")).items():
         extension = ladder.extensions.add(_build(name, path))  # one added earlier (telemetry.attach) stays
@@ -186,10 +147,7 @@ def enabled_in(app: CeleryApp) -> bool:
 
 
 def activate(app: CeleryApp) -> bool:
-    """Install the ladder on ``app`` if its configuration says so; is it installed now?
-
-    Reads ``app.conf``, which loads the app's configuration if nothing has yet.
-    """
+    """Install the ladder on ``app`` if its configuration (loaded if need be) says so; is it installed now?"""
     ladder = ladder_if_any(app)
     if (ladder is None or not ladder.installed) and enabled_in(app):
         ladder = install(app)
@@ -197,29 +155,13 @@ def activate(app: CeleryApp) -> bool:
 
 
 def watch_app(app: CeleryApp) -> None:
-    """Install the ladder on ``app`` whenever its configuration turns ``delayq_enabled`` on.
+    """Install the ladder on ``app`` whenever its configuration turns ``delayq_enabled`` on (a Celery fixup).
 
-    Registered as a Celery fixup for every app created after celery_delayq is
-    imported, and called on the apps that already existed then. Celery runs
-    fixups before it creates the app's signals, and gives no signal for a
-    setting added after the configuration is loaded, so the app is watched
-    at three points:
-
-    * ``on_after_configure``: sent once every way of configuring the app has
-      been applied (``conf.update``, ``config_from_object``, ``config_source``
-      and every ``add_defaults`` made before the load, which is how
-      ``celery.contrib.testing``'s ``TestApp`` and the pytest plugin's
-      ``celery_config`` configure an app), and again when
-      ``config_from_object`` replaces a loaded configuration. The receiver is
-      connected from a lazy default (``add_defaults(callable)``), the first
-      thing Celery evaluates while it loads the configuration;
-    * ``conf.update`` after the load: Celery's own observer (``conf.bind_to``);
-    * ``add_defaults`` after the load: the one call Celery applies with no
-      notice, so the app's ``add_defaults`` is wrapped (on this app only).
-
-    A setting assigned as an attribute after the load (``app.conf.delayq_enabled
-    = True``) is seen by :func:`is_installed` and by the app's workers, which
-    move every delayed task of the app into the ladder (:mod:`celery_delayq.glue.takeover`).
+    Celery runs fixups before the app's signals exist and announces no late setting, so the app
+    is watched at three points: ``on_after_configure`` (connected from a lazy default, the first
+    thing Celery evaluates while loading), ``conf.update`` after the load (``conf.bind_to``), and
+    ``add_defaults`` after the load (that method is wrapped, on this app only). A setting assigned
+    as an attribute later is seen by :func:`is_installed` and by the app's workers.
     """
     if app in _WATCHED:
         return
@@ -242,8 +184,7 @@ def watch_app(app: CeleryApp) -> None:
     app.add_defaults(connect_when_loading)
 
 
-#: The configuration objects already observed (``bind_to``), by id: each is bound once, however
-#: often its app is (re)configured. Held weakly: a replaced configuration goes with its app.
+#: The configuration objects already observed (``bind_to``) by id, each bound once; weakly held.
 _BOUND_SOURCES: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
 
 
@@ -270,9 +211,7 @@ def _on_after_configure(sender: Any = None, source: Any = None, **_: Any) -> Non
 def _settings_changed(app: CeleryApp) -> None:
     """``delayq_*`` settings may have changed: re-read a ladder that read them, install if enabled.
 
-    A setting that cannot be used (``delayq_enabled = "yes please"``) is logged
-    in one line here, where Celery's signal would otherwise print a traceback
-    and carry on, and the app's workers refuse to start (:class:`SettingsRefusal`).
+    An unusable setting is logged in one line and the app's workers refuse to start (:class:`SettingsRefusal`).
     """
     try:
         refresh_ladder(app)
@@ -292,12 +231,9 @@ _SETTINGS_ERRORS: "weakref.WeakKeyDictionary[CeleryApp, SettingsError]" = weakre
 
 
 class SettingsRefusal(bootsteps.Step):
-    """Worker step added only while a ``delayq_*`` setting cannot be used: the worker does not start.
+    """Worker step added only while a ``delayq_*`` setting cannot be used: the worker exits 78 (``EX_CONFIG``).
 
-    A worker that started anyway would hold every delayed task in memory as a
-    classic ETA task, the very thing the operator set ``delayq_enabled`` to
-    avoid, so it stops before consuming, with one line naming the setting, the
-    value and the accepted forms, and exit status 78 (``EX_CONFIG``).
+    Started anyway, it would hold every delayed task in memory as an ETA, what ``delayq_enabled`` avoids.
     """
 
     name = "celery_delayq.settings"
@@ -342,7 +278,7 @@ def _wrap_producer_or_acquire(app: CeleryApp, ref: "weakref.ReferenceType[Celery
             target.conf.get("delayq_enabled")  # any read loads it (and installs the ladder if enabled)
         return original(producer)
 
-    app.producer_or_acquire = producer_or_acquire
+    app.producer_or_acquire = producer_or_acquire  # type: ignore[method-assign]
 
 
 def _register_fixup() -> None:
@@ -354,15 +290,10 @@ def _register_fixup() -> None:
 
 # -- worker side -----------------------------------------------------------------------
 class DelayqWorkerStep(bootsteps.StartStopStep):
-    """Worker bootstep: starts the delay backends' own worker services before consuming, then the extensions'.
+    """Worker bootstep: starts each delay backend's worker service once before consuming, then the extensions'.
 
-    What a backend needs from each worker is its own
-    (:meth:`~celery_delayq.typing.DelayBackend.worker_service`): for the ladder,
-    the topology declared, laps relayed and held queues set moving
-    (:class:`~celery_delayq.rabbitmq.worker.LadderWorker`). Every backend in use
-    has its service run, once: the app's and each ``delayq_queue_backends`` queue's
-    (:meth:`~celery_delayq.scheduling.Scheduler.worker_services`). Each extension's
-    ``worker_*`` hooks follow (the metrics exporter, in the worker's main process).
+    (:meth:`~celery_delayq.scheduling.Scheduler.worker_services`; for the ladder
+    :class:`~celery_delayq.rabbitmq.worker.LadderWorker`.)
     """
 
     requires = ("celery.worker.consumer.connection:Connection",)
@@ -386,8 +317,7 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
         ladder.extensions.each("worker_start", ladder, c)
 
     def stop(self, c: Any) -> None:
-        """Celery stops consumer steps on a lost broker connection too: the backend's services
-        pause, the extensions keep what outlives a connection (the metrics' counters) until :meth:`shutdown`."""
+        """Also on a lost connection: services pause; extensions keep what outlives it until :meth:`shutdown`."""
         if self.ladder is not None:
             self.ladder.extensions.each("worker_stop", self.ladder, c)
         for service in self.services or ():

@@ -1,39 +1,24 @@
 """Bad ``countdown``/``eta`` on any task of an app with the ladder: ``InvalidDelay``, nothing sent.
 
-Celery turns a countdown into an eta when it builds the task message
-(``app.amqp.create_task_message``, which every ``apply_async``, ``send_task``,
-``retry`` and canvas publish goes through), and fails there with whatever the
-arithmetic raises: ``TypeError`` for ``countdown="soon"``, ``ValueError`` for
-NaN, ``OverflowError`` for infinity or a huge negative number,
-``AttributeError`` for an eta that is a number. A junk eta *string* it does
-not check at all: the message is sent, and the worker fails on it later.
-
-:func:`celery_delayq.install` puts :class:`CheckedTaskMessage` in that one
-seam of the app (``app.amqp.create_task_message``, an attribute Celery
-computes once per app from ``task_protocols``, as ``app.amqp.Producer`` is
-for the producer). For the tasks whose delays belong in the ladder (every
-task with ``delayq_enabled``, the ``DelayedRetryTask`` tasks without), a
-countdown or eta that is not a point in time raises
-:class:`~celery_delayq.InvalidDelay`, and one beyond ``delayq_max_delay``
-:class:`~celery_delayq.DelayTooLong`, as ``DelayedRetryTask`` always did,
-before a message exists. An eta given as epoch seconds is accepted and
-passed on as a datetime. Other apps and other tasks keep Celery's behaviour.
-
-Not covered: when Celery's own native delayed delivery is active (quorum
-task queues behind a topic exchange), ``send_task`` reads the countdown
-before it builds the message, and a non-number fails there first, still
-before anything is sent.
+Celery fails on a bad countdown with whatever its arithmetic raises, and sends a junk eta
+string unchecked. :class:`CheckedTaskMessage` takes the app's ``app.amqp.create_task_message``
+seam: for tasks whose delays belong in the ladder, a delay that is not a point in time raises
+:class:`~celery_delayq.InvalidDelay` and one beyond ``delayq_max_delay``
+:class:`~celery_delayq.DelayTooLong`, before a message exists; an epoch-seconds eta becomes a
+datetime. Other apps and tasks keep Celery's behaviour.
 """
 
 from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..ladder.delays import check_countdown, parse_eta
 from ..errors import InvalidDelay
-from .app_ladder import AppLadder
+
+if TYPE_CHECKING:  # pragma: no cover - only named: the app ladder passes itself
+    from .app_ladder import AppLadder
 
 __all__ = ["CheckedTaskMessage", "checked_delay"]
 
@@ -73,9 +58,7 @@ class CheckedTaskMessage:
         if (countdown is not None or eta is not None) and self.routing.wants({"task": name}):
             now = self.clock()
             countdown, eta, due = checked_delay(countdown, eta, now=now)
-            if due is not None and due > now:
-                # DelayTooLong before a message exists, so not even Celery's before_task_publish
-                # fires; every other delayed publish is checked by the scheduler (celery_delayq.scheduling).
+            if due is not None and due > now:  # before Celery's before_task_publish even fires
                 self.routing.config.check_delay(due - now)
         build = self.amqp.task_protocols[self.amqp.app.conf.task_protocol]
         return build(task_id, name, args, kwargs, countdown, eta, *rest, **options)

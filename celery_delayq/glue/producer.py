@@ -1,17 +1,9 @@
 """The kombu-level hook: a ``Producer`` that sends delayed publishes to the ladder.
 
-Celery publishes every task (``apply_async``, ``send_task``, ``retry``,
-canvas, worker-lost retries) through ``kombu.Producer.publish``, taken from
-the app's producer pool; celery beat builds its producer from
-``app.amqp.Producer``. :func:`celery_delayq.install` points both of *that
-app's* seams at :class:`LadderProducer` (kombu's own ``ProducerPool(Producer=...)``
-seam); no other app, pool or producer in the process changes.
-
-A :class:`LadderProducer` asks its :class:`~celery_delayq.typing.DelayRouting`
-one question per publish (:meth:`~celery_delayq.typing.DelayRouting.divert`):
-undelayed publishes then take the unchanged kombu path; delayed ones are
-serialised here, exactly as kombu would, and handed to the routing's
-:class:`~celery_delayq.typing.DelayBackend`. Nothing calls back into the producer.
+Every Celery publish goes through the app's producer pool or ``app.amqp.Producer`` (beat), both
+pointed at :class:`LadderProducer` for that app only. It asks
+:meth:`~celery_delayq.typing.DelayRouting.divert` once per publish: undelayed ones take kombu's
+path unchanged, delayed ones are serialised as kombu would and handed to the delay backend.
 """
 
 from __future__ import annotations
@@ -51,9 +43,7 @@ class LadderProducer(Producer):
             return super().publish(body, routing_key, *args, **kwargs)
         exchange = kwargs.get("exchange")
         declare = kwargs.get("declare")
-        if declare and has_plugin_entities(declare):
-            # The delayed-message plugin's exchange type may not exist on this broker:
-            # declare its x-delayed-type instead (plugin_compat).
+        if declare and has_plugin_entities(declare):  # the plugin's type may not exist: its x-delayed-type
             kwargs["declare"] = plain_entities(declare)
         if exchange is not None and getattr(exchange, "type", None) == PLUGIN_TYPE:
             kwargs["exchange"] = exchange = plain_exchange(exchange)
@@ -71,10 +61,7 @@ class LadderProducer(Producer):
         assert diversion.due is not None
         headers: dict[str, Any] = kwargs["headers"]
         declare = self._undeclared(kwargs.get("declare") or ())
-        if declare and kwargs.get("retry"):
-            # Exactly as kombu's own publish does: the task's retry policy (also put into
-            # the connection's transport options, which its first channel reads) bounds
-            # the wait for a broker that is down: ~0.6 s with Celery's, not 6 s.
+        if declare and kwargs.get("retry"):  # as kombu's publish: the retry policy bounds a down broker's wait
             retry_policy = kwargs.get("retry_policy") or {}
             self.connection.transport_options.update(retry_policy)
             self.connection.ensure(self, self._declare_destination, **retry_policy)(declare)
@@ -92,8 +79,7 @@ class LadderProducer(Producer):
         reply_to = props.get("reply_to")
         if reply_to is not None and not isinstance(reply_to, str):
             props["reply_to"] = reply_to.name
-        # ``expiration`` goes on to the backend, which alone knows what a per-message TTL
-        # would do there (the ladder drops it: it would expire the message inside a level).
+        # ``expiration`` goes on: the backend knows what a per-message TTL would do there.
         for name in ("content_type", "content_encoding"):
             props.pop(name, None)
         return self.routing.scheduler.schedule(
@@ -103,13 +89,7 @@ class LadderProducer(Producer):
             queue_hint=diversion.queue_hint, **props)
 
     def _undeclared(self, entities: Any) -> list[Any]:
-        """The entities not yet in the connection's declaration cache (most publishes: none).
-
-        kombu's ``maybe_declare`` binds a copy of the entity before it looks at its
-        declaration cache, and wrapping the declare in ``connection.ensure`` builds a
-        retry closure: together more than the rest of a ladder publish. The cache
-        check comes first, against the same per-connection cache.
-        """
+        """The entities not yet in the connection's declaration cache (checked first: ``maybe_declare`` is costly)."""
         if not entities:
             return []
         declared = getattr(self.connection, "declared_entities", None)

@@ -1,15 +1,7 @@
 """Per-queue default delays: a task sent to such a queue without a countdown waits its default.
 
-Two ways to give a queue a default, both without any broker-side queue
-argument (so an existing queue need not be redeclared):
-
-* the setting ``delayq_queue_delays = {"slow": 30}``, by queue name;
-* ``DelayedQueue("slow", delay=30)`` in ``task_queues``.
-
-The setting is checked where every setting is
-(:func:`celery_delayq.config.normalize_queue_delays`). A message's own countdown or eta always wins, including an eta in the past
-("run now"). Queues without a default cost nothing: the producer checks one
-cached flag before looking any further.
+``delayq_queue_delays = {"slow": 30}`` or ``DelayedQueue("slow", delay=30)`` in ``task_queues``
+(nothing on the broker). A message's own countdown or eta always wins, a past eta too.
 """
 
 from __future__ import annotations
@@ -36,11 +28,7 @@ class DelayedQueue(Queue):
 
 
 def queue_delays_of(app: CeleryApp, configured: Iterable[tuple[str, float]]) -> dict[str, float]:
-    """Queue name -> default delay, from the setting and from ``DelayedQueue`` entries.
-
-    The setting wins over a ``DelayedQueue`` of the same name: settings are
-    what operators change without a deploy.
-    """
+    """Queue name -> default delay, from ``DelayedQueue`` entries and the setting (which wins)."""
     delays: dict[str, float] = {}
     try:
         queues = list(app.amqp.queues.values())
@@ -56,11 +44,7 @@ def queue_delays_of(app: CeleryApp, configured: Iterable[tuple[str, float]]) -> 
 
 def default_delay(delays: Mapping[str, float], exchange: str, routing_key: str | None,
                   declare: Iterable[Any] | None) -> float | None:
-    """The default delay of the queue a publish is headed for, or ``None``.
-
-    Celery names the queue in ``declare``; a publish to the default exchange
-    names it in the routing key.
-    """
+    """The default delay of the queue a publish is headed for (in ``declare``, or the default exchange's key)."""
     for entity in declare or ():
         name = getattr(entity, "name", None)
         if isinstance(name, str) and name in delays and hasattr(entity, "queue_arguments"):

@@ -1,27 +1,20 @@
 """Worker-side request classes: run a due ladder delivery at once, and capture the raw message.
 
-:class:`LadderRequest` (every task of an app with the ladder installed):
-
-Celery routes every message that carries an ``eta`` through the worker's
-timer, even when the eta is already past, and that detour added ~7 ms at
-p50 and ~65 ms at p99 to ladder deliveries on this machine. Messages leaving
-the ladder are due by construction, so for them (and any other message whose
-eta has passed) the strategy sees no eta and executes directly. The task
-itself still sees ``self.request.eta``: its context is built from the
-message headers, which are untouched. A future eta is reported as usual, so
-an early arrival is still held until it is due.
+Celery sends every message with an ``eta`` through the worker's timer, even a past one (~7 ms
+at p50, ~65 ms at p99 here): :class:`LadderRequest` shows the strategy no eta once it has passed
+(the task still sees ``self.request.eta``; a future eta is held as usual).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 from celery.worker.request import Request
 
 from .app_ladder import ladder_if_any
+from .raw import RAW_KEY, RawMessage, take_raw
 
 __all__ = ["LadderRequest", "CapturingRequest", "RawMessage", "take_raw", "RAW_KEY"]
 
@@ -48,32 +41,11 @@ class LadderRequest(Request):
         return bool(super().revoked())
 
 
-#: Key of the raw body in the request's copy of the message properties.
-RAW_KEY = "x-delayq-raw-body"
-
-
-@dataclass(frozen=True)
-class RawMessage:
-    """A delivered message as the broker gave it."""
-
-    body: bytes
-    headers: Mapping[str, Any] = field(repr=False)
-    properties: Mapping[str, Any] = field(repr=False)
-    exchange: str
-    routing_key: str
-
-
 class CapturingRequest(LadderRequest):
     """A :class:`LadderRequest` that also passes the raw message on to the task (when it may park).
 
-    Celery gives a task its arguments, its headers and the message properties
-    (``request.properties``, which on RabbitMQ include ``application_headers``),
-    but not the body as it was sent. This request adds the raw body to a *copy*
-    of those properties: they travel to the task with the request in every pool
-    (prefork pickles them to the child), and Celery never republishes
-    ``request.properties``, so the body cannot leak into a retry the way an extra
-    header would. The task takes it out again at the start of the attempt
-    (:func:`take_raw`), so a parked copy is the exact original.
+    The raw body rides in a *copy* of ``request.properties``, which reach the task in every pool
+    and are never republished (no leak into a retry); :func:`take_raw` takes it out again.
     """
 
     def __init__(self, message: Any, *args: Any, **kwargs: Any) -> None:
@@ -84,17 +56,3 @@ class CapturingRequest(LadderRequest):
             body = message.body
             properties[RAW_KEY] = body if isinstance(body, bytes) else str(body).encode("utf-8")
             self._request_dict["properties"] = properties
-
-
-def take_raw(request: Any) -> RawMessage | None:
-    """Take the raw message off a task request (``None`` when it was not captured)."""
-    properties = getattr(request, "properties", None)
-    if not isinstance(properties, dict) or RAW_KEY not in properties:
-        return None
-    properties = dict(properties)
-    body = properties.pop(RAW_KEY)
-    request.properties = properties  # the task sees the message properties as Celery gives them
-    headers = properties.pop("application_headers", None) or {}
-    info = getattr(request, "delivery_info", None) or {}
-    return RawMessage(body=body, headers=dict(headers), properties=properties,
-                      exchange=info.get("exchange") or "", routing_key=info.get("routing_key") or "")

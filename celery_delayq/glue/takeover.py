@@ -1,37 +1,11 @@
-"""The worker's half of activation: a delayed task that bypassed the ladder is moved into it.
+"""The worker's half of activation: a delayed task that bypassed the ladder is moved into it (docs/migration.md).
 
-A process whose app sets ``delayq_enabled`` but never imports celery_delayq
-has no hook: Celery builds an app's fixups from a fixed list
-(``BUILTIN_FIXUPS``), not from entry points, and nothing else in Celery 5.7
-runs code of an installed package on the publishing side without an import.
-Such a process publishes ``apply_async(countdown=60)`` straight to the task's
-queue with an ``eta``, and a plain Celery worker would then hold it in memory
-(classic ETA: prefetch raised, ``consumer_timeout``, lost on a crash).
-
-A worker of the app is the one place that sees every such task, so
-:class:`TakeoverStep` wraps each task's strategy (Celery's per-message entry
-point, ``consumer.strategies``, for every task whatever its base class).
-A message with a future ``eta`` of a task whose delays belong in the ladder
-(:meth:`~celery_delayq.glue.app_ladder.AppLadder.wants`) is:
-
-1. published into the ladder, as received (body, headers, properties), to the
-   exchange and routing key it was delivered through, confirmed by the broker
-   (the pending index sees it, so ``delayq pending`` and ``delayq cancel`` do);
-2. only then acknowledged. A crash between the two leaves the original to be
-   redelivered and moved again: at most a duplicate, as the ladder's own
-   at-least-once delivery already allows for (``delayq_dedup``), never a loss.
-
-It arrives when due (the ladder never delivers early) and runs then, as a
-ladder delivery; ``inspect scheduled`` never lists it. What it does not take
-over is left to Celery's own strategy, unchanged: a message that came out of
-the ladder (its eta is the due time the ladder stamped), one due within :data:`HOLD_BELOW_S`, one already revoked or
-cancelled (Celery drops it as usual), or one the ladder refuses or cannot
-take now (broker down, over ``delayq_max_delay``: logged, then held as
-Celery would; nothing is lost). Revokes and cancels made while the task waits
-in the ladder still apply on arrival (the worker's request checks both).
-
-The worker warns once per publishing host (protocol 2's ``origin`` header
-names the publisher's node), with the one line that fixes that publisher.
+A publisher that never imports celery_delayq sends an ``eta`` message a plain worker would hold
+in memory. :class:`TakeoverStep` wraps every task strategy: a future ``eta`` of a task whose
+delays belong in the ladder is published into it as received (confirmed), only then acked (a
+crash between: a duplicate, never a loss). Left to Celery: ladder deliveries, tasks due within
+:data:`HOLD_BELOW_S`, revoked, cancelled or expired ones, and what the ladder refuses now
+(logged). The worker warns once per publishing host with the line that fixes it.
 """
 
 from __future__ import annotations
@@ -53,9 +27,7 @@ __all__ = ["TakeoverExtension", "TakeoverStep", "Takeover", "HOLD_BELOW_S", "FIX
 
 log = logging.getLogger(__name__)
 
-#: A task due sooner than this is held by the worker as Celery would: a pass through the
-#: ladder (a confirmed publish, then at least one hop) costs tens of milliseconds, and
-#: holding a task that briefly costs the worker nothing.
+#: A task due sooner than this is held by the worker as Celery would (a ladder pass costs tens of ms).
 HOLD_BELOW_S = 0.5
 
 #: What the warning tells the operator to add to the publisher's app module.
@@ -175,11 +147,8 @@ class Takeover:
 
 
 def _left_the_ladder(headers: dict[str, Any], due: float) -> bool:
-    """Is this a ladder delivery? Its eta is the due time the ladder stamped on this pass.
-
-    The entry header alone does not tell: a retry published by a process without
-    the package copies the previous pass's ``x-delayq-*`` headers with a new eta.
-    """
+    """Is this a ladder delivery? Its eta is the due time the ladder stamped on this pass (a retry from a
+    process without the package copies the old ``x-delayq-*`` headers with a new eta)."""
     stamped = headers.get(H.DUE)
     if H.ENTRY not in headers or stamped is None:
         return False

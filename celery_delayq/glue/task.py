@@ -1,18 +1,6 @@
-"""``DelayedRetryTask``: the base class users put on their tasks.
-
-``@app.task(base=DelayedRetryTask)`` makes the task's delayed publishes —
-``apply_async(countdown=/eta=)``, ``self.retry(...)``, ``autoretry_for`` and
-worker-lost retries — wait in the RabbitMQ ladder instead of in a worker.
-Bad delays fail here, before anything is published, with a specific error.
-
-On top of Celery's own retry options, which behave exactly as in Celery, a
-task may declare a tenacity-style policy (``delayq_policy``, ``delayq_wait``,
-``delayq_stop``, ``delayq_retry``), raise :class:`~celery_delayq.policies.RetryAfter`,
-and have messages whose retries are exhausted parked instead of dropped.
-Decisions live in :mod:`celery_delayq.policies`, parking in
-:mod:`celery_delayq.parking` (reached as the app's ``parking`` extension,
-:mod:`celery_delayq.glue.extensions`); this class is the glue.
-"""
+"""``DelayedRetryTask``: the base class users put on their tasks (the glue; decisions live in
+:mod:`celery_delayq.policies`, parking in :mod:`celery_delayq.parking`, reached as the app's
+``parking`` extension)."""
 
 from __future__ import annotations
 
@@ -21,8 +9,9 @@ import logging
 import sys
 import time
 from functools import cached_property
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
+import tenacity
 from celery import Task
 from celery.exceptions import Ignore, Retry, Reject, TaskPredicate
 
@@ -33,7 +22,7 @@ from .dedup import DuplicateGuard, delivery_key, guard_for
 from ..ladder.delays import due_from
 from .integration import install, ladder_for
 from ..policies.decision import RetryDecision, decide_failure, decide_retry
-from ..policies.explicit import RetryAfter
+from ..policies.policy import RetryPolicy, Strategy
 from ..policies.resolve import RetryOptions, resolve_options, split_call_options
 
 __all__ = ["DelayedRetryTask"]
@@ -59,13 +48,13 @@ class DelayedRetryTask(Task):
     #: Runs a due ladder delivery at once, and hands the raw message to the task for parking.
     Request = "celery_delayq.glue.request:CapturingRequest"
 
-    delayq_policy: Any = None
-    delayq_wait: Any = None
-    delayq_stop: Any = None
-    delayq_retry: Any = None
+    delayq_policy: RetryPolicy | tenacity.BaseRetrying | None = None
+    delayq_wait: Strategy | None = None
+    delayq_stop: Strategy | None = None
+    delayq_retry: Strategy | None = None
     delayq_max_delay: float | None = None
     delayq_park: bool | None = None
-    delayq_park_on: Any = None
+    delayq_park_on: type[BaseException] | str | Iterable[type[BaseException] | str] | None = None
     delayq_parking_queue: str | None = None
     delayq_dedup: bool | None = None
 
@@ -110,9 +99,8 @@ class DelayedRetryTask(Task):
                     raise Ignore()
                 attempt.delivery = delivery_key(request)
             try:
-                # The worker's tracer already pushed this task and its request, exactly as
-                # for tasks without a custom __call__; Task.__call__ would push a second,
-                # "called directly" request, and on Celery 5.3 retry() then just re-raises.
+                # Not Task.__call__: the tracer pushed the request already; a second push would
+                # read as "called directly" (and on Celery 5.3 retry() then just re-raises).
                 return self.run(*args, **kwargs)
             except TaskPredicate:  # Retry, Ignore, Reject: Celery's control flow, already decided
                 raise
@@ -140,9 +128,8 @@ class DelayedRetryTask(Task):
               eta: Any = None, countdown: Any = None, max_retries: int | None = None, **options: Any) -> Any:
         """Celery's ``retry``, through the ladder, with the task's policy, ``RetryAfter`` and parking.
 
-        One :func:`~celery_delayq.policies.decision.decide_retry` decides; this
-        method acts on it. When retries are exhausted the message is parked
-        first, then Celery raises as it always does (FAILURE, ``task_failure``).
+        :func:`~celery_delayq.policies.decision.decide_retry` decides; exhausted retries park the
+        message first, then Celery raises as always (FAILURE, ``task_failure``).
         """
         request = self.request
         call = split_call_options(options)
@@ -215,17 +202,13 @@ class DelayedRetryTask(Task):
             now = time.time()
             due = due_from(countdown, eta, now=now)  # InvalidDelay for NaN, inf, junk
             router = ladder_for(self._get_app())
-            if due is not None:
-                # Its length is checked once, by the app's scheduler, before anything is sent.
+            if due is not None:  # its length is checked once, by the app's scheduler
                 if router.native_delayed_delivery:
-                    # Celery's native path would truncate the delay with int() and raise
-                    # on sub-second countdowns; hand the due time to our hook instead.
+                    # Celery's native path truncates with int() and fails sub-second: hand our hook the due time.
                     options.pop("countdown", None)
                     options.pop("eta", None)
                     options["headers"] = {**(options.get("headers") or {}), H.DUE: due}
-            elif router.queue_delays:
-                # countdown=0 reaches the producer as "no eta", which a queue's default
-                # delay would fill in; an explicit "now" must win over the default.
+            elif router.queue_delays:  # countdown=0 must win over a queue's default delay
                 options["headers"] = {**(options.get("headers") or {}), H.DUE: now}
         return super().apply_async(args, kwargs, task_id=task_id, producer=producer, link=link,
                                    link_error=link_error, shadow=shadow, **options)
@@ -233,8 +216,7 @@ class DelayedRetryTask(Task):
 
 @contextlib.contextmanager
 def _celery_max_retries_kept(task: Any, restore: bool) -> Iterator[None]:
-    """Celery's ``retry()`` stores the ``max_retries`` it is given on the shared task object;
-    the one a policy hands it belongs to this call only, so put the task's own back."""
+    """Put back the task's own ``max_retries``, which Celery's ``retry()`` overwrote with this call's."""
     saved = task.__dict__.get("override_max_retries", _MISSING)
     try:
         yield

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from .cancel_book import CancelBook
 from .ids import AmbiguousTaskId, TaskIdError, TaskIdNotFound, resolve_ids
-from .lookup import TaskNotWaiting, find_waiting, read_cancel_book
+from .cancel_log import read_cancel_book
+from .lookup import TaskNotWaiting, find_waiting
 from .query import PendingTask, read_index
 from .stream import IndexUnavailable
 

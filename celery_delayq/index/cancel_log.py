@@ -29,14 +29,17 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..ladder.headers import ENTRY
 from ..ladder.index_layout import IndexLayout
-from ..rabbitmq.publisher import combine
+from ..rabbitmq.confirms import combine
 from .cancel_book import CancelBook
-from .stream import StreamReader, append
+from .stream import StreamReader, append, reader_connection
 
 if TYPE_CHECKING:  # pragma: no cover
+    import kombu
+
     from ..rabbitmq.client import Connection
 
-__all__ = ["CANCEL", "CANCEL_PASS", "UNTIL", "REASON", "AT", "DUE", "record", "record_passes", "load", "add"]
+__all__ = ["CANCEL", "CANCEL_PASS", "UNTIL", "REASON", "AT", "DUE", "record", "record_passes", "load", "add",
+           "read_cancel_book"]
 
 #: Header: the cancelled task id.
 CANCEL = "x-delayq-cancel"
@@ -92,6 +95,18 @@ def _confirmed(raw: Connection, layout: IndexLayout, entries: Sequence[tuple[dic
     failures = append(raw, layout.cancel_queue, entries, timeout=timeout)
     if failures:
         raise combine(failures)
+
+
+def read_cancel_book(connection: kombu.Connection, layout: IndexLayout, *, now: float | None = None) -> CancelBook:
+    """The cancel log of ``layout`` on ``connection``'s broker, read whole into a :class:`CancelBook`.
+
+    Raises:
+        IndexUnavailable: the broker has no streams (before RabbitMQ 3.9).
+    """
+    book = CancelBook()
+    with reader_connection(connection) as raw:
+        load(raw, layout, book, now=now)
+    return book
 
 
 def load(raw: Connection, layout: IndexLayout, book: CancelBook, *, now: float | None = None) -> int | None:

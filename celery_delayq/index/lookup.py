@@ -1,7 +1,7 @@
 """Is this task waiting? :func:`find_waiting` reads the index shards of whole ids once, the cancel log once.
 
-Used by a run-now, a reschedule, an API cancel and the API's one task; :func:`read_cancel_book`
-is the log's read (``delayq status`` counts from it).
+Used by a run-now, a reschedule, an API cancel and the API's one task. The log's read,
+:func:`read_cancel_book`, lives with the log (:mod:`.cancel_log`) and is named here too.
 """
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from ..errors import DelayqError
 from ..ladder.index_layout import IndexLayout
 from .cancel_book import CancelBook
-from .cancel_log import load
+from .cancel_log import read_cancel_book
 from .ids import resolve_ids
 from .query import PendingTask
-from .stream import reader_connection
 
 if TYPE_CHECKING:  # pragma: no cover
     import kombu
@@ -25,18 +24,6 @@ __all__ = ["TaskNotWaiting", "find_waiting", "read_cancel_book"]
 
 class TaskNotWaiting(DelayqError):
     """No waiting task has this id (never scheduled, already due, or cancelled)."""
-
-
-def read_cancel_book(connection: kombu.Connection, layout: IndexLayout, *, now: float | None = None) -> CancelBook:
-    """The cancel log of ``layout`` on ``connection``'s broker, read whole into a :class:`CancelBook`.
-
-    Raises:
-        IndexUnavailable: the broker has no streams (before RabbitMQ 3.9).
-    """
-    book = CancelBook()
-    with reader_connection(connection) as raw:
-        load(raw, layout, book, now=now)
-    return book
 
 
 def find_waiting(connection: kombu.Connection, layout: IndexLayout, task_ids: Sequence[str], *, now: float,

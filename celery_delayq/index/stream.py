@@ -42,8 +42,7 @@ from ..rabbitmq.client import Channel, Connection, Message
 from ..errors import DelayqError, PublishError, TopologyMissing
 from ..ladder.headers import ENTRY
 from .frames import BASIC_DELIVER, HeaderReader, delivery_tag
-from ..ladder.index_layout import MARKER, STREAM_VERSION
-from .writer import ENTRIES
+from ..ladder.index_layout import ENTRIES, MARKER, STREAM_VERSION
 from ..rabbitmq.owned import dedicated_copy
 from ..rabbitmq.topology import broker_version
 

@@ -45,27 +45,27 @@ import json
 import logging
 import threading
 import uuid
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from kombu.connection import Connection
 
-from ..config import DelayqConfig
 from ..rabbitmq.client import Message, RecoverableConnectionError
 from ..ladder import headers as H
-from ..ladder.index_layout import IndexLayout, index_layout
+from ..ladder.index_layout import ENTRIES, IndexLayout, index_layout
 from ..rabbitmq.confirms import ConfirmChannel, Tracker
 from ..rabbitmq.owned import OwnedConnection
 from ..rabbitmq.registry import ProcessRegistry
 from ..rabbitmq.topology import broker_version
 from ..typing import Receipt
 
+if TYPE_CHECKING:  # pragma: no cover - only named: the scheduler passes the app's settings
+    from ..config import DelayqConfig
+
 __all__ = ["ENTRIES", "ARGS_MAX", "ARGS_CUT", "CHUNK", "LINGER_S", "IndexWriter", "index_writer_for", "flush_buffers",
            "batch_entry", "decode_entries"]
 
 log = logging.getLogger(__name__)
 
-#: Header of an index message: how many entries its body holds.
-ENTRIES = "x-delayq-index-entries"
 #: Entries per index message (about 150 bytes each).
 CHUNK = 500
 #: Characters of a task's argument text kept in its index entry (longer: cut, marked with :data:`ARGS_CUT`).

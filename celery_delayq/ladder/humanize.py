@@ -7,9 +7,10 @@ seconds ("max 2684355 s") makes the reader do the arithmetic.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .spec import LadderSpec
+if TYPE_CHECKING:  # pragma: no cover - only named: a caller passes the spec
+    from .spec import LadderSpec
 
 __all__ = ["human_duration", "describe_ladder"]
 

@@ -35,11 +35,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .spec import LadderSpec
+if TYPE_CHECKING:  # pragma: no cover - only named: a caller passes the spec
+    from .spec import LadderSpec
 
-__all__ = ["IndexLayout", "MARGIN_S", "SHARDS", "STREAM_VERSION", "MARKER", "index_layout"]
+__all__ = ["IndexLayout", "MARGIN_S", "SHARDS", "STREAM_VERSION", "MARKER", "ENTRIES", "index_layout"]
 
 #: Index shards (streams) per ladder; see the module docstring.
 SHARDS = 16
@@ -51,6 +52,8 @@ STREAM_VERSION = (3, 9)
 #: Header of a marker message: a reader writes one and reads up to it, because
 #: AMQP 0-9-1 does not say where a stream ends.
 MARKER = "x-delayq-marker"
+#: Header of an index message: how many entries its body holds (the writer writes it, a reader looks for it).
+ENTRIES = "x-delayq-index-entries"
 
 _INDEX_SEGMENT_BYTES = 64_000_000
 _CANCEL_SEGMENT_BYTES = 4_000_000

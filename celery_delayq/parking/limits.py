@@ -1,33 +1,17 @@
-"""Delivery limits: why a look at a parking queue can cost a parked message, and how it cannot.
+"""Delivery limits: why a look at a parking queue can cost a parked message, and how it cannot (docs/retries.md).
 
-AMQP 0-9-1 has no non-destructive read: a browse takes each message and
-hands it back. On a quorum queue a message handed back may count as a
-delivery, and at the queue's ``delivery-limit`` the broker drops it (or
-dead-letters it). Measured on RabbitMQ 3.10.8, 4.0.5 and 4.3.6 (DESIGN-NOTES §7, §8):
-
-* 3.10 has no default limit, and ``x-delivery-limit: -1`` there means "drop
-  at the first return", so a parking queue is declared without the argument.
-* 4.0 gives every quorum queue a default limit of 20 and counts every return,
-  a nack too (4.0.5: gone after 21 looks); ``x-delivery-limit: -1`` lifts the
-  limit, so a parking queue is declared with it.
-* 4.3 counts only failed deliveries: ``basic.nack(requeue)`` does not count,
-  whatever the limit; ``basic.reject`` and a closed channel do. A browse
-  therefore hands every message back with a nack, never by closing.
-* A queue's arguments cannot change (PRECONDITION_FAILED), so a parking queue
-  declared before this (4.0 to 4.2: limit 20) is checked before a browse that
-  would hand messages back, and refused with the fix:
-  :func:`~celery_delayq.parking.queue.ParkingQueue.redeclare`.
-
-The arguments a parking queue is declared with, per version, are the broker
-edge's (:func:`celery_delayq.rabbitmq.delivery_limit.declare_arguments`): the
-definitions export writes them too.
+A browse hands each message back, which a quorum queue may count towards its ``delivery-limit``:
+3.10 has no default (and reads ``-1`` as "drop at once"), 4.0 a default of 20 counting every
+return, 4.3 does not count ``basic.nack(requeue)``. So parking queues are declared without a limit
+(:func:`celery_delayq.rabbitmq.delivery_limit.declare_arguments`), looks hand back with a nack,
+and a queue declared with a limit earlier is refused before a look, naming
+:func:`~celery_delayq.parking.queue.ParkingQueue.redeclare`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
-from typing import Any
 
 from ..rabbitmq.client import AccessRefused, Connection, PreconditionFailed
 from ..rabbitmq.delivery_limit import DEFAULT_LIMIT_FROM, NACK_UNCOUNTED_FROM, declare_arguments
@@ -41,12 +25,8 @@ _INEQUIVALENT = re.compile(r"inequivalent arg '([^']+)'")
 def browse_risk(connection: Connection, queue: str, version: tuple[int, ...]) -> str | None:
     """Why handing a message of the existing ``queue`` back could count towards a drop; ``None`` if it cannot.
 
-    On 4.3+ a nack never counts. Before, the queue is declared again (on a
-    scratch channel, so nothing changes) with a parking queue's quorum
-    arguments: the broker accepts them, or names the first argument that
-    differs. ``x-queue-type`` = not a quorum queue (no limit); ``x-delivery-limit``
-    = a quorum queue with a limit; any other = unknown, which is a risk only
-    where a default limit exists (4.0 to 4.2).
+    Before 4.3 the queue is declared again (scratch channel) with a parking queue's quorum
+    arguments; the first argument the broker says differs tells (unknown: a risk on 4.0-4.2).
     """
     if version >= NACK_UNCOUNTED_FROM:
         return None

@@ -1,11 +1,5 @@
-"""Move a failed message into a parking queue: publisher confirms and mandatory, then ack.
-
-The park happens inside the task, before it returns, so it precedes the ack
-of an ``acks_late`` task and the end of an early-ack one alike. Each process
-keeps one connection with a confirm-mode channel for parking; a park returns
-only once the broker has confirmed the message (and did not return it),
-otherwise it raises :class:`~celery_delayq.errors.ParkingFailed`.
-"""
+"""Move a failed message into a parking queue inside the task (so before its ack): confirmed and mandatory,
+over one connection per process, or :class:`~celery_delayq.errors.ParkingFailed`."""
 
 from __future__ import annotations
 
@@ -29,7 +23,7 @@ from ..errors import BrokerUnavailable, PublishError
 from .errors import ParkingFailed
 from ..rabbitmq.topology import broker_version, resolve_queue_type
 from . import record as R
-from ..glue.request import RawMessage
+from ..glue.raw import RawMessage
 from ..rabbitmq.delivery_limit import declare_arguments
 
 if TYPE_CHECKING:  # pragma: no cover

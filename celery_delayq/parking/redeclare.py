@@ -1,21 +1,9 @@
-"""Recreate a parking queue with today's arguments, keeping every message, in order.
+"""Recreate a parking queue with today's arguments (a queue's cannot change), keeping every message, in order.
 
-A queue's arguments cannot change (PRECONDITION_FAILED), so a quorum parking
-queue declared with a delivery limit (RabbitMQ 4.0 to 4.2 give one by
-default) stays limited until it is recreated. This moves its messages into
-``<queue>.redeclare``, deletes the queue once it is empty, declares it again
-without a limit and moves the messages back.
-
-Each move is a series of AMQP transactions (publish the copy, ack the
-original, commit), so at every moment each message is in one of the two
-queues, and an interrupted run is finished by running it again. Messages
-parked meanwhile are moved too (the queue is deleted only once empty); a
-worker that parks in the instant the queue is absent gets a loud
-ParkingFailed, or declares it itself with the right arguments. Quorum queues
-refuse ``queue.delete(if_empty)``: the delete follows an emptiness check, and
-a message parked in the millisecond between the two would be dropped, which
-the delete's reply reveals and :func:`redeclare` reports. Run it when no
-worker is parking, or at a quiet moment.
+Messages move to ``<queue>.redeclare`` and back in transactions (each always in one of the two
+queues; rerun to finish an interrupted run). Quorum queues refuse ``queue.delete(if_empty)``, so
+a message parked between the emptiness check and the delete is lost and reported: run it when
+no worker is parking.
 """
 
 from __future__ import annotations
@@ -57,12 +45,7 @@ def _move(connection: Connection, source: str, target: str, batch_size: int) -> 
 
 
 def _drain_and_delete(connection: Connection, source: str, target: str, batch_size: int) -> int:
-    """Move everything from ``source`` to ``target``, then delete ``source``; returns messages moved.
-
-    Quorum queues refuse ``queue.delete(if_empty)``, so the delete follows a
-    check that ``source`` is empty, and its reply says how many messages it
-    dropped (one parked in the instant between the two).
-    """
+    """Move everything from ``source`` to ``target``, then delete ``source`` once empty; returns messages moved."""
     moved = 0
     for _ in range(_ROUNDS):
         moved += _move(connection, source, target, batch_size)
@@ -85,11 +68,7 @@ def _drain_and_delete(connection: Connection, source: str, target: str, batch_si
 
 def redeclare(connection: Connection, queue: str, *, queue_type: str = "quorum",
               batch_size: int = 500) -> int:
-    """Recreate ``queue`` as a parking queue of ``queue_type`` without a delivery limit; returns messages kept.
-
-    Safe to run again after an interruption, and on a queue that is already
-    right (it is then recreated all the same).
-    """
+    """Recreate ``queue`` as a parking queue of ``queue_type`` without a delivery limit; returns messages kept."""
     version = broker_version(connection)
     args = declare_arguments(queue_type, version)
     hold = queue + SUFFIX

@@ -1,20 +1,9 @@
 """Replay parked messages to where they came from: never lost, never duplicated by an interruption.
 
-Each batch is one AMQP transaction on the channel the parked messages were
-taken from: the replayed copies are published and the parked originals acked
-inside it, and ``tx.commit`` applies both or neither. A replay killed at any
-point therefore leaves every message either still parked (uncommitted work
-is discarded and unacked messages return to the queue when the connection
-drops) or replayed exactly once. RabbitMQ answers ``tx.commit`` only after it
-has taken responsibility for the published messages, as with a confirm.
-
-Limits, stated honestly: RabbitMQ transactions are atomic per channel, not
-across a *broker* crash in the middle of a commit; a broker that fails then
-can apply the publish without the ack, and the message is replayed again by
-the next run. Every replayed copy carries ``x-delayq-replay`` = its parked
-id, so the duplicate guard (``delayq_dedup``) runs such a copy once.
-A destination deleted between the routability check and the commit returns
-the copy (mandatory); it is then parked again.
+Each batch publishes the copies and acks the originals in one AMQP transaction (both or neither).
+Only a *broker* crash mid-commit can apply the publish without the ack; copies carry
+``x-delayq-replay`` = the parked id, so ``delayq_dedup`` runs such a copy once. A copy returned
+by a destination deleted meanwhile is parked again.
 """
 
 from __future__ import annotations
@@ -119,9 +108,9 @@ def replay(connection: Connection, queue: str, *, match: ParkedFilter | None = N
                 report.unroutable += 1
                 continue
             headers = parked.replay_headers(reset_attempts=reset_attempts)
-            if delay and delay > 0:
+            if delay and delay > 0:  # a ladder pass to the parked message's destination
                 assert ladder is not None
-                exchange, routing_key = _through_ladder(ladder, parked, headers, delay)
+                exchange, routing_key = ladder.plan_pass(parked.exchange, parked.routing_key, headers, delay=delay)
             else:
                 exchange, routing_key = parked.exchange, parked.routing_key
             ch.basic_publish(_copy(parked, headers), exchange, routing_key, mandatory=True)
@@ -131,9 +120,3 @@ def replay(connection: Connection, queue: str, *, match: ParkedFilter | None = N
                 commit()
         commit()
     return report
-
-
-def _through_ladder(ladder: LadderPublisher, parked: ParkedMessage, headers: dict[str, Any],
-                    delay: float) -> tuple[str, str]:
-    """Turn ``headers`` into a ladder pass to the parked message's destination; returns where to publish."""
-    return ladder.plan_pass(parked.exchange, parked.routing_key, headers, delay=delay)

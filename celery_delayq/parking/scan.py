@@ -1,33 +1,12 @@
 """Read a parking queue message by message, without losing any, however often it is read.
 
-AMQP 0-9-1 has no non-destructive read, so a scan takes each message
-(manual acks) and hands back whatever the caller did not ack when it ends.
-A scan visits at most the messages that were in the queue when it started,
-so a queue still filling up cannot keep it running forever.
-
-Messages come from a consumer whose prefetch covers the whole pass: on a
-quorum queue every ``basic.get`` is a round trip through the queue's log,
-about 10 times slower (3,000 messages: 11-21 s by ``basic.get``, 1-2 s by a
-consumer, on this 2-core machine under load). Past 65,535 held messages (the
-most a prefetch can be) ``basic.get`` takes the rest.
-
-Handing back is what can lose a message on a quorum queue with a delivery
-limit (see :mod:`~celery_delayq.parking.limits`), so a scan:
-
-* checks first, before taking anything, that a hand-back cannot count
-  towards a drop on this queue and broker (:func:`~.limits.check_browsable`);
-* hands messages back with ``basic.nack(requeue)``, which RabbitMQ 4.3 does
-  not count, rather than by closing the channel, which every version counts;
-* reads to the end of the pass even when the caller stops early, so that
-  every message goes back: a quorum queue puts handed-back messages behind
-  those already handed back (4.x) or at its tail (3.10), and a partial hand-back
-  would rotate the queue, so that a ``list --limit`` showed different messages
-  each time (measured on 3.10.8 and 4.3.6; classic queues keep positions);
-* waits until the broker has put them back, so that the next look (a
-  ``list`` followed by an ``inspect``) sees the whole queue again.
-
-A process killed mid-scan still gets its messages back from the broker
-(closed connection), at the cost of one counted delivery on a quorum queue.
+A scan takes the messages that were there when it started (manual acks) and hands back what the
+caller did not ack. A consumer with a prefetch covering the pass reads them (3,000 on a quorum
+queue: 1-2 s, against 11-21 s by ``basic.get``, which takes only what lies past 65,535). Since a
+hand-back can count towards a delivery limit, a scan checks first (:func:`~.limits.check_browsable`),
+hands back with ``basic.nack(requeue)`` (4.3 does not count it; closing the channel counts
+everywhere), reads to the end of the pass even when the caller stops early (a partial hand-back
+rotates a quorum queue), and waits until the broker has put them back for the next look.
 """
 
 from __future__ import annotations
@@ -55,11 +34,10 @@ IDLE = 0.5
 
 
 class Scan:
-    """One pass over a parking queue on a channel of its own (transactional if asked).
+    """One pass over a parking queue on a channel of its own (transactional if asked), as a context manager.
 
-    Use as a context manager. Take messages off the queue with :meth:`ack`
-    (and :meth:`commit` in a transactional scan); leaving hands every other
-    message back, in order, and rolls back an uncommitted batch.
+    :meth:`ack` (and :meth:`commit`) take messages off; leaving hands every other one back, in
+    order, and rolls back an uncommitted batch.
 
     Raises:
         UnsafeToBrowse: the queue has a delivery limit that a hand-back would count

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 from ..glue.app_ladder import ladder_for
 from ..index.ids import hidden, resolve_ids
-from ..index.lookup import read_cancel_book
+from ..index.cancel_log import read_cancel_book
 from ..index.query import PendingTask, read_index
 from ..ladder.index_layout import IndexLayout
 from ..typing import CeleryApp

@@ -12,14 +12,19 @@ import math
 import time
 from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Union
 
 from ..errors import InvalidDelay
 
-__all__ = ["RetryAfter", "parse_retry_after"]
+__all__ = ["RetryAfter", "RetryAfterValue", "parse_retry_after"]
 
 
-def parse_retry_after(value: Any, *, now: float | None = None) -> float:
+#: What a ``Retry-After`` may be given as: delay-seconds or an HTTP-date (``str`` or ``bytes``), a number of
+#: seconds, a ``timedelta`` or a ``datetime``.
+RetryAfterValue = Union[str, bytes, float, timedelta, datetime]
+
+
+def parse_retry_after(value: object, *, now: float | None = None) -> float:
     """Seconds to wait for a ``Retry-After`` value (never negative).
 
     Accepts what RFC 9110 allows, delay-seconds (``"120"``) or an HTTP-date
@@ -67,14 +72,14 @@ class RetryAfter(Exception):
         exc: The underlying error, or ``None``.
     """
 
-    def __init__(self, after: Any, exc: BaseException | None = None) -> None:
+    def __init__(self, after: RetryAfterValue, exc: BaseException | None = None) -> None:
         self.delay = parse_retry_after(after)
         self.exc = exc
         # args are (delay, exc) so the exception pickles and rebuilds (result backends).
         super().__init__(self.delay, exc)
 
     @classmethod
-    def from_header(cls, value: Any, exc: BaseException | None = None) -> "RetryAfter":
+    def from_header(cls, value: str | bytes, exc: BaseException | None = None) -> "RetryAfter":
         """From an HTTP ``Retry-After`` header value (delay-seconds or HTTP-date)."""
         return cls(value, exc=exc)
 

@@ -76,7 +76,7 @@ class RetryPolicy:
         return cls(wait=retrying.wait, stop=retrying.stop, retry=retrying.retry)
 
     @classmethod
-    def coerce(cls, value: Any) -> "RetryPolicy | None":
+    def coerce(cls, value: object) -> "RetryPolicy | None":
         """A ``RetryPolicy`` from a policy, a ``tenacity.Retrying`` or ``None``.
 
         Raises:
@@ -120,7 +120,7 @@ class RetryPolicy:
                            stop=self.stop if self.stop is not None else defaults.stop,
                            retry=self.retry if self.retry is not None else defaults.retry)
 
-    def replace(self, **slots: Any) -> "RetryPolicy":
+    def replace(self, **slots: Strategy | None) -> "RetryPolicy":
         """A copy with some slots replaced."""
         return dataclasses.replace(self, **slots)
 

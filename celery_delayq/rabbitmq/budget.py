@@ -1,44 +1,12 @@
 """RabbitMQ 3.x's file-handle budget: a new ladder is created only where it fits.
 
-On RabbitMQ before 4.0 every quorum queue replica *reserves* file handles in
-the node's ``file_handle_cache``: ``2 + members`` on the leader, 2 on each
-follower. The reservation is always granted but counts against the node's
-limit (its open-files limit, ``ulimit -n``, less about 100), and so do the
-sockets of client connections. Past that limit the node keeps running but
-accepts no new connection, for every client and every virtual host, answers
-no ``rabbitmqctl status``, raises no alarm and logs nothing.
-
-Measured on a private 3.10.8 node at Debian's default ``ulimit -n`` 1024
-(``python -m benchmarks.faults.handles``; ``docs/footprint.md``): the cache's
-limit is 927; a quorum queue reserves 3, a stream, a classic queue or an
-exchange 0 (a stream holds 2 real descriptors, outside the cache); one default
-ladder (43 quorum queues: 42 levels and the unroutable queue) reserves 129,
-each exit queue 3 more. Seven ladders fit; the eighth wedged the node.
-RabbitMQ 4.x has no file-handle cache and reserves nothing: nothing here
-applies to it.
-
-So before a process declares a *new* ladder (or new shards) on 3.x:
-
-* with the management API (a user tagged ``monitoring`` or ``administrator``,
-  who sees every virtual host): the reservations of every quorum queue on
-  the broker are counted per node (:func:`quorum_reservations`), plus its
-  sockets in use, plus the new ladder's (:func:`ladder_reservations`); where
-  that would leave less than :func:`headroom` for connections, the ladder is
-  refused with :class:`~celery_delayq.errors.FileHandleBudgetExceeded`;
-* without it (Debian ships the management plugin off), the process cannot
-  tell, so it does not create a new ladder implicitly: a publish or a worker
-  start raises :class:`~celery_delayq.errors.FileHandleBudgetUnknown`, and an
-  operator creates it explicitly (``celery -A APP delayq topology declare``),
-  or enables the API so the check can run. An existing ladder needs neither.
-
-Why not a smaller ladder instead: its reservations are its 42 level queues
-(the shape's digits, radix 4 x 14 levels, measured twice as fast as binary),
-which must be quorum queues for at-least-once dead-lettering; everything
-else a ladder owns reserves nothing but the unroutable queue (3). The index
-streams reserve nothing on 3.10 (2 real descriptors each). A smaller ladder
-would only move the wall from the 8th ladder to the 10th; a check removes it.
-
-The arithmetic is pure; :class:`BudgetCheck` asks the API.
+Before 4.0 every quorum queue replica reserves file handles (``2 + members`` on the leader,
+2 on a follower) against the node's limit, which client sockets share; past it the node
+silently stops accepting connections. Before a *new* ladder (or shards) is declared, the
+management API's numbers are checked (:class:`~celery_delayq.errors.FileHandleBudgetExceeded`);
+without the API only an explicit declare creates one
+(:class:`~celery_delayq.errors.FileHandleBudgetUnknown`). Measurements and the reasoning:
+docs/footprint.md. The arithmetic is pure; :class:`BudgetCheck` asks the API.
 """
 
 from __future__ import annotations
@@ -78,13 +46,7 @@ _LEVEL_QUEUE = re.compile(r"^(?P<namespace>.+\.\d+x\d+)(?:\.s\d+)?\.L\d\d(?:\.d\
 
 
 def quorum_reservations(queues: Iterable[Mapping[str, Any]], nodes: Iterable[str]) -> dict[str, int]:
-    """File handles each node's quorum queue replicas reserve on RabbitMQ 3.x (pure).
-
-    ``rabbit_quorum_queue`` reserves ``2 + members`` for a leader and 2 for a
-    follower (``file_handle_leader_reservation``/``_other_reservation``);
-    ``queues`` are ``GET /api/queues`` rows (``type``, ``leader``/``node``,
-    ``members``) of every virtual host.
-    """
+    """File handles each node's quorum queue replicas reserve on RabbitMQ 3.x (pure; ``GET /api/queues`` rows)."""
     reserved = {node: 0 for node in nodes}
     for q in queues:
         if q.get("type") != "quorum":
@@ -98,12 +60,9 @@ def quorum_reservations(queues: Iterable[Mapping[str, Any]], nodes: Iterable[str
 
 
 def ladder_reservations(quorum_queues: int, nodes: list[str], *, spread: bool) -> dict[str, int]:
-    """What ``quorum_queues`` new quorum queues reserve on each node (pure).
+    """What ``quorum_queues`` new quorum queues (every node a member) reserve on each node (pure).
 
-    RabbitMQ 3.x makes every running node a member of a new quorum queue.
-    Leaders go round robin when ``spread`` (:mod:`celery_delayq.rabbitmq.placement`),
-    else all on the first node (the declaring one: the broker's client-local
-    default), which is the worst case for it.
+    Leaders go round robin when ``spread``, else all on the first (declaring) node.
     """
     if not nodes:
         return {}
@@ -139,8 +98,7 @@ class BudgetCheck:
         api: Its :class:`~celery_delayq.rabbitmq.management.ManagementAPI`, or ``None``.
         api_why: Why there is no usable API, for the refusal (``None``: ask it).
         spread: Whether a new ladder's leaders are spread over a cluster.
-        explicit: An operator's explicit ``topology declare``: without the API
-            the ladder is created anyway (the caller shows the cost), never refused.
+        explicit: An operator's explicit ``topology declare``: without the API it is never refused.
     """
 
     version: tuple[int, ...]
@@ -154,10 +112,7 @@ class BudgetCheck:
     def _queues(self, limits: dict[str, int], adding: int) -> list[dict[str, Any]] | None:
         """Every queue on the broker, or ``[]`` where even the worst case fits (``None``: cannot tell).
 
-        Listing every queue of every vhost took 0.3 s for 300 queues here, on a
-        path a first publish waits for; the broker's queue count bounds the
-        reservations (``2 + members`` each at most) in one cheap call, and a
-        broker with a raised limit never needs more.
+        The queue count bounds the reservations in one cheap call; listing them all is slow.
         """
         total = self.api.queue_total()
         members = len(limits)
@@ -170,14 +125,9 @@ class BudgetCheck:
         return found
 
     def _node_handles(self) -> list[dict[str, Any]] | None:
-        """Every running node's limits, waiting for them on a node just started (``None``: cannot tell).
+        """Every running node's limits, waiting up to :data:`STATS_WAIT_S` for a new node's ``fd_total``.
 
-        A node's ``fd_total`` comes with its first statistics emission
-        (``collect_statistics_interval``, 5 s by default): a node that has just
-        started lists itself without it for about 4.5 s (measured on 3.10.8).
-        A process started beside the broker (a compose file, a CI job) would be
-        refused its ladder for that, so the check waits up to
-        :data:`STATS_WAIT_S` for every node's numbers.
+        ``None``: cannot tell.
         """
         if self.api is None:
             return None
@@ -205,22 +155,16 @@ class BudgetCheck:
         return self.version < RESERVATIONS_GONE_FROM
 
     def __call__(self, namespace: str, quorum_queues: int, *, what: str = "ladder") -> None:
-        """Raise unless ``quorum_queues`` new quorum queues of ladder ``namespace`` fit.
-
-        ``what`` names the queues in the messages (a ladder, or a fixed-delay queue).
+        """Raise unless ``quorum_queues`` new quorum queues of ``namespace`` fit (``what`` names them).
 
         Raises:
-            FileHandleBudgetExceeded: they would leave the node(s) less than
-                :func:`headroom` for connections.
-            FileHandleBudgetUnknown: the API cannot tell, and the creation is
-                not explicit.
+            FileHandleBudgetExceeded: they would leave a node less than :func:`headroom`.
+            FileHandleBudgetUnknown: the API cannot tell, and the creation is not explicit.
         """
         if not self.applies or quorum_queues <= 0:
             return
         version = ".".join(map(str, self.version))
-        if self.api is not None and self.api.timeout < API_TIMEOUT_S:
-            # Once per new ladder, so wait longer than a publish-path call would: a node
-            # just started, or busy, can take seconds to answer (a refusal would be wrong).
+        if self.api is not None and self.api.timeout < API_TIMEOUT_S:  # once per ladder: wait longer
             self.api = dataclasses.replace(self.api, timeout=API_TIMEOUT_S)
         nodes = self._node_handles()
         limits = {str(n["name"]): int(n["fd_total"]) for n in nodes or () if isinstance(n.get("fd_total"), int)}

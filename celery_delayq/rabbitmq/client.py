@@ -1,9 +1,6 @@
-"""The AMQP client the package speaks (py-amqp), named once for the layers above the edge.
+"""The AMQP client (py-amqp), named once for the layers above the edge (it is imported under ``rabbitmq/`` only).
 
-A feature that holds a raw connection, a channel or a message, or tells a
-broker error from another, takes the name from here: the client library is
-imported under ``rabbitmq/`` only. :func:`connected` is the one way a
-reading command, the web page or the metrics endpoint opens the broker.
+:func:`connected` is how a reading command, the web page or the metrics endpoint opens the broker.
 """
 
 from __future__ import annotations
@@ -44,11 +41,7 @@ def raw_connection(connection: kombu.Connection, *, retries: int = 0) -> Connect
 
 @contextlib.contextmanager
 def connected(connection: kombu.Connection) -> Iterator[Connection]:
-    """``connection`` connected, as its py-amqp connection, released afterwards.
-
-    One attempt, no retry loop: an operator at a prompt wants to know at
-    once that the broker is down, not after kombu's back-off.
-    """
+    """``connection`` connected (one attempt: an operator wants to know at once), as py-amqp's, released afterwards."""
     try:
         yield raw_connection(connection)
     finally:

@@ -1,31 +1,25 @@
 """Publisher confirms and mandatory returns on one AMQP channel, pipelined.
 
-A publish is scheduled only once the broker has confirmed it *and* did not
-return it as unroutable. Publishes get increasing delivery tags; acks and
-nacks settle them (``multiple`` settles everything up to a tag). A return
-arrives before the ack of the same message and is matched by the ladder
-entry id in the message's headers.
-
-Every publish belongs to a :class:`Tracker`: one per single publish, one per
-``batch()`` block. Outcomes are recorded in the tracker of the publish they
-belong to, never in the channel, so nothing one caller did (a nack, a
-timeout, a lost connection) can surface in another caller's call, and a
-channel that is given up can hand each caller exactly its own losses.
+A publish is scheduled only once confirmed *and* not returned (a return comes before its ack,
+matched by the ladder entry id). Outcomes go to the :class:`Tracker` of the publish (one per
+single publish or ``batch()`` block), never to the channel: no caller sees another's losses.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 import amqp
 
 from ..errors import PublishError, PublishNacked, PublishReturned, PublishTimeout
 from ..ladder.headers import ENTRY
 
-__all__ = ["ConfirmChannel", "Pending", "Tracker", "fail", "message_name"]
+__all__ = ["ConfirmChannel", "Pending", "Tracker", "combine", "confirm_block", "fail", "message_name"]
 
 
 def message_name(message: amqp.Message, entry: str) -> str:
@@ -37,12 +31,7 @@ def message_name(message: amqp.Message, entry: str) -> str:
 
 @dataclass(eq=False)
 class Tracker:
-    """The publishes of one caller (a single publish or one ``batch()`` block).
-
-    ``outstanding`` counts its publishes that are neither confirmed nor failed,
-    wherever they are (on a channel, or waiting to be republished after a lost
-    connection); ``failures`` holds what was settled as not scheduled.
-    """
+    """The publishes of one caller: ``outstanding`` (neither confirmed nor failed, wherever they are), ``failures``."""
 
     outstanding: int = 0
     failures: list[PublishError] = field(default_factory=list)
@@ -67,11 +56,7 @@ class Pending:
 
 
 class ConfirmChannel:
-    """A confirm-mode channel that tracks every unconfirmed publish.
-
-    Not thread-safe by itself: :class:`~celery_delayq.rabbitmq.publisher.LadderPublisher`
-    serialises access with a lock.
-    """
+    """A confirm-mode channel that tracks every unconfirmed publish (not thread-safe: callers lock)."""
 
     def __init__(self, connection: amqp.Connection) -> None:
         self.connection = connection
@@ -93,10 +78,9 @@ class ConfirmChannel:
 
     def publish(self, message: amqp.Message, exchange: str, routing_key: str,
                 tracker: Tracker | None = None, *, name: str | None = None) -> int:
-        """Send with ``mandatory`` set; returns the delivery tag to wait for.
+        """Send with ``mandatory`` set; returns the delivery tag (if this raises, the caller still owns it).
 
         ``name`` is what a failure calls the message (default: :func:`message_name`).
-        If this raises, the message is not tracked: the caller still owns it.
         """
         entry = message.application_headers.get(ENTRY, "")
         item = Pending(entry, message, exchange, routing_key, tracker or self.tracker,
@@ -119,15 +103,10 @@ class ConfirmChannel:
 
     def wait(self, upto: int | None = None, *, timeout: float, keep: int = 0,
              tracker: Tracker | None = None) -> None:
-        """Block until the publishes waited for are settled.
-
-        With ``tracker``: every publish of that tracker. Otherwise every publish
-        up to the tag ``upto`` (default all), or until no more than ``keep``
-        remain unsettled.
+        """Block until ``tracker``'s publishes are settled, else those up to tag ``upto`` (default all) but ``keep``.
 
         Raises:
-            PublishTimeout: the broker did not confirm within ``timeout`` seconds;
-                it names the unsettled publishes waited for (still tracked here).
+            PublishTimeout: not confirmed within ``timeout`` s; names them (still tracked here).
         """
         if tracker is not None:
             def busy() -> bool:
@@ -167,10 +146,7 @@ class ConfirmChannel:
         return self.tracker.take_failures()
 
     def take(self) -> list[Pending]:
-        """Every unconfirmed publish, in tag order, forgotten by this channel (to republish).
-
-        Their trackers still count them as outstanding.
-        """
+        """Every unconfirmed publish, in tag order, forgotten here to republish (still outstanding in trackers)."""
         out = list(self.pending.values())
         self.pending.clear()
         self._returned.clear()
@@ -214,6 +190,24 @@ class ConfirmChannel:
         self._returned[entry] = str(getattr(exc, "reply_text", exc))
 
 
+@contextlib.contextmanager
+def confirm_block(local: threading.local, settle: Callable[[Tracker], None]) -> Iterator[None]:
+    """A backend's ``confirming()`` block in this thread: its publishes share one :class:`Tracker`
+    (``local.tracker``, which a publish joins), and ``settle`` awaits its confirms and raises what failed
+    when the outermost block ends. A nested block joins the outer one."""
+    if getattr(local, "tracker", None) is not None:
+        yield
+        return
+    tracker = local.tracker = Tracker()
+    try:
+        yield
+    finally:
+        try:
+            settle(tracker)
+        finally:
+            local.tracker = None
+
+
 def fail(items: Iterable[Pending], error: Callable[[list[Pending]], PublishError]) -> None:
     """Settle ``items`` as not scheduled: each tracker gets one ``error(its items)``."""
     for tracker, mine in _by_tracker(items):
@@ -226,3 +220,31 @@ def _by_tracker(items: Iterable[Pending]) -> Iterator[tuple[Tracker, list[Pendin
     for item in items:
         groups.setdefault(id(item.tracker), (item.tracker, []))[1].append(item)
     return iter(groups.values())
+
+
+#: Names shown in an error message; ``PublishError.failed`` has all of them.
+_SHOWN = 5
+
+
+def _preview(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:_SHOWN])
+    return shown + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
+
+
+def combine(failures: Sequence[PublishError], *, also: Sequence[tuple[str, str]] = (),
+            cause: PublishError | None = None) -> PublishError:
+    """One error naming every message of ``failures`` plus ``also`` (``(name, entry)`` pairs).
+
+    Its type is the failures' common type (``PublishError`` if they differ).
+    """
+    if len(failures) == 1 and not also and cause is None:
+        return failures[0]
+    names = [n for f in failures for n in f.failed] + [n for n, _ in also]
+    entries = [e for f in failures for e in f.entries] + [e for _, e in also]
+    if not names and cause is not None:
+        return cause
+    kinds = {type(f) for f in failures} | ({type(cause)} if cause is not None else set())
+    cls = kinds.pop() if len(kinds) == 1 else PublishError
+    first = str(cause if cause is not None else failures[0])
+    return cls(f"{first} -- {len(names)} delayed message(s) NOT scheduled or not confirmed: "
+               f"{_preview(names)}", failed=names, entries=entries)

@@ -1,9 +1,7 @@
 """The quorum queues' delivery limit, by RabbitMQ version: how a parking queue is declared (pure).
 
-A look at a parking queue hands each message back, and on some versions that
-counts as a delivery (see :mod:`celery_delayq.parking.limits`). The fix is in
-the declare arguments, which the parker, the redeclare and the definitions
-export all take from here.
+A look hands each message back, on some versions a delivery (:mod:`celery_delayq.parking.limits`);
+the parker, the redeclare and the export take the declare arguments from here.
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
-"""Infrastructure-as-code export of the ladder. Pure: topology in, text out.
+"""Infrastructure-as-code export of the ladder (pure: topology in, text out), for ``delayq_declare = False``.
 
-Platform teams that do not let applications declare broker objects can
-create the ladder with their own tooling instead, then run the app with
-``delayq_declare = False`` (verify-only). Two formats:
-
-* ``definitions``: RabbitMQ definitions JSON, for ``rabbitmqctl import_definitions``
-  or the management UI/API's import. Every entity carries its ``vhost``; the
-  vhost itself (and its permissions) must exist before the import.
-* ``terraform``: a module for the ``cyrilgdn/rabbitmq`` provider. Bindings and
-  dead-letter targets *reference* the exchanges and queues they need, so
-  Terraform creates those first: a binding created in parallel with its
-  exchange fails with a 404, which made the first apply of a literal export
-  fail at random. Resource names come from the ladder (``level07_d3``), not
-  from positions, so a reshaped ladder changes only what really changed.
-
-Both formats hold the same plan (:func:`plan`): the ladder, its unroutable
-exchange and queue, the given exit queues and, when given, the parking queue.
+Both formats hold the same :func:`plan`: RabbitMQ definitions JSON, or a Terraform module for
+the ``cyrilgdn/rabbitmq`` provider whose bindings and dead-letter targets *reference* what they
+need (so Terraform creates it first) and whose resource names come from the ladder (``level07_d3``).
 """
 
 from __future__ import annotations
@@ -53,14 +40,10 @@ class ParkingQueueDef:
 
 def parking_queue_def(config: "DelayqConfig", ladder_queue_type: str,
                       broker_version: tuple[int, ...] | None = None) -> ParkingQueueDef:
-    """The app's parking queue, with the arguments the app itself declares it with.
+    """The app's parking queue, with the arguments the app declares it with on ``broker_version``.
 
-    The arguments come from :func:`celery_delayq.rabbitmq.delivery_limit.declare_arguments`,
-    which depend on the target broker's version (no delivery limit on 4.x).
-    With ``broker_version=None`` (not known) the queue gets the arguments of a
-    3.x broker, i.e. no ``x-delivery-limit``: on 3.x ``-1`` would drop a parked
-    message at its first look; on 4.3 a look never counts, and on 4.0 to 4.2
-    the parking commands refuse to browse such a queue and name the fix.
+    (:func:`celery_delayq.rabbitmq.delivery_limit.declare_arguments`; unknown version: a 3.x
+    broker's, i.e. no ``x-delivery-limit``.)
     """
     qtype = ladder_queue_type if config.parking_queue_type == "auto" else config.parking_queue_type
     return ParkingQueueDef(config.parking_queue_name, declare_arguments(qtype, broker_version or (3,)))
@@ -73,8 +56,7 @@ class Entity:
     Attributes:
         kind: ``exchange`` or ``queue``.
         name: Its name on the broker.
-        key: Stable resource name derived from the ladder (``level07``,
-            ``level07_d3``, ``deliver``, ``unroutable``, ``parking``, ``exit_...``).
+        key: Stable resource name derived from the ladder (``level07_d3``, ``deliver``, ``exit_...``).
         type: Exchange type (``topic``, ``fanout``); empty for queues.
         arguments: Declare arguments.
     """
@@ -175,9 +157,7 @@ def definitions(topo: Topology, *, vhost: str = "/", exits: Iterable[Destination
                 parking: ParkingQueueDef | None = None) -> str:
     """RabbitMQ definitions JSON for the ladder, its exit queues and its parking queue.
 
-    Import it with ``rabbitmqctl import_definitions FILE`` after creating the
-    vhost and granting the app's user its permissions there; the file has no
-    ``vhosts`` or ``permissions`` section, so it never touches either.
+    No ``vhosts`` or ``permissions`` section: create those before ``rabbitmqctl import_definitions FILE``.
     """
     p = plan(topo, exits=exits, parking=parking)
     names = {(e.kind, e.key): e.name for e in p.exchanges + p.queues}
@@ -255,12 +235,7 @@ def terraform(topo: Topology, *, vhost: str = "/", exits: Iterable[Destination] 
               parking: ParkingQueueDef | None = None) -> str:
     """A Terraform module (``cyrilgdn/rabbitmq`` provider) for the ladder, exits and parking queue.
 
-    Put the text in a directory of its own (``delayq.tf``) and use that as a
-    module, or as the root module next to a ``provider "rabbitmq"`` block.
-    The ``vhost`` variable defaults to ``vhost``; the vhost must exist (it is
-    read through the ``rabbitmq_vhost`` data source, so a missing one stops the
-    plan before anything is created). Passing ``vhost = rabbitmq_vhost.x.name``
-    from the calling module orders the ladder after a vhost created there.
+    The ``vhost`` variable (default ``vhost``) must name an existing vhost (a data source reads it).
     """
     p = plan(topo, exits=exits, parking=parking)
     exchange_keys = {e.name: e.key for e in p.exchanges}

@@ -1,45 +1,21 @@
 """``delayq_backend = "fixed"``: one TTL queue per destination and distinct delay, one hop.
 
-For apps whose delays take a few fixed values (retry backoffs of 1, 2, 4 and
-8 s, a 30 s countdown), a message waits in one queue whose ``x-message-ttl``
-is its delay, then dead-letters straight into its destination: one hop, where
-the ladder costs about five for delays of seconds (each hop one at-least-once
-dead-lettering, the broker's CPU-bound work, issue #25). There is no
-head-of-line blocking, because every message in one such queue has the same
-TTL: the one at the head always expires first.
+A message waits in one queue whose ``x-message-ttl`` is its delay, then dead-letters straight
+into its destination: one hop where the ladder costs about five for delays of seconds (issue
+#25). Every message in such a queue has the same TTL, so no head-of-line blocking.
 
-Design, and why:
+* **Per destination**: a queue shared by destinations would need a second hop through the
+  exit queue; it dead-letters as an exit queue does (:meth:`Topology.fixed_queue_args
+  <celery_delayq.rabbitmq.topology.Topology.fixed_queue_args>`).
+* **Never early**: the remaining delay, read after connecting, rounded *up* to
+  ``delayq_fixed_resolution``.
+* **Bounded**: at most ``delayq_fixed_queues`` per process, each fitting RabbitMQ 3.x's
+  file-handle budget; a delay that does not fit (or is too long, or makes laps) goes through the
+  ladder, logged once per reason and destination, never a failure.
+* **The ladder's guarantees**: its queue type and its publisher (confirms, mandatory, batches);
+  index, signals and delay check are above every backend (:mod:`celery_delayq.scheduling`).
 
-* **Per destination, not shared.** A queue is named by its delay *and* its
-  destination, and dead-letters into the destination's exchange and routing
-  key exactly as a ladder exit queue does (:meth:`Topology.fixed_queue_args
-  <celery_delayq.rabbitmq.topology.Topology.fixed_queue_args>`, the same
-  arguments but the TTL). A queue shared by every destination would have to
-  dead-letter through the ladder's delivery exchange into the exit queue: two
-  hops instead of one, which halves the gain this backend exists for; the
-  price is more queues (destinations x delays), which is why they are bounded.
-* **Never early.** The TTL is the remaining delay, read after connecting,
-  rounded *up* to ``delayq_fixed_resolution`` (1 s by default), so delays that
-  differ by clock noise share one queue; a message may arrive up to that much
-  late. The TTL runs from the enqueue, which is after the clock read.
-* **Bounded.** At most ``delayq_fixed_queues`` (16) queues per process; on
-  RabbitMQ 3.x each new one must also fit the broker's file-handle budget
-  (:class:`~celery_delayq.rabbitmq.budget.BudgetCheck`, as a new ladder must).
-  A delay that does not fit (too many distinct values, longer than
-  ``delayq_fixed_max_delay``, refused by the budget, or beyond the ladder so it
-  makes laps) goes through the ladder instead, with one log line per reason and
-  destination: never a failure.
-* **Same guarantees as the ladder.** The queue type is the ladder's (quorum
-  with at-least-once dead-lettering and reject-publish overflow, so nothing
-  is lost); the publish is the ladder publisher's own (confirms, mandatory,
-  failures named, batches), on its connection. The index, signals and delay
-  check are done above every backend (:mod:`celery_delayq.scheduling`), so ``delayq
-  pending`` and ``cancel`` see these tasks as any other.
-
-Not done (cheap to add where needed): leader placement of a new fixed queue
-(it leads on the declaring connection's node); a per-broker rather than
-per-process bound. ``delayq topology delete`` finds fixed queues in the broker's
-listing by their exact name (:func:`fixed_queue_prefix`, then the destination token).
+Not done: leader placement of a new fixed queue; a per-broker bound.
 """
 
 from __future__ import annotations
@@ -67,11 +43,8 @@ log = logging.getLogger(__name__)
 
 
 def fixed_ttl_ms(remaining_s: float, *, resolution_s: float, max_delay_s: float) -> int | None:
-    """Pure: the TTL (ms) of the fixed queue for a remaining delay, or ``None`` for the ladder.
-
-    Rounded *up* to whole ``resolution_s`` (so never early); ``None`` when the
-    delay is not positive or the rounded delay exceeds ``max_delay_s``.
-    """
+    """Pure: the TTL (ms) for a remaining delay, rounded *up* to ``resolution_s``; ``None`` (the ladder) when
+    not positive or beyond ``max_delay_s``."""
     if not remaining_s > 0 or not math.isfinite(remaining_s):
         return None
     # Microseconds first, so float noise (2.0000000001) does not cost a whole step.

@@ -1,17 +1,12 @@
-"""A queue consumed in a daemon thread of a worker, reconnecting until stopped.
+"""A queue consumed in a daemon thread of a worker, reconnecting after a growing pause until stopped.
 
-Workers run two of these beside Celery's own consumer: the lap relay
-(:class:`~celery_delayq.rabbitmq.laps.LapRelay`) and the cancel-log follower
-(:class:`~celery_delayq.cancels.worker.CancelFollower`). Both need the same
-loop: a dedicated connection, one channel, a prefetch, ``basic_consume``,
-events drained in one-second slices (so ``stop()`` is prompt), heartbeats
-served, and on any error a log line and a reconnect after a growing pause:
-a broker restart must never end the thread. Subclasses say only what they
-consume and what they do with a message.
+The lap relay and the cancel-log follower share this loop; subclasses say what they consume
+and what they do with a message.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import threading
@@ -36,7 +31,6 @@ class QueueFollower:
         queue: The queue consumed.
         prefetch: Unacked messages the broker may send at once (per consumer).
         thread_name: The thread's name (seen in ``py-spy dump`` and worker logs).
-        arguments: ``basic.consume`` arguments (``x-stream-offset`` for a stream).
     """
 
     #: What the warnings call it ("lap relay", "cancel log follower").
@@ -96,7 +90,5 @@ class QueueFollower:
                 log.warning("delayq: %s lost %s (%r); reconnecting in %.0f s", self.role, self.queue, exc, wait)
                 self._stop.wait(wait)
             finally:
-                try:
+                with contextlib.suppress(Exception):  # closing a dead connection
                     conn.release()
-                except Exception:  # noqa: BLE001 - closing a dead connection
-                    pass

@@ -1,18 +1,8 @@
-"""Delays longer than the ladder: laps through it, put back by a relay in every worker.
+"""Delays longer than the ladder (31 days by default): laps through it, put back by a relay in every worker.
 
-The default ladder holds 31 days (its top TTL is bounded by Erlang's 2^32 ms
-timers), but renewals, trials and reminders are scheduled months or years
-ahead. A longer delay is published for the ladder's longest wait into the
-``<prefix>.laps`` queue instead of its destination; :class:`LapRelay`, which
-every worker of the app runs, takes it from there and schedules it again
-for what remains, to its real destination once that fits. The topology
-stays bounded (one extra queue), a message is never early (each lap ends no
-later than the due time), and each lap costs one consume and one confirmed
-publish, once per ladder span (31 days by default).
-
-With no worker running, messages wait in the laps queue, durable, and go on
-when one starts: later than due, never lost. ``delayq_max_delay`` caps the
-delays accepted, for those who want a cap.
+A longer delay waits the ladder's longest wait into ``<prefix>.laps``; :class:`LapRelay` schedules
+it again for what remains. One extra queue, never early, one consume and confirmed publish per
+lap; with no worker running they wait there, durable. ``delayq_max_delay`` caps delays.
 """
 
 from __future__ import annotations
@@ -53,11 +43,9 @@ def relay_lap(publisher: Scheduling, message: amqp.Message, *, now: float | None
 
 
 class LapRelay(QueueFollower):
-    """Consumes the laps queue in a thread of its own and puts each message back into the ladder.
+    """Consumes the laps queue (competing with other workers) and puts each message back into the ladder.
 
-    Every worker runs one; they share the queue as competing consumers. A
-    message is acked only once its next lap is confirmed, so a crash in
-    between repeats it (at least once, like every ladder hop).
+    A message is acked only once its next lap is confirmed (at least once, like every hop).
     """
 
     role = "lap relay"

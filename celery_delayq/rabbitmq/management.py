@@ -1,14 +1,7 @@
-"""What AMQP cannot tell, asked of RabbitMQ's management HTTP API (when it is there).
+"""What AMQP cannot tell (bindings, messages held in dead-letter state), asked of RabbitMQ's management API.
 
-AMQP 0-9-1 cannot list bindings, and it cannot see messages a quorum queue
-holds in its dead-letter state. Both matter to the ladder: a destination
-exchange without a binding for the routing key would hold a message in its
-exit queue for ever (at-least-once dead-lettering retries, it never drops),
-and a held message is invisible to a passive declare.
-
-The API is optional (the ``rabbitmq_management`` plugin): every call here
-answers ``None`` ("cannot tell") when it is off or unreachable, quickly, and
-callers fall back to what AMQP can do. Stdlib only.
+The API is optional: every call answers ``None`` ("cannot tell") when it is off or
+unreachable, quickly, and callers fall back to what AMQP can do. Stdlib only.
 """
 
 from __future__ import annotations
@@ -39,12 +32,7 @@ CONNECTION_VISIBLE_S = 6.0
 
 
 def key_matches(exchange_type: str, binding_key: str, routing_key: str) -> bool | None:
-    """Does a binding with ``binding_key`` route ``routing_key``? ``None``: depends on headers.
-
-    Pure: direct compares, topic matches ``*`` (one word) and ``#`` (zero or
-    more), fanout always routes; headers (and plugin types) cannot be told
-    from the key.
-    """
+    """Does a binding with ``binding_key`` route ``routing_key``? ``None``: headers or plugin types (pure)."""
     if exchange_type == "fanout":
         return True
     if exchange_type == "direct":
@@ -55,12 +43,9 @@ def key_matches(exchange_type: str, binding_key: str, routing_key: str) -> bool 
 
 
 def split_credentials(url: str) -> tuple[str, str | None, str | None]:
-    """``(url without user info, user, password)``; user and password ``None`` when ``url`` has none.
+    """``(url without user info, user, password)``, percent-decoded; ``None`` for both when ``url`` has none (pure).
 
-    Pure. The user and password are percent-decoded (``p%40ss`` is ``p@ss``); a
-    user without a password gives ``""`` for it. urllib cannot open a URL with
-    user info (it reads ``user:password@host`` as the host), so it must come out
-    before a request, and out of anything printed.
+    A user without a password gives ``""``. urllib cannot open a URL with user info.
     """
     head, sep, rest = url.partition("://")
     authority, slash, tail = rest.partition("/")
@@ -93,11 +78,9 @@ class ManagementAPI:
     userid: str
     password: str = field(repr=False)
     timeout: float = 2.0
-    #: The AMQP connection's ``cluster_name``: an API of another broker (a URL
-    #: guessed from the host name) must never answer for this one.
+    #: The AMQP connection's ``cluster_name``: an API of another broker must never answer for this one.
     cluster_name: str | None = None
-    #: The AMQP connection as the broker names it (``"client_ip:port -> server_ip:port"``),
-    #: looked for among the API's connections when the names do not settle it.
+    #: The AMQP connection as the broker names it (``"client_ip:port -> server_ip:port"``).
     connection_name: str | None = None
     #: Was the URL given (``delayq_management_url``) rather than guessed from the AMQP host?
     configured: bool = False
@@ -107,14 +90,9 @@ class ManagementAPI:
                        connection_name: str | None = None) -> "ManagementAPI | None":
         """The API of a kombu connection's broker: ``url``, else ``http://<host>:15672``; ``url=""`` = off.
 
-        The API is asked with the AMQP connection's user and password, unless
-        ``url`` carries its own (``http://monitor:secret@host:15672``, percent-encoded
-        as in any URL): those are used instead, and taken out of :attr:`base_url`,
-        which is what logs and messages show.
-
-        ``cluster_name`` (from the AMQP connection's server properties) and
-        ``connection_name`` identify the broker the AMQP side reached; the API
-        must speak for it (:attr:`same_broker`) before any answer is trusted.
+        Credentials in ``url`` (``http://monitor:secret@host:15672``) are used instead of the AMQP
+        connection's and kept out of :attr:`base_url`. ``cluster_name`` and ``connection_name``
+        identify the broker the AMQP side reached (:attr:`same_broker`).
         """
         if url == "":
             return None
@@ -129,10 +107,7 @@ class ManagementAPI:
 
     @classmethod
     def for_broker(cls, connection: Connection, raw: amqp.Connection, url: str | None = None) -> "ManagementAPI | None":
-        """:meth:`for_connection`, checked against the broker ``raw`` reached (:func:`amqp_identity`).
-
-        ``raw``: the open ``amqp.Connection``.
-        """
+        """:meth:`for_connection`, checked against the broker the open ``raw`` reached (:func:`amqp_identity`)."""
         cluster, name = amqp_identity(raw)
         return cls.for_connection(connection, url, cluster_name=cluster, connection_name=name)
 
@@ -142,11 +117,7 @@ class ManagementAPI:
         return self.identity().state == "ok"
 
     def identity(self) -> "Identity":
-        """:meth:`identify`, asked once: an answer is kept, no answer (the API down or slow) is not.
-
-        An API that is not used is reported once per process, at WARNING when
-        it was configured or answers for another broker (:func:`report_unused`).
-        """
+        """:meth:`identify`, asked once (no answer is not kept); an unused API is reported (:func:`report_unused`)."""
         known = self.__dict__.get("_identity")
         if isinstance(known, Identity):
             return known
@@ -160,20 +131,10 @@ class ManagementAPI:
     def identify(self, *, wait_s: float = CONNECTION_VISIBLE_S) -> "Identity":
         """Whether this API speaks for the broker of the AMQP connection, and by what sign.
 
-        In order, the first that holds:
-
-        1. ``/api/overview``'s ``cluster_name`` is the AMQP connection's
-           (a cluster named with ``set_cluster_name``; a single node).
-        2. The AMQP ``cluster_name`` is a node-derived default naming one of
-           ``/api/nodes`` (RabbitMQ 3.x gives each node of an unnamed cluster
-           its own default name, ``<node>@<FQDN>``: the node the AMQP
-           connection reached, behind a load balancer or DNS name too).
-        3. The AMQP connection itself is among the API's connections
-           (``/api/connections/<name>``, cluster-wide; visible only after the
-           node's next statistics emission, so asked for up to ``wait_s``);
-           only asked of an API of several nodes: a single node gives AMQP
-           and HTTP one ``cluster_name``, so 1. already said no.
-
+        The first that holds: 1. ``/api/overview``'s ``cluster_name`` is the AMQP connection's;
+        2. the AMQP ``cluster_name`` is RabbitMQ 3.x's default name of one of ``/api/nodes``
+        (``<node>@<FQDN>``); 3. (several nodes only) the AMQP connection is among the API's,
+        asked for up to ``wait_s`` (it shows after the next statistics emission).
         Otherwise the API belongs to another broker.
         """
         overview = self._request("/api/overview?columns=cluster_name,node,rabbitmq_version")
@@ -186,11 +147,8 @@ class ManagementAPI:
         names = [str(n.get("name")) for n in nodes if isinstance(n, dict)] if isinstance(nodes, list) else []
         if default_name_of(self.cluster_name, names, api_node=str(overview.get("node") or ""), api_cluster=theirs):
             return Identity("ok", "node", theirs)
-        # One node answers AMQP and HTTP with the same cluster_name, so a single-node API whose name
-        # differs is another broker: no need to wait up to wait_s for the connection to show there
-        # (a process beside two local brokers, 3.10 and 4.3, paid 6 s at its first publish).
-        single = len(names) == 1
-        if not single and self.connection_name and self._sees_connection(self.connection_name, wait_s):
+        # A single node answers AMQP and HTTP with one cluster_name: no need to wait for the connection.
+        if len(names) != 1 and self.connection_name and self._sees_connection(self.connection_name, wait_s):
             return Identity("ok", "connection", theirs)
         return Identity("other_broker", f"cluster {theirs!r} (nodes {', '.join(names) or '?'}), RabbitMQ "
                         f"{overview.get('rabbitmq_version') or '?'}; the AMQP connection reached cluster "
@@ -212,10 +170,14 @@ class ManagementAPI:
             return None
         return self._request(path)
 
-    def _request(self, path: str) -> Any:
-        request = urllib.request.Request(self.base_url + path)
+    def _http(self, path: str, data: bytes | None = None, method: str | None = None) -> urllib.request.Request:
+        request = urllib.request.Request(self.base_url + path, data=data, method=method)
         token = base64.b64encode(f"{self.userid}:{self.password}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
+        return request
+
+    def _request(self, path: str) -> Any:
+        request = self._http(path)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - operator's URL
                 return json.load(response)
@@ -262,10 +224,7 @@ class ManagementAPI:
     def _send(self, method: str, path: str, body: dict[str, Any] | None) -> bool:
         if not self.same_broker:
             return False
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.base_url + path, data=data, method=method)
-        token = base64.b64encode(f"{self.userid}:{self.password}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
+        request = self._http(path, json.dumps(body).encode() if body is not None else None, method)
         request.add_header("Content-Type", "application/json")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout):  # noqa: S310 - operator's URL
@@ -312,9 +271,7 @@ class ManagementAPI:
     def node_handles(self) -> list[dict[str, Any]] | None:
         """Every running node's ``name``, ``fd_total`` and ``sockets_used`` (``GET /api/nodes``).
 
-        ``None`` also when the user may not see every virtual host (neither the
-        ``monitoring`` nor the ``administrator`` tag): what its queues reserve
-        could then not be counted.
+        ``None`` also when the user may not see every virtual host (not ``monitoring``/``administrator``).
         """
         who = self._get("/api/whoami")
         tags = who.get("tags") if isinstance(who, dict) else None
@@ -345,8 +302,7 @@ class Identity:
 
     Attributes:
         state: ``ok``, ``unreachable`` or ``other_broker``.
-        how: For ``ok``, the sign (``cluster_name``, ``node`` or ``connection``);
-            otherwise what was found instead.
+        how: For ``ok``, the sign (``cluster_name``, ``node`` or ``connection``); else what was found.
         api_cluster: The API's ``cluster_name`` ("" when it did not answer).
     """
 
@@ -356,10 +312,9 @@ class Identity:
 
 
 def amqp_identity(raw: amqp.Connection) -> tuple[str | None, str | None]:
-    """The open ``amqp.Connection`` ``raw``'s ``cluster_name`` server property and broker-side name.
+    """``raw``'s ``cluster_name`` server property and broker-side name (``"client_ip:port -> server_ip:port"``).
 
-    The name is ``"client_ip:port -> server_ip:port"``, as RabbitMQ names the
-    connection; ``None`` when the socket cannot tell (closed).
+    The name is ``None`` when the socket cannot tell (closed).
     """
     cluster = raw.server_properties.get("cluster_name")
     if isinstance(cluster, bytes):
@@ -378,12 +333,8 @@ def amqp_identity(raw: amqp.Connection) -> tuple[str | None, str | None]:
 def default_name_of(cluster_name: str, nodes: list[str], *, api_node: str = "", api_cluster: str = "") -> bool:
     """Is ``cluster_name`` the default name RabbitMQ 3.x gives node one of ``nodes``? (pure)
 
-    A 3.x node whose cluster was never named reports ``<name>@<FQDN of its
-    host>`` while the node itself is ``<name>@<host>`` (``rabbit@db1`` reports
-    ``rabbit@db1.example.com``; a node named ``@localhost`` reports the
-    machine's name). So: the same name before ``@``, and hosts that are equal,
-    one the other's first label, or the pair the API's own node shows
-    (``api_node`` reports ``api_cluster``: nodes on one machine).
+    An unnamed 3.x node ``<name>@<host>`` reports ``<name>@<FQDN>``: the same name before ``@``, and
+    hosts equal, one the other's first label, or the pair ``api_node``/``api_cluster`` shows.
     """
     if "@" not in cluster_name:
         return False
@@ -408,11 +359,9 @@ _reported: set[tuple[str, str | None]] = set()
 
 
 def report_unused(api: ManagementAPI, found: Identity) -> None:
-    """Say once per process (per API and AMQP broker) that the API is not used, why, and what fixes it.
+    """Say once per process (per API and broker) that the API is not used, why, and what fixes it.
 
-    WARNING when the API answers for another broker or was configured
-    (``delayq_management_url``) but does not answer; INFO for a guessed URL
-    that does not answer (no management plugin is a normal set-up).
+    WARNING for another broker's or a configured API; INFO for a guessed URL that does not answer.
     """
     key = (api.base_url, api.cluster_name)
     if key in _reported:

@@ -17,10 +17,9 @@ It is the proof of the seam: this module and one row in ``BACKEND_ALIASES``.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, ContextManager
 
 import amqp
 from kombu.connection import Connection
@@ -29,7 +28,7 @@ from ..config import DelayqConfig
 from ..errors import BrokerTooOld, PublishError
 from ..ladder import headers as H
 from ..typing import Scheduling, WorkerService
-from .confirms import Tracker
+from .confirms import Tracker, confirm_block
 from .owned import OwnedConnection
 from .registry import ProcessRegistry
 from .topology import broker_version
@@ -111,22 +110,16 @@ class NativeDelays:
                 _raise(tracker)
         return NativeReceipt(entry, due, delay, exchange, routing_key), hdrs
 
-    @contextlib.contextmanager
-    def confirming(self) -> Iterator[None]:
+    def confirming(self) -> ContextManager[None]:
         """Await the block's confirms together when it ends (nested blocks join)."""
-        if getattr(self._local, "tracker", None) is not None:
-            yield
-            return
-        tracker = self._local.tracker = Tracker()
-        try:
-            yield
-        finally:
-            self._local.tracker = None
-            with self._lock:
-                confirm = self._link.confirm
-                if confirm is not None and tracker.outstanding:
-                    confirm.wait(timeout=self.config.confirm_timeout, tracker=tracker)
-            _raise(tracker)
+        return confirm_block(self._local, self._settle)
+
+    def _settle(self, tracker: Tracker) -> None:
+        with self._lock:
+            confirm = self._link.confirm
+            if confirm is not None and tracker.outstanding:
+                confirm.wait(timeout=self.config.confirm_timeout, tracker=tracker)
+        _raise(tracker)
 
     def worker_service(self, connection_for: Callable[[str], Connection],
                        scheduling: Scheduling) -> WorkerService | None:

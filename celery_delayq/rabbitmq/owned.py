@@ -1,31 +1,13 @@
-"""A dedicated broker connection with one confirm channel, owned by one process.
+"""A dedicated broker connection with one confirm channel, owned by one process (publisher, parker).
 
-The ladder publisher and the parker each hold an :class:`OwnedConnection`.
-It is a copy of the app's connection with every option the user set
-(credentials, virtual host, failover hosts, ``ssl``, ``login_method``,
-``heartbeat``, ``connect_timeout``, transport options) except
-``confirm_publish``: with that py-amqp waits for each confirm inside
-``basic_publish`` and swallows it, so our own confirm tracking on the same
-channel would never see one and every publish would time out.
+A copy of the app's connection with every option but ``confirm_publish`` (with it py-amqp
+swallows confirms inside ``basic_publish``). Connecting tries each host once, without sleeping,
+and raises :class:`~celery_delayq.errors.BrokerUnavailable`: retrying is the caller's decision.
+A forked child forgets the parent's connection and opens its own.
 
-Connecting tries each broker host once, without sleeping, and raises
-:class:`~celery_delayq.errors.BrokerUnavailable` naming the URL (never the
-password) and the cause: a publish against a stopped broker fails about as
-fast as Celery's own, and retrying is the caller's decision (Celery's
-``retry_policy``), not a loop hidden here.
-
-After a fork the child must not touch the parent's socket: it forgets the
-connection (without closing it) and opens its own on next use.
-
-py-amqp sets ``TCP_USER_TIMEOUT`` to 1 s on every socket (py-amqp #114): a
-broker that stops reading for a second (flow control under a publishing
-burst, a GC pause, a busy 2-core host) makes the kernel kill the
-connection with ``ETIMEDOUT`` mid-frame ("basic_publish: timed out", then
-"Broken pipe"). Measured here: a publisher pushing 20 kB messages while the
-3.10.8 broker was paused for 3 s (SIGSTOP) died after 2 s with the default
-and lost nothing with 30 s. The dedicated copy therefore uses
-:data:`USER_TIMEOUT_MS` unless the user's ``socket_settings`` choose one;
-heartbeats and the confirm timeout still detect a dead broker.
+py-amqp sets ``TCP_USER_TIMEOUT`` to 1 s (py-amqp #114), so a broker that stops reading for a
+second kills the connection mid-frame: a publisher of 20 kB messages died after 2 s of a 3 s
+SIGSTOP of 3.10.8, and lost nothing with 30 s. Hence :data:`USER_TIMEOUT_MS`, unless set.
 """
 
 from __future__ import annotations
@@ -61,10 +43,8 @@ _TCP_USER_TIMEOUT: int = getattr(socket, "TCP_USER_TIMEOUT", 18)
 def dedicated_copy(template: Connection, role: str) -> Connection:
     """A not yet connected copy of ``template`` for a confirm channel of our own (pure).
 
-    Keeps every connection and transport option but those in
-    :data:`NOT_INHERITED`, gives the socket a ``TCP_USER_TIMEOUT`` of
-    :data:`USER_TIMEOUT_MS` unless ``socket_settings`` set one, and names the connection (``connection_name``
-    client property) so operators can tell it apart in the management UI.
+    Every option but :data:`NOT_INHERITED`, :data:`USER_TIMEOUT_MS` unless ``socket_settings`` set
+    one, and a ``connection_name`` operators can tell apart.
     """
     options = {k: v for k, v in (template.transport_options or {}).items() if k not in NOT_INHERITED}
     sockopts = dict(options.get("socket_settings") or {})
@@ -152,12 +132,7 @@ class OwnedConnection:
         return confirm
 
     def idle_too_long(self) -> bool:
-        """Has the broker probably closed this connection for missed heartbeats?
-
-        Nobody sends heartbeats while the connection sits idle, so after more
-        than one heartbeat interval without use it is safer to reconnect than
-        to write into a socket the broker may have closed.
-        """
+        """Unused for over a heartbeat interval (nobody sent heartbeats): safer to reconnect."""
         conn = self._conn
         if conn is None:
             return False

@@ -1,30 +1,10 @@
 """Where a new ladder's quorum queues lead: spread over the cluster, not all on the declaring node.
 
-A quorum queue's leader goes where the queue-leader locator puts it, and the
-default locator is ``client-local``: every queue of a ladder lands on the node
-the declaring process happened to connect to. That node then does every
-level's dead-letter work, and losing it moves all of them at once.
-
-Why not the broker's own ``balanced`` locator: as a declare argument it
-changes the queue's identity (redeclaring an existing ladder without it, or
-with it, fails with PRECONDITION_FAILED on 3.10 and 4.3), and it balances the
-*cluster's* leader count, not the ladder's: with two ladders led by nodes 1
-and 2, all 45 leaders of a third went to node 3 (DESIGN-NOTES §7).
-
-So a ladder that does not exist yet is created queue by queue on the node that
-should lead each queue: a connection to that node, whose client-local locator
-then does the placing. The nodes and their AMQP listeners come from the
-management API; without it, or on a single node, nothing changes. Existing
-ladders are left as they are: ``topology verify`` and ``doctor`` say when all
-their leaders sit on one node and name the ``rabbitmq-queues rebalance``
-command that moves them.
-
-Every queue a new ladder owns is placed so: the 42 level queues, the
-unroutable queue, the laps queue, the 16 index streams and the cancel log
-(a stream's leader, and a classic queue, also go where the declaring
-connection is); the parking queue, made at the first park, goes to the node
-that leads the fewest of the ladder's queues. ``delayq status`` shows leaders
-per node for each kind (:func:`owned_leaders`).
+With the default ``client-local`` locator every queue of a ladder would lead on the node the
+declaring process reached. So each queue a *new* ladder owns is declared through a connection
+to the node that should lead it (nodes and listeners from the management API; nothing changes
+without it or on one node); a later exit or parking queue goes where the fewest lead. Existing
+queues never move. Why not the ``balanced`` locator: docs/clusters.md.
 
 The planning is pure (:func:`spread`, :func:`amqp_addresses`, :func:`leader_counts`);
 :class:`LeaderPlacement` does the I/O.
@@ -46,12 +26,9 @@ WILDCARD_ADDRESSES = frozenset({"::", "0.0.0.0", "", "[::]"})
 
 
 def spread(queues: Sequence[str], nodes: Sequence[str], load: Mapping[str, int] | None = None) -> dict[str, str]:
-    """Each queue's leader node, round robin in ladder order (pure).
+    """Each queue's leader node: the least loaded (``load``: queues each node leads; ties by name) (pure).
 
-    Ladder order keeps neighbouring queues (the digits of one level) on
-    different nodes, so a level's work is shared too; the counts differ by at
-    most one. ``load``: queues each node already leads; each queue goes to the
-    least loaded node (ties in name order), which without a load is round robin.
+    Without a load that is round robin in ladder order, so a level's digits lead on different nodes.
     """
     if not nodes:
         raise ValueError("no nodes to place queues on")
@@ -66,11 +43,9 @@ def spread(queues: Sequence[str], nodes: Sequence[str], load: Mapping[str, int] 
 
 
 def amqp_addresses(listeners: Iterable[Mapping[str, Any]], nodes: Iterable[str]) -> dict[str, tuple[str, int]]:
-    """``node -> (host, port)`` of each running node's AMQP 0-9-1 listener (pure).
+    """``node -> (host, port)`` of each running node's plain AMQP listener (``GET /api/overview``'s; pure).
 
-    ``listeners`` are ``GET /api/overview``'s. A listener bound to every
-    interface is reached at the host part of its node name (``rabbit@HOST``).
-    A node without a plain AMQP listener is left out.
+    A listener bound to every interface is reached at the node name's host (``rabbit@HOST``).
     """
     running = set(nodes)
     found: dict[str, tuple[str, int]] = {}
@@ -100,9 +75,7 @@ def owned_leaders(rows: Iterable[Mapping[str, Any]], kinds: Mapping[str, str],
                   exit_prefix: str | None = None) -> dict[str, dict[str, int]]:
     """``kind -> {node: queues it leads}`` for every queue a ladder owns, from ``GET /api/queues`` rows (pure).
 
-    ``kinds`` maps queue names to their kind (``levels``, ``index`` ...); a
-    queue whose name starts with ``exit_prefix`` is of kind ``exits``. Kinds
-    with no queue on the broker are left out.
+    ``kinds``: queue name -> kind; names starting with ``exit_prefix`` are ``exits``.
     """
     out: dict[str, dict[str, int]] = {}
     for row in rows:
@@ -122,8 +95,7 @@ class LeaderPlacement:
 
     Attributes:
         api: The broker's :class:`~celery_delayq.rabbitmq.management.ManagementAPI`.
-        template: The kombu connection whose options (credentials, vhost, SSL,
-            login method, heartbeat) the per-node connections copy.
+        template: The kombu connection whose options the per-node connections copy.
     """
 
     api: Any
@@ -148,12 +120,9 @@ class LeaderPlacement:
               load: Mapping[str, int] | None = None, *, balance: bool = False) -> dict[str, str]:
         """Declare each ``(name, arguments)`` queue through a connection to its planned leader's node.
 
-        ``load``: queues each node already leads (see :func:`spread`); with
-        ``balance`` and no ``load``, the vhost's current leaders are counted
-        (for a queue made on its own later: an exit or parking queue). Returns
-        ``queue -> node`` for the queues declared that way. A node that
-        cannot be reached keeps its share on the caller's connection (logged):
-        placement never stops a ladder from being created.
+        ``load``: see :func:`spread`; ``balance`` without it counts the vhost's leaders. Returns
+        ``queue -> node`` for the queues placed; an unreachable node's share stays on the
+        caller's connection (best effort, logged).
         """
         if balance and load is None:
             if len(self.api.running_nodes() or ()) < 2:

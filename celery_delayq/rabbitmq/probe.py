@@ -1,10 +1,6 @@
 """Passive declares: does a queue or an exchange exist, how many messages wait in a queue; nothing is created.
 
-A passive declare of a missing entity fails with 404 NOT_FOUND, a channel
-error that closes its channel; so every probe opens a throwaway channel of
-its own and closes it, and the caller's channels never die of a probe.
-RabbitMQ ignores every field but the name in a passive declare, so an
-exchange is probed whatever its type.
+Each on a throwaway channel (a 404 closes its channel); an exchange is probed whatever its type.
 """
 
 from __future__ import annotations

@@ -1,28 +1,12 @@
 """Publish messages into the ladder: publisher confirms, mandatory flag, no silent loss.
 
-One :class:`LadderPublisher` per process and broker owns a dedicated
-connection (:class:`~celery_delayq.rabbitmq.owned.OwnedConnection`) whose channel is
-in confirm mode, so the app's own publishes keep whatever ``confirm_publish``
-setting they had and pay nothing extra.
-
-It is the default delay backend (:class:`~celery_delayq.typing.DelayBackend`):
-the :class:`~celery_delayq.scheduling.Scheduler` above it asks it to
-:meth:`~LadderPublisher.place` a serialised message and gets a
-:class:`LadderReceipt` back. Two ways to wait for confirms:
-
-* **one by one** (default): :meth:`~LadderPublisher.place` returns only
-  once the broker has confirmed the message, or raises
-  :class:`~celery_delayq.errors.PublishError`.
-* **pipelined** inside :meth:`LadderPublisher.confirming` (which the scheduler's
-  ``batch()``, :func:`celery_delayq.batch`, opens): publishes return at once, up to ``batch_window`` stay unconfirmed, and
-  leaving the block waits for the rest and raises if any was nacked or
-  returned. Confirms stay on; they are only awaited together.
-
-When the connection drops, every unconfirmed message is republished on a new
-connection (at-least-once: the ladder may then hold a duplicate). When that
-fails too, nothing is left unnamed: the :class:`PublishError` raised lists in
-``failed`` the task id of every message that may not be scheduled, and the
-publisher keeps no state from it into the next call.
+One :class:`LadderPublisher` per process and broker (the default delay backend) owns a
+dedicated confirm-mode connection, so the app's own publishes pay nothing extra.
+:meth:`~LadderPublisher.place` returns once the broker confirmed the message; inside
+:meth:`~LadderPublisher.confirming` (:func:`celery_delayq.batch`) up to ``batch_window`` stay
+unconfirmed and leaving the block awaits the rest. On a dropped connection unconfirmed
+messages are republished (at-least-once); when that fails, the
+:class:`~celery_delayq.errors.PublishError` names in ``failed`` every message that may not be scheduled.
 """
 
 from __future__ import annotations
@@ -34,15 +18,15 @@ import threading
 import time
 import uuid
 from datetime import datetime, timezone
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, Sequence, TypeVar
 
 import amqp
 from kombu.connection import Connection
 
 from ..ladder import headers as H
 from ..config import DelayqConfig
-from .confirms import ConfirmChannel, Pending, Tracker, fail
+from .confirms import ConfirmChannel, Pending, Tracker, combine, confirm_block, fail
 from ..errors import BrokerUnavailable, PublishError, PublishTimeout
 from ..ladder.spec import LadderSpec
 from .owned import OwnedConnection
@@ -60,11 +44,8 @@ __all__ = ["LadderPublisher", "LadderReceipt", "publisher_for", "plan"]
 log = logging.getLogger(__name__)
 
 _RECOVERABLE = (amqp.exceptions.RecoverableConnectionError, ConnectionError, OSError)
-#: Connections opened per call before giving up; no sleep between them (a dropped
-#: connection reconnects at once, a stopped broker refuses at once).
+#: Connections opened per call before giving up, without sleeping (a stopped broker refuses at once).
 _ATTEMPTS = 3
-#: Names shown in an error message; ``PublishError.failed`` has all of them.
-_SHOWN = 5
 
 R = TypeVar("R")
 
@@ -84,6 +65,23 @@ class LadderReceipt:
     destination: Destination
 
 
+def topology_for(template: Connection, config: DelayqConfig, raw: amqp.Connection, *, explicit: bool,
+                 route_check: bool = True) -> Topology:
+    """The configured ladder on the broker behind ``raw`` (nothing declared), with the management API's
+    route check, leader placement (``delayq_leader_placement``) and RabbitMQ 3.x file-handle budget."""
+    version = broker_version(raw)
+    topology = Topology(config.spec, resolve_queue_type(config.queue_type, version),
+                        index=index_layout(config.spec, index=config.index, version=version))
+    api = ManagementAPI.for_broker(template, raw, config.management_url)
+    spread = config.leader_placement == "spread"
+    if api is not None:
+        topology.route_check = api.routes if route_check else None
+        if spread:
+            topology.placement = LeaderPlacement(api, template).place
+    topology.budget = BudgetCheck(version, api, spread=spread, explicit=explicit)
+    return topology
+
+
 def plan(spec: LadderSpec, destination: Destination, *, due: float, now: float,
          shard: int = 0) -> tuple[int, str, str, int]:
     """Pure: ``(units, entry exchange, ladder routing key, hops)`` for a due time (in shard ``shard``)."""
@@ -91,37 +89,8 @@ def plan(spec: LadderSpec, destination: Destination, *, due: float, now: float,
     return (units, *spec.route(units, destination.token, shard))
 
 
-@dataclass(eq=False)
-class _Batch:
-    tracker: Tracker = field(default_factory=Tracker)
-
-
 def _names(items: Sequence[Pending]) -> tuple[list[str], list[str]]:
     return [p.name for p in items], [p.entry for p in items]
-
-
-def _preview(names: Sequence[str]) -> str:
-    shown = ", ".join(names[:_SHOWN])
-    return shown + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
-
-
-def combine(failures: Sequence[PublishError], *, also: Sequence[tuple[str, str]] = (),
-            cause: PublishError | None = None) -> PublishError:
-    """One error naming every message of ``failures`` plus ``also`` (``(name, entry)`` pairs).
-
-    Its type is the failures' common type (``PublishError`` if they differ).
-    """
-    if len(failures) == 1 and not also and cause is None:
-        return failures[0]
-    names = [n for f in failures for n in f.failed] + [n for n, _ in also]
-    entries = [e for f in failures for e in f.entries] + [e for _, e in also]
-    if not names and cause is not None:
-        return cause
-    kinds = {type(f) for f in failures} | ({type(cause)} if cause is not None else set())
-    cls = kinds.pop() if len(kinds) == 1 else PublishError
-    first = str(cause if cause is not None else failures[0])
-    return cls(f"{first} -- {len(names)} delayed message(s) NOT scheduled or not confirmed: "
-               f"{_preview(names)}", failed=names, entries=entries)
 
 
 class LadderPublisher:
@@ -135,7 +104,8 @@ class LadderPublisher:
         """The process-wide publisher for a broker and configuration (``delayq_backend = "ladder"``)."""
         return publisher_for(connection, config)
 
-    def __init__(self, connection: Connection, config: DelayqConfig, *, clock: Any = time.time) -> None:
+    def __init__(self, connection: Connection, config: DelayqConfig, *,
+                 clock: Callable[[], float] = time.time) -> None:
         self.template = connection
         self.config = config
         self.spec = config.spec
@@ -169,10 +139,8 @@ class LadderPublisher:
     def declare(self, *, explicit: bool = False) -> Topology:
         """Declare (or verify) the ladder now rather than at the first publish.
 
-        ``explicit``: an operator's deliberate creation, as ``delayq topology
-        declare`` is: on RabbitMQ 3.x a new ladder is then created even where
-        its file-handle cost cannot be checked (no management API); a check
-        that can run still refuses (:mod:`celery_delayq.rabbitmq.budget`).
+        ``explicit``: an operator's deliberate creation (``delayq topology declare``), made on
+        RabbitMQ 3.x even where its file-handle cost cannot be checked.
 
         Raises:
             FileHandleBudgetExceeded: a new ladder would not fit RabbitMQ 3.x's file handles.
@@ -214,16 +182,7 @@ class LadderPublisher:
             confirm = self._link.open()
         if self.topology is None:
             raw = self._link.raw
-            version = broker_version(raw)
-            topology = Topology(self.spec, resolve_queue_type(self.config.queue_type, version),
-                                index=index_layout(self.spec, index=self.config.index, version=version))
-            api = ManagementAPI.for_broker(self.template, raw, self.config.management_url)
-            topology.route_check = api.routes if api is not None else None
-            if api is not None and self.config.leader_placement == "spread":
-                topology.placement = LeaderPlacement(api, self.template).place
-            # RabbitMQ 3.x: a new ladder only where its quorum queues fit the file-handle budget.
-            topology.budget = BudgetCheck(version, api, spread=self.config.leader_placement == "spread",
-                                          explicit=self._explicit)
+            topology = topology_for(self.template, self.config, raw, explicit=self._explicit)
             if self.config.declare:
                 topology.declare(raw, defer_streams=True)  # streams: before the first index entry
             else:
@@ -241,9 +200,8 @@ class LadderPublisher:
             also: Sequence[tuple[str, str]] = ()) -> R:
         """Run ``op`` on a live channel, reconnecting (and republishing) if the connection drops.
 
-        ``also`` names messages the caller holds that are not tracked yet. On
-        giving up, every unconfirmed publish of every tracker is settled as
-        failed, and the error raised names ``tracker``'s and ``also``.
+        On giving up every unconfirmed publish fails; the error names ``tracker``'s and ``also``
+        (messages the caller holds, not tracked yet).
         """
         cause: BaseException | None = None
         for _ in range(_ATTEMPTS):
@@ -259,14 +217,14 @@ class LadderPublisher:
                     f"{exc}; the connection had dropped before the broker confirmed these",
                     failed=_names(items)[0], entries=_names(items)[1]))
                 self._orphans.clear()
-                raise combine(self._take(tracker), also=also, cause=exc) from exc.__cause__
+                raise combine(tracker.take_failures(), also=also, cause=exc) from exc.__cause__
             except PublishTimeout as exc:
                 self._abandon(lambda items: PublishTimeout(
                     f"no publisher confirm within {self.config.confirm_timeout:.1f} s; the "
                     f"connection was closed, so {len(items)} ladder message(s) may or may not be "
                     "scheduled. Check the broker's health (memory/disk alarms block publishers).",
                     failed=_names(items)[0], entries=_names(items)[1]))
-                raise combine(self._take(tracker), also=also, cause=exc) from None
+                raise combine(tracker.take_failures(), also=also, cause=exc) from None
             except (amqp.exceptions.ChannelError, amqp.exceptions.IrrecoverableConnectionError) as exc:
                 confirm = self._link.confirm
                 if isinstance(exc, amqp.exceptions.ChannelError) and confirm is not None \
@@ -275,12 +233,12 @@ class LadderPublisher:
                 self._abandon(lambda items: PublishError(
                     f"the broker closed the ladder's channel ({exc!r}); {len(items)} ladder "
                     "message(s) may not be scheduled", failed=_names(items)[0], entries=_names(items)[1]))
-                raise combine(self._take(tracker), also=also, cause=PublishError(str(exc))) from exc
+                raise combine(tracker.take_failures(), also=also, cause=PublishError(str(exc))) from exc
         lost = PublishError(f"lost the broker connection {_ATTEMPTS} times in a row ({cause!r}); "
                             "the unconfirmed messages may not be scheduled")
         self._abandon(lambda items: PublishError(str(lost), failed=_names(items)[0],
                                                  entries=_names(items)[1]))
-        raise combine(self._take(tracker), also=also, cause=lost) from cause
+        raise combine(tracker.take_failures(), also=also, cause=lost) from cause
 
     def _lose(self, exc: BaseException) -> None:
         """The connection dropped: keep its unconfirmed publishes to republish, forget it."""
@@ -298,17 +256,12 @@ class LadderPublisher:
         fail(items, error)
         self._link.drop()
 
-    def _take(self, tracker: Tracker) -> list[PublishError]:
-        return tracker.take_failures()
-
     # -- publishing ------------------------------------------------------------------
     def plan_pass(self, exchange: str, routing_key: str, headers: dict[str, Any], *, delay: float) -> tuple[str, str]:
-        """Plan one ladder pass to ``exchange``/``routing_key``, ``delay`` seconds from now, for a
-        caller that publishes the message itself; stamps ``headers`` (in place).
+        """Plan one pass to ``exchange``/``routing_key`` in ``delay`` s for a caller that publishes itself.
 
-        Returns ``(entry exchange, ladder routing key)``. Replay uses it: it publishes
-        inside an AMQP transaction, so that the copy and the ack of the parked original
-        commit together, which a confirm-mode channel cannot do.
+        Stamps ``headers`` in place; returns ``(entry exchange, ladder routing key)``. Replay
+        publishes inside a transaction, which a confirm-mode channel cannot do.
         """
         self.declare()
         topology = self.topology
@@ -347,21 +300,16 @@ class LadderPublisher:
                  content_type: str | None = None, content_encoding: str | None = None,
                  queue_hint: str | None = None, **properties: Any) -> tuple[LadderReceipt, dict[str, Any]]:
         """:meth:`place` with the route chosen by ``route(destination, due, now, shard)`` ->
-        ``(units, exchange, routing key, hops)``, read after connecting (the fixed queues use it).
-
-        A delay longer than the ladder makes laps whatever ``route`` says.
+        ``(units, exchange, routing key, hops)`` (the fixed queues use it); longer delays make laps.
         """
-        # A per-message TTL would expire the message inside a ladder level, so it is not
-        # carried (the one place it is dropped); Celery's own ``expires`` header still makes
-        # the worker discard a task that comes due after its expiry.
+        # A per-message TTL would expire inside a level: dropped (Celery's ``expires`` still works).
         properties.pop("expiration", None)
         this = ((str(headers.get("id") or properties.get("message_id") or entry), entry),)
         with self._lock:
-            batch: _Batch | None = getattr(self._local, "batch", None)
-            tracker = batch.tracker if batch is not None else Tracker()
+            batch: Tracker | None = getattr(self._local, "tracker", None)  # inside confirming()
+            tracker = batch if batch is not None else Tracker()
 
-            # A delay longer than the ladder makes laps: the ladder's longest wait, into
-            # the laps queue, from which a worker puts it back (celery_delayq.rabbitmq.laps).
+            # Longer than the ladder: its longest wait into the laps queue (celery_delayq.rabbitmq.laps).
             remaining = due - self.clock()
             lapping = remaining > self.spec.max_delay_s
             target = ("", self.spec.laps_queue) if lapping else (exchange, routing_key)
@@ -378,10 +326,7 @@ class LadderPublisher:
             dest = topology.ensured(*target) if topology is not None else None
             if dest is None:
                 dest = self._io(tracker, prepare, this)
-            # The clock is read after connecting and declaring: a first publish that
-            # declared the ladder must not wait that long again inside it. (On the
-            # shortcut above, a reconnect happens in the publish's _io, after this:
-            # the message can only be that much later, never early.)
+            # After connecting and declaring, so a first publish does not wait that long twice.
             now = self.clock()
             shard = self.spec.shard_of(this[0][0])
             if lapping:
@@ -404,9 +349,7 @@ class LadderPublisher:
             if batch is not None:
                 window = self.config.batch_window
                 confirm = self._link.confirm
-                if confirm is not None and len(confirm.pending) > window:
-                    # Drain down to half the window, so confirms are read in runs
-                    # rather than one frame per publish.
+                if confirm is not None and len(confirm.pending) > window:  # drain to half: in runs
                     self._io(tracker, lambda c: c.wait(timeout=timeout, keep=window // 2))
                 return sched, hdrs
             self._io(tracker, lambda c: c.wait(timeout=timeout, tracker=tracker))
@@ -414,39 +357,29 @@ class LadderPublisher:
         return sched, hdrs
 
     def _raise_failures(self, tracker: Tracker) -> None:
-        failures = self._take(tracker)
+        failures = tracker.take_failures()
         if failures:
             raise combine(failures)
 
     def worker_service(self, connection_for: Callable[[str], Connection], scheduling: Scheduling) -> LadderWorker:
-        """Each worker declares the ladder, relays laps (through ``scheduling``) and sets held
-        queues moving (:mod:`.worker`); one per publisher, however many backends ride it."""
+        """The worker service (:mod:`.worker`): declare, relay laps, move held queues; one per publisher."""
         if self._worker is None:
             self._worker = LadderWorker(self, connection_for, scheduling)
         return self._worker
 
-    @contextlib.contextmanager
-    def confirming(self) -> Iterator[None]:
+    def confirming(self) -> ContextManager[None]:
         """The backend contract's batch: await the block's confirms together when it ends.
 
         Raises :class:`PublishError` naming every message nacked, returned or lost
         with the connection (nothing named twice). Nested blocks join the outer one.
         """
-        if getattr(self._local, "batch", None) is not None:
-            yield
-            return
-        b = self._local.batch = _Batch()
-        try:
-            yield
-        finally:
-            try:
-                with self._lock:
-                    if b.tracker.outstanding:
-                        self._io(b.tracker, lambda c: c.wait(timeout=self.config.confirm_timeout,
-                                                             tracker=b.tracker))
-                    self._raise_failures(b.tracker)
-            finally:
-                self._local.batch = None
+        return confirm_block(self._local, self._settle)
+
+    def _settle(self, tracker: Tracker) -> None:
+        with self._lock:
+            if tracker.outstanding:
+                self._io(tracker, lambda c: c.wait(timeout=self.config.confirm_timeout, tracker=tracker))
+            self._raise_failures(tracker)
 
 
 _PUBLISHERS: ProcessRegistry[LadderPublisher] = ProcessRegistry()

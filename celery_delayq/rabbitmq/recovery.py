@@ -1,34 +1,12 @@
 """Ladder queues stuck after a broker restart on RabbitMQ before 4.3, found and set moving again.
 
-Before 4.3 a vhost recovers its queues before its exchanges
-(``rabbit_vhost:recover/1``). A quorum queue's at-least-once dead-letter
-worker that starts first finds no dead-letter exchange, keeps up to 32
-messages (its prefetch) and tries again only when
-``dead_letter_worker_publisher_confirm_timeout`` fires: 180 s by default, and
-only ``advanced.config`` can change it. Everything behind those messages waits
-too. The sign is a queue whose ``messages`` exceed ``messages_ready`` +
-``messages_unacknowledged`` for longer than a moment. Measured on 3.10.8:
-up to 4,135 of 5,000 tasks 150-210 s late after a kill -9 (DESIGN-NOTES §7).
-
-Any policy change on a queue makes its dead-letter worker look its topology
-up again, and it re-sends at once (832 held messages within 4.3 s). So the
-remedy is a *policy touch*: a policy on the ladder's queues set and deleted
-again, with a definition that changes nothing the ladder relies on. It goes
-through the management API. Workers run it by themselves every 30 s and soon
-after their broker connection comes back (:class:`HeldWatcher`); operators run
-``celery -A APP delayq topology recover``. On 4.3, which recovers exchanges
-first, nothing is ever held this way, and the touch is harmless.
-
-What a touch cannot move (RabbitMQ's source, ``rabbit_fifo_dlx_worker``): a
-message the worker *did* send and that was rejected or never confirmed is
-re-sent only once ``dead_letter_worker_publisher_confirm_timeout`` has passed
-since it was sent, whether the timer or a policy change wakes the worker
-(``redeliver_messages/1``). Before 3.12.5 a dead-letter worker's first publish
-to a target queue asks the target's first member, and is rejected when that
-node is down (``rabbit_fifo_client:enqueue/3``): at load, the loss of one
-node of a 3.10 cluster left 32 such messages in a level queue's worker, and
-everything behind them, for 180-360 s (benchmarks/results/faults.md, "At
-load"). Only ``advanced.config`` shortens that; ``delayq doctor`` says how.
+Before 4.3 a vhost recovers its queues before its exchanges, and a quorum queue's dead-letter
+worker that finds no target holds its messages (``messages`` above ready + unacked) until a
+180 s timer. Any policy change makes it look again at once, so the remedy is a *policy touch*
+(set and delete a harmless policy) through the management API: workers run it every 30 s and
+after a reconnect (:class:`HeldWatcher`), operators with ``delayq topology recover``. It cannot
+move what a worker sent and lost a confirm for (only ``advanced.config`` shortens that).
+Measurements: docs/operations.md, docs/clusters.md.
 """
 
 from __future__ import annotations
@@ -83,9 +61,7 @@ def held_on_two_looks(api: ManagementAPI, prefix: str, *, held_for: float = HELD
                       first: list[dict[str, Any]] | None = None) -> dict[str, int] | None:
     """Ladder queues holding messages on one look and still ``held_for`` seconds later (``None``: cannot tell).
 
-    Two looks, because a queue holds messages for a moment in the normal
-    course of dead-lettering. ``first``: the rows (``api.queues()``) of a
-    first look the caller already made.
+    Two looks: dead-lettering holds messages for a moment. ``first``: rows of a look already made.
     """
     rows = api.queues() if first is None else first
     if rows is None:
@@ -101,12 +77,7 @@ def held_on_two_looks(api: ManagementAPI, prefix: str, *, held_for: float = HELD
 
 
 def touch_pattern(prefix: str) -> str:
-    """The policy pattern: the ladder's level queues (every shard's) and exit queues, not its streams (pure).
-
-    A policy change on a stream goes through the stream coordinator, which is
-    slow right after a restart: a touch that included the 17 index and cancel
-    streams took longer than 10 s on 3.10.8.
-    """
+    """The policy pattern: the ladder's level queues (every shard's) and exit queues, not its (slow) streams (pure)."""
     return rf"^{re.escape(prefix)}\.([0-9]+x[0-9]+\.(s[0-9]+\.)?L[0-9]|exit\.)"
 
 
@@ -116,8 +87,7 @@ class Recovery:
 
     Attributes:
         api: The broker's :class:`~celery_delayq.rabbitmq.management.ManagementAPI`.
-        prefix: ``delayq_prefix``: every queue named ``<prefix>.*`` is looked at
-            (each ladder shape's levels, the exit queues, the unroutable queue).
+        prefix: ``delayq_prefix``: every queue named ``<prefix>.*`` is looked at.
     """
 
     api: Any
@@ -125,9 +95,7 @@ class Recovery:
 
     _in_vain: set[str] = field(default_factory=set, repr=False)
 
-    def __post_init__(self) -> None:
-        # Right after a restart the management API answers slowly, and setting a policy waits for
-        # every matched quorum queue: more than 10 s was seen on 3.10.8. Its 2 s default is too short.
+    def __post_init__(self) -> None:  # right after a restart a policy can take over 10 s to set
         if getattr(self.api, "timeout", API_TIMEOUT_S) < API_TIMEOUT_S:
             self.api = dataclasses.replace(self.api, timeout=API_TIMEOUT_S)
 
@@ -141,20 +109,12 @@ class Recovery:
         return None if rows is None else ladder_held(rows, self.prefix)
 
     def still_held(self, stuck: Mapping[str, int]) -> dict[str, int]:
-        """Of the ``stuck`` queues, those holding as many messages or more :data:`SETTLE_S` after a touch.
-
-        A queue that holds fewer is moving: a backlog of thousands drains at
-        the dead-letter worker's pace, not within seconds.
-        """
+        """Of the ``stuck`` queues, those holding as many or more :data:`SETTLE_S` after a touch (fewer: moving)."""
         time.sleep(SETTLE_S)
         return {name: n for name, n in (self.held_now() or {}).items() if name in stuck and n >= stuck[name]}
 
     def touch(self) -> bool:
-        """Set, then delete, a policy on the ladder's queues: each dead-letter worker looks up its targets again.
-
-        The definition only names the leader locator, which decides nothing
-        for queues that already exist. Returns whether the broker took it.
-        """
+        """Set, then delete, a harmless policy on the ladder's queues; whether the broker took it."""
         name = f"{TOUCH_POLICY}-{self.prefix}"
         body = {"pattern": touch_pattern(self.prefix), "apply-to": "queues", "priority": 999,
                 "definition": {"queue-leader-locator": "client-local"}}
@@ -168,8 +128,7 @@ class Recovery:
     def run(self, *, held_for: float = HELD_FOR_S) -> dict[str, int] | None:
         """Touch when queues are stuck; returns what was stuck (``{}``: nothing; ``None``: cannot tell).
 
-        Queues a touch did not move are not touched again while they stay held
-        (an exit queue whose destination is gone holds its messages for good).
+        Queues a touch did not move are not touched again while they stay held.
         """
         stuck = self.stuck(held_for=held_for)
         if stuck and set(stuck) <= self._in_vain:
@@ -192,8 +151,7 @@ class Recovery:
             else:
                 log.error("delayq: %d message(s) are held in ladder queue(s) %s, and the policy touch that "
                           "moves them failed (the management API refused it or did not answer; its user needs "
-                          "the 'policymaker' tag). They "
-                          "move on RabbitMQ's own retry, up to 3 minutes late; run `celery -A APP delayq "
+                          "the 'policymaker' tag). They move on RabbitMQ's own retry, up to 3 minutes late; run `celery -A APP delayq "
                           "topology recover` as an administrator.", sum(stuck.values()), ", ".join(sorted(stuck)))
         return stuck
 
@@ -201,9 +159,7 @@ class Recovery:
 class HeldWatcher:
     """A worker's daemon thread: looks for held ladder queues every ``every`` seconds, and soon after a reconnect.
 
-    A reconnect follows a restart of the node the worker talks to; a node of
-    a cluster that restarts elsewhere causes no reconnect here, hence the
-    periodic look (one ``GET /api/queues`` when nothing is held).
+    Periodic too: another node of a cluster restarting causes no reconnect here.
     """
 
     def __init__(self, recovery: Recovery, *, every: float = 30.0, soon: float = 3.0) -> None:

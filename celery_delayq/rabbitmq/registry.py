@@ -1,10 +1,5 @@
-"""One object per process and key (publishers, parkers), safe across ``fork()``.
-
-Workers fork (prefork pool), so an object that owns a socket must never be
-used by the child as the parent left it: a lock held at fork time would stay
-locked, and two processes would write one connection. Registered objects get
-``after_fork_in_child()`` called in the child and reconnect lazily.
-"""
+"""One object per process and key (publishers, parkers), safe across ``fork()``: a forked child calls
+each one's ``after_fork_in_child()`` (no inherited locks or sockets) and it reconnects lazily."""
 
 from __future__ import annotations
 

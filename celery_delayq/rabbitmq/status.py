@@ -1,74 +1,38 @@
 """The status of an app's ladder on its broker: what waits, what is parked, what could not be routed.
 
-:func:`ladder_status` is the document of ``delayq status --json``; the metrics
-endpoint and the web page read the same document, so the three never disagree.
+:func:`ladder_status` is the document of ``delayq status --json``, which the metrics endpoint
+and the web page read too. Read-only: passive declares only. A message's due time cannot be
+seen without taking it out, but queue ``(k, d)``'s TTL bounds it:
+``((d + 1) * radix**k - 1) * unit`` from now.
 
-Read-only: every number comes from a passive ``queue.declare``, so a status
-of a ladder that does not exist creates nothing and says so.
+``--json`` keys (``schema`` 1; keys are only ever added):
 
-Due times: RabbitMQ cannot show a message's due time without taking it out
-of its queue, and taking messages out of a TTL queue would disturb the
-schedule. What *is* known is each queue's TTL, which bounds when the messages
-in it fall due: a message in queue ``(k, d)`` is due within
-``((d + 1) * radix**k - 1) * unit`` from now. ``status`` reports those
-bounds: ``next_due_by`` (the soonest waiting message is due by then at the
-latest) and ``all_due_by`` (every waiting message is due by then).
-
-``--json`` prints one object with these keys (``schema`` 1; keys are only
-ever added, never renamed or removed):
-
-``schema``
-    1.
-``observed_at``
-    When the counts were read, ISO 8601 UTC.
-``broker``
-    The broker URL, password masked.
+``schema``, ``observed_at`` (ISO 8601 UTC), ``broker`` (password masked)
 ``ladder``
-    ``prefix``, ``namespace``, ``radix``, ``levels``, ``shards``, ``unit_ms``,
-    ``max_delay_s`` and ``max_delay`` (in words).
-``exists``, ``complete``
-    Whether any part of this ladder's shape / every exchange and queue of
-    the ladder is on the broker (``<prefix>.unroutable`` is shared by every
-    shape of the prefix, so it alone does not make a ladder exist).
-``missing``
-    ``"exchange NAME"`` / ``"queue NAME"`` for each part that is not.
+    ``prefix``, ``namespace``, ``radix``, ``levels``, ``shards``, ``unit_ms``, ``max_delay_s``, ``max_delay``.
+``exists``, ``complete``, ``missing``
+    Any part of this shape / every part is on the broker (the shared unroutable ones alone do
+    not count); ``"exchange NAME"``/``"queue NAME"`` for each part that is not.
 ``totals``
-    ``waiting`` (ready messages in the level queues), ``parked`` and
-    ``unroutable`` (messages in those queues); 0 where a queue is absent.
-    ``cancelled``: of ``waiting``, the tasks cancelled while waiting and not
-    due yet (from the cancel log): they stay in the ladder's queues until
-    they arrive and are dropped then, and ``delayq pending`` does not list
-    them; ``null`` when the cancel log cannot be read.
+    ``waiting`` (ready messages in the level queues), ``parked``, ``unroutable`` (0 where
+    absent), ``held`` (sum of ``held``) and ``cancelled`` (of ``waiting``, cancelled tasks not due
+    yet, from the cancel log, that ``delayq pending`` does not list; ``null``: cannot read it).
 ``levels``
-    Top level first: ``level``, ``messages``, ``due_within_s`` (``null``
-    when empty) and ``queues`` (shard by shard), each with ``queue``, ``digit``, ``shard``, ``ttl_s``,
-    ``due_within_s``, ``exists`` and ``messages``.
+    Top level first: ``level``, ``messages``, ``due_within_s`` (``null`` when empty) and ``queues``
+    (shard by shard: ``queue``, ``digit``, ``shard``, ``ttl_s``, ``due_within_s``, ``exists``,
+    ``messages``, ``leader``).
 ``parking``, ``unroutable``
     ``queue``, ``exists``, ``messages``.
 ``next_due_by``, ``all_due_by``
-    ISO 8601 UTC bounds described above, ``null`` when nothing waits.
-``nodes``, ``leaders``
-    The cluster's running nodes, and how many of the ladder's level queues
-    each node leads (``{}``/``null`` when the management API cannot tell);
-    each level queue also has ``leader``.
-``leaders_by_kind``
-    ``{kind: {node: queues it leads}}`` for every kind of queue the ladder
-    owns: ``levels``, ``unroutable``, ``laps``, ``index`` (the index streams),
-    ``cancels`` (the cancel log), ``parking`` and ``exits`` (one per
-    destination); a kind with no queue yet is left out (``null`` when the
-    management API cannot tell). A new ladder spreads them all
-    (:mod:`celery_delayq.rabbitmq.placement`).
+    By when the soonest / every waiting message is due at the latest (ISO 8601 UTC; ``null``: none waits).
+``nodes``, ``leaders``, ``leaders_by_kind``
+    Running nodes; level queues each node leads; ``{kind: {node: queues}}`` for levels, unroutable,
+    laps, index, cancels, parking and exits (``null`` without the management API).
 ``held``
-    ``{queue: messages}``: ladder queues (levels and exit queues) that hold
-    messages in their dead-letter state, on two looks ``recovery.HELD_FOR_S``
-    apart (a moment's hold is normal dead-lettering); ``null`` when the
-    management API cannot tell. After a broker restart before 4.3, ``delayq
-    topology recover`` moves them; an exit queue whose destination has no
-    binding for its key holds them until one exists. ``totals.held`` sums it.
+    ``{queue: messages}`` held in the dead-letter state on two looks ``recovery.HELD_FOR_S`` apart
+    (``null`` without the management API); ``delayq topology recover`` moves them before 4.3.
 
-Counts are *ready* messages: a quorum queue's messages that are expiring
-(in its dead-letter state) are not visible over AMQP for that moment.
-The exit status is 1 when there is no ladder of the app's name and shape.
+Counts are *ready* messages (AMQP cannot see expiring ones). Exit status 1: no ladder of the app's shape.
 """
 
 from __future__ import annotations

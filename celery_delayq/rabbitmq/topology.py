@@ -1,9 +1,7 @@
-"""Declare or verify the ladder on the broker. This is the only module that shapes topology.
+"""Declare or verify the ladder on the broker; the only module that shapes topology.
 
-Declaring is idempotent, so every worker does it when it starts and every
-process does it lazily before its first delayed publish. Where the app may
-not configure the broker, ``delayq_declare = False`` switches to verify-only:
-the ladder must already exist, and any difference is reported by name.
+Declaring is idempotent (workers at start, publishers before their first delayed publish);
+``delayq_declare = False`` only verifies, reporting any difference by name.
 """
 
 from __future__ import annotations
@@ -45,10 +43,8 @@ def broker_version(connection: amqp.Connection) -> tuple[int, ...]:
 def resolve_queue_type(requested: str, version: tuple[int, ...]) -> str:
     """Pick ``quorum`` or ``classic`` for the ladder's queues.
 
-    ``auto`` prefers quorum queues, whose at-least-once dead-lettering makes
-    the hops crash-safe; they need RabbitMQ 3.10 for message TTL. Asking for
-    quorum explicitly on an older broker is an error rather than a silent
-    downgrade.
+    ``auto`` prefers quorum queues (crash-safe at-least-once dead-lettering; TTL needs
+    RabbitMQ 3.10). Explicit ``quorum`` on an older broker is an error, not a downgrade.
     """
     if requested not in ("auto", "quorum", "classic"):
         raise ValueError(f"delayq_queue_type must be 'auto', 'quorum' or 'classic', got {requested!r}")
@@ -85,9 +81,8 @@ class EntityState:
         kind: ``exchange`` or ``queue``.
         name: Its name.
         exists: Whether the broker has it.
-        messages: Ready messages of a queue (``None`` for exchanges and absent
-            queues). Messages a quorum queue holds in its dead-letter state
-            are not ready and not counted: AMQP cannot see them.
+        messages: Ready messages of a queue (``None`` for exchanges and absent queues);
+            AMQP cannot see those a quorum queue holds in its dead-letter state.
         consumers: Consumers of a queue (``None`` likewise).
     """
 
@@ -112,11 +107,7 @@ class LadderState:
 
     @property
     def exists(self) -> bool:
-        """Whether any part of *this* ladder is on the broker.
-
-        The ``<prefix>.unroutable`` exchange and queue do not count: every
-        shape (levels, radix) of a prefix shares them.
-        """
+        """Whether any part of *this* ladder is on the broker (not the prefix's shared unroutable ones)."""
         return any(e.exists and e.name.startswith(f"{self.namespace}.") for e in self.entities)
 
     @property
@@ -171,15 +162,9 @@ def _patterns(prefix: str) -> tuple[tuple[str, str, re.Pattern[str]], ...]:
 def ladder_role(prefix: str, kind: str, name: str, *, parking_queue: str | None = None) -> tuple[str, str] | None:
     """``(role, shape)`` of a broker entity that ladder prefix ``prefix`` made, else ``None`` (pure).
 
-    Exact: only names the ladder's naming scheme produces (:class:`LadderSpec`,
-    the index streams, :func:`~celery_delayq.rabbitmq.fixed.fixed_queue_name`)
-    match, never another app's queue that merely starts with the same
-    characters (``<prefix>x.exit...``, ``<prefix>.tasks``, an exit-like name
-    without a token). ``shape`` is ``"LEVELSxRADIX"`` for what belongs to one
-    ladder shape (levels of every shard, delivery exchange, streams) and ``""``
-    for what every shape of the prefix shares (:data:`SHARED_ROLES`).
-    ``parking_queue``: the app's parking queue, when ``delayq_parking_queue``
-    names one outside the prefix.
+    Only names the ladder's naming scheme produces match, never another app's queue that
+    merely shares the prefix. ``shape`` is ``"LEVELSxRADIX"``, or ``""`` for
+    :data:`SHARED_ROLES`. ``parking_queue``: the app's, when it lies outside the prefix.
     """
     if kind == "queue" and parking_queue and name == parking_queue:
         return "parking", ""
@@ -235,15 +220,10 @@ def _count(value: object) -> int | None:
 def select_owned(spec: LadderSpec, queues: Iterable[Mapping[str, Any]], exchanges: Iterable[Mapping[str, Any]], *,
                  parking_queue: str | None = None, with_parking: bool = False,
                  keep_shared: bool = False) -> OwnedSelection:
-    """Pick the ladder's entities out of the broker's own listing of a vhost (pure).
+    """Pick the ladder's entities out of the broker's management-API listing of a vhost (pure).
 
-    ``queues``/``exchanges``: rows of the management API (``name``, and for
-    queues ``type`` and ``messages``). The app's shape (``spec``) is deleted in
-    every shard the broker has, configured or not. What the prefix's shapes
-    share (exit and fixed queues of every destination, laps, unroutable) goes
-    too, unless ``keep_shared``, or unless the app's own shape is not there
-    while another is (then it is that ladder's). The parking queue goes only
-    ``with_parking``.
+    The app's shape goes in every shard the broker has. What the prefix's shapes share goes
+    too, unless ``keep_shared`` or only another shape is there; parking only ``with_parking``.
     """
     shape = f"{spec.levels}x{spec.radix}"
     found: list[Owned] = []
@@ -349,18 +329,9 @@ class Topology:
     def declare(self, connection: amqp.Connection, *, defer_streams: bool = False) -> None:
         """Create the whole ladder; a no-op where it already exists as specified.
 
-        With ``defer_streams`` the index and cancel-log streams are left for
-        :meth:`streams_ready`. The publisher uses it so that a process's first
-        ladder message is sent as soon as the ladder itself exists (new streams
-        cost the broker about 0.2 s on this machine), and creates the streams
-        only before it writes that message's index entry.
-
-        Every declare and bind is sent without waiting for its reply (``nowait``),
-        then one synchronous call collects the outcome: about one round trip
-        instead of ~60, so the first delayed publish of a process is not held
-        up by it. A declare the broker refuses closes the channel, and that
-        surfaces at the synchronous call with the broker's own words, naming
-        the entity and argument; :class:`TopologyMismatch` carries them.
+        ``defer_streams`` leaves the index and cancel-log streams for :meth:`streams_ready`, so
+        a first delayed publish need not wait for them. Declares are pipelined (``nowait``) and
+        end in one synchronous call, where a refusal surfaces as :class:`TopologyMismatch`.
         """
         s = self.spec
         streams = set(self.index.streams) if self.index is not None else set()
@@ -394,10 +365,7 @@ class Topology:
     def missing_quorum_queues(self, connection: amqp.Connection) -> list[str]:
         """The ladder's quorum queues (levels, unroutable) a declare would add; ``[]`` for an existing ladder.
 
-        One passive declare tells an existing ladder (the common case). For a
-        new one (or one gaining shards) every quorum queue counts, without a
-        look at each: a few already there (a ladder half deleted) only make the
-        count err on the safe side, and each look costs a first publish a round trip.
+        One passive declare tells; a new (or growing) ladder counts all of them, erring safe.
         """
         s = self.spec
         with _Channels(connection) as chans:
@@ -407,11 +375,7 @@ class Topology:
         return [q.name for q in s.level_queues()] + [s.unroutable_queue]
 
     def owned_queues(self) -> list[tuple[str, str, dict[str, Any]]]:
-        """``(kind, name, args)`` of every queue the ladder owns, in placement order (pure).
-
-        Kinds: ``levels``, ``unroutable``, ``laps``, ``index``, ``cancels``. Exit
-        queues (one per destination) and the parking queue are made later.
-        """
+        """``(kind, name, args)`` of every queue the ladder owns, in placement order (pure; no exit/parking queues)."""
         s = self.spec
         out: list[tuple[str, str, dict[str, Any]]] = [
             ("levels", q.name, self.level_queue_args(q.level, q.digit, q.shard)) for q in s.level_queues()]
@@ -423,12 +387,7 @@ class Topology:
         return out
 
     def _place(self, connection: amqp.Connection) -> None:
-        """A ladder not on the broker yet gets every queue it owns declared on its leader's node first.
-
-        Levels, unroutable, laps, the index streams and the cancel log, round
-        robin in that order, so each kind is spread too (an existing queue stays
-        where it is: re-declaring it through another node changes nothing).
-        """
+        """A new ladder gets every queue it owns declared on its leader's node first (round robin per kind)."""
         assert self.placement is not None
         s = self.spec
         # The exchanges first: a quorum queue's at-least-once dead-letter worker that starts
@@ -445,10 +404,7 @@ class Topology:
             raise _mismatch("the ladder", exc) from None
 
     def streams_ready(self, connection: amqp.Connection | None = None) -> None:
-        """Create the streams a deferred :meth:`declare` left out, and wait for them (a no-op otherwise).
-
-        ``connection``: the one to use now (default: the one :meth:`declare` used).
-        """
+        """Create the streams a deferred :meth:`declare` left out (on ``connection``, default its own)."""
         declared_on, self._streams_on = self._streams_on, None
         if declared_on is None:
             return
@@ -488,11 +444,9 @@ class Topology:
                     return
 
     def inspect(self, connection: amqp.Connection, *, extra_queues: list[str] | tuple[str, ...] = ()) -> LadderState:
-        """Which ladder exchanges and queues exist, and how many messages each queue holds.
+        """Which ladder exchanges and queues (and ``extra_queues``) exist, and their messages.
 
-        Passive declares only, so it never creates anything (a mistyped prefix
-        must not leave a ladder behind) and needs no configure permission.
-        ``extra_queues`` (exit or parking queues) are looked up the same way.
+        Passive declares only: creates nothing, needs no configure permission.
         """
         found: list[EntityState] = []
         wanted = [(kind.split(":")[0], name) for kind, name, _args in self.entities()]
@@ -508,23 +462,11 @@ class Topology:
 
     def delete(self, connection: amqp.Connection, *, if_empty: bool = True,
                exit_queues: list[str] | tuple[str, ...] = (), keep_shared: bool = False) -> list[str]:
-        """Delete the ladder (and the named exit queues); returns what was deleted.
+        """Delete the ladder and the named exit queues (what the configuration names); returns what was deleted.
 
-        What the configuration names, only: exit queues of destinations not
-        named here stay. ``delayq topology delete`` finds everything the prefix
-        made from the broker's own listing instead (:func:`select_owned`,
-        :meth:`delete_listed`).
-
-        Only what exists is deleted and returned, so deleting an absent ladder
-        returns ``[]``. With ``if_empty`` (the default) nothing at all is deleted
-        while any of the queues holds messages (:class:`TopologyError` names
-        them): deleting the exchanges under a busy queue would strand its
-        messages just as surely as deleting the queue. The check is racy only
-        against publishes made while the ladder is being deleted.
-
-        ``keep_shared`` keeps the ``<prefix>.unroutable`` exchange and queue,
-        which every shape of the prefix shares: after a reshape the new ladder's
-        delivery exchange still uses them as its alternate exchange.
+        Only what exists is deleted. With ``if_empty`` nothing at all is deleted while any queue
+        holds messages (:class:`TopologyError` names them). ``keep_shared`` keeps what every
+        shape of the prefix shares. ``delayq topology delete`` uses :meth:`delete_listed`.
         """
         s = self.spec
         queues = [q.name for q in s.level_queues()] + ([] if keep_shared else [s.unroutable_queue, s.laps_queue])
@@ -544,10 +486,8 @@ class Topology:
     def look(self, connection: amqp.Connection, owned: Sequence[Owned]) -> list[Owned]:
         """``owned`` as the broker has it now: what is gone dropped, each queue's messages counted again.
 
-        A queue counts the larger of what the listing said (the management API
-        also counts unacknowledged and, on quorum queues, dead-letter-held
-        messages, but its statistics lag by up to 5 s) and a passive declare's
-        ready messages (exact now). Streams keep ``0``: their history waits for nobody.
+        The larger of the listing's count (includes held messages, lags up to 5 s) and a passive
+        declare's (exact, ready only); streams count ``0``.
         """
         out: list[Owned] = []
         with _Channels(connection) as chans:
@@ -562,12 +502,7 @@ class Topology:
         return out
 
     def delete_listed(self, connection: amqp.Connection, owned: Sequence[Owned], *, if_empty: bool = True) -> list[str]:
-        """Delete the entities of a broker listing (:func:`select_owned`); returns what was deleted.
-
-        As :meth:`delete`: only what exists, and with ``if_empty`` nothing at
-        all while a queue holds messages (:class:`TopologyError` names them).
-        Queues go first, so no exchange is deleted under a queue that dead-letters into it.
-        """
+        """Delete the entities of a broker listing (:func:`select_owned`), queues first; as :meth:`delete`."""
         busy = {o.name for o in owned if o.kind == "queue" and o.messages and not o.stream}
         deleted = _delete_named(connection, [o.name for o in owned if o.kind == "queue"],
                                 [o.name for o in owned if o.kind == "exchange"],
@@ -589,20 +524,11 @@ class Topology:
         return dest
 
     def ensured(self, exchange: str, routing_key: str) -> Destination | None:
-        """The destination if :meth:`ensure_exit` already checked it in this process, else ``None``.
-
-        The publish path's shortcut: a known destination needs no broker call,
-        so it needs no connection either before the publish itself.
-        """
+        """The destination if :meth:`ensure_exit` already checked it in this process, else ``None`` (no broker call)."""
         return self._exits.get((exchange, routing_key))
 
     def _check_route(self, dest: Destination) -> None:
-        """An exchange that exists may still route the key nowhere; ask the management API.
-
-        Without a binding, the exit queue's at-least-once dead-lettering would
-        hold the message for ever (RabbitMQ retries, it never drops), so refuse
-        it now. AMQP cannot list bindings: where the API is off, say so once.
-        """
+        """Refuse a key the exchange routes nowhere (an exit queue would hold it for ever); asks the management API."""
         routes = self.route_check(dest.exchange, dest.routing_key) if self.route_check else None
         if routes is False:
             raise UnroutableDestination(
@@ -618,12 +544,7 @@ class Topology:
 
     def ensure_exit(self, connection: amqp.Connection, dest: Destination, *,
                     declare: bool, queue_hint: str | None = None) -> None:
-        """Make sure the destination exists and its exit queue is bound.
-
-        Checked once per process and destination: the destination exchange (or,
-        for the default exchange, the queue) must exist, because a message the
-        ladder cannot deliver would otherwise vanish when it comes due.
-        """
+        """Make sure the destination exists and its exit queue is bound (once per process and destination)."""
         key = (dest.exchange, dest.routing_key)
         if key in self._exits:
             return
@@ -673,8 +594,7 @@ def _delete_named(connection: amqp.Connection, queues: Sequence[str], exchanges:
                   streams: set[str], if_empty: bool, busy: Iterable[str] = ()) -> list[str]:
     """Delete the queues, then the exchanges, that exist; refuse first if ``if_empty`` and any holds messages.
 
-    ``busy``: queues known to hold messages a passive declare cannot see
-    (held or unacknowledged ones, counted by the management API).
+    ``busy``: queues holding messages a passive declare cannot see.
     """
     deleted: list[str] = []
     busy = set(busy)
@@ -701,13 +621,7 @@ def _delete_named(connection: amqp.Connection, queues: Sequence[str], exchanges:
 
 
 def _starting_elsewhere(exc: BaseException) -> bool:
-    """Another process's declare of the same quorum queue has not finished starting it.
-
-    RabbitMQ 4.x answers a declare that meets a quorum queue whose record exists
-    but whose Raft member is still starting with ``404 NOT_FOUND - home node …
-    is down or inaccessible`` (seen when four publishers of a new app start
-    together). Declaring again a moment later succeeds.
-    """
+    """RabbitMQ 4.x's 404 'home node … is down or inaccessible': another declare is still starting the queue."""
     return isinstance(exc, amqp.NotFound) and "down or inaccessible" in str(getattr(exc, "reply_text", exc))
 
 
@@ -775,10 +689,7 @@ class _Channels:
 
 @contextlib.contextmanager
 def _pipelined(connection: amqp.Connection, what: str) -> Iterator[amqp.Channel]:
-    """A channel for ``nowait`` declares, closed after; a refused one raises :class:`TopologyMismatch` naming ``what``.
-
-    The block ends with one synchronous call (the barrier), where a refusal surfaces.
-    """
+    """A channel for ``nowait`` declares ending in one synchronous call; a refusal raises :class:`TopologyMismatch`."""
     ch = connection.channel()
     try:
         yield ch

@@ -1,16 +1,7 @@
-"""What the ladder needs from each worker: its topology declared, laps relayed, held queues set moving.
+"""The ladder's worker service (:meth:`~celery_delayq.typing.DelayBackend.worker_service`).
 
-A backend may ask every worker for services of its own
-(:meth:`~celery_delayq.typing.DelayBackend.worker_service`); the Celery
-worker step starts and stops them without knowing what they are. The ladder's:
-
-* the ladder is declared (or verified) before the worker consumes;
-* delays longer than the ladder wait in its laps queue between laps, and
-  every worker puts them back (:class:`~.laps.LapRelay`), through the
-  scheduler above the backends (so each lap gets its signals and index entry);
-* on RabbitMQ < 4.3, ladder queues that a broker restart left holding
-  messages are found and set moving (:class:`~.recovery.HeldWatcher`; 4.3
-  recovers exchanges first, so it needs none).
+The ladder declared before consuming; laps relayed through the scheduler (:class:`~.laps.LapRelay`);
+on RabbitMQ < 4.3, queues a restart left holding set moving (:class:`~.recovery.HeldWatcher`).
 """
 
 from __future__ import annotations
@@ -45,11 +36,7 @@ class _Ladder(DelayBackend, Protocol):
 
 
 class LadderWorker:
-    """The ladder's services in one worker; started at each consumer start, stopped at each stop.
-
-    One per publisher (``fixed`` shares the ladder's), so a worker whose backends share a
-    ladder runs its services once.
-    """
+    """The ladder's services in one worker, one per publisher; started at each consumer start, stopped at each stop."""
 
     def __init__(self, publisher: _Ladder, connection_for: Callable[[str], Connection],
                  scheduling: Scheduling) -> None:

@@ -1,15 +1,6 @@
-"""Delayed-task telemetry: a subscriber that records events, and a fail-safe JSON Lines recorder.
-
-``attach(app, config)`` connects telemetry to one app (``detach(app)`` undoes
-it); the events are the named tuples of :mod:`~celery_delayq.telemetry.events`,
-written by :class:`TelemetryRecorder` under ``delayq_telemetry_dir``.  Beside
-them, read without Spark: :mod:`~celery_delayq.telemetry.metrics` (the
-Prometheus endpoint), :mod:`~celery_delayq.telemetry.lasthour` (the web page's
-last hour) and :mod:`~celery_delayq.telemetry.files` (the event files).  The
-offline PySpark report lives in :mod:`celery_delayq.analytics`.
-
-The public names are each module's ``__all__``, listed there once.
-"""
+"""Delayed-task telemetry: ``attach(app)`` records the events of :mod:`~celery_delayq.telemetry.events`
+through a fail-safe JSON Lines :class:`TelemetryRecorder`; also metrics, the last hour and the event files
+(the PySpark report is :mod:`celery_delayq.analytics`). Public names: each module's ``__all__``."""
 
 from celery_delayq.telemetry import events, recorder, recorders, subscriber
 from celery_delayq.telemetry.events import *

@@ -1,13 +1,6 @@
-"""Which event files a reader reads: listing, time-window pruning, incremental state.
+"""Which event files a reader reads: listing, time-window pruning, incremental state (pure Python, no JVM).
 
-Pure Python (no pyspark): the web page's last hour reads through it, and the
-report's command answers "nothing to report" for an empty or missing
-directory in well under a second, before any JVM starts.
-
-The recorder writes ``root/date=YYYY-MM-DD/hour=HH/events-*.jsonl`` and an
-event's partition is its own ``ts`` hour (UTC), so a ``--since``/``--until``
-window skips whole hours without opening them.  Files in any other layout are
-always read (and filtered by ``ts``).
+A window skips whole ``date=/hour=`` partitions; files in another layout are always read.
 """
 
 from __future__ import annotations
@@ -23,15 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-__all__ = [
-    "EventFile",
-    "EventsNotFoundError",
-    "IncrementalState",
-    "is_local",
-    "list_event_files",
-    "local_path",
-    "split_sealed",
-]
+__all__ = ["EventFile", "EventsNotFoundError", "IncrementalState", "is_local", "list_event_files", "local_path",
+           "split_sealed"]
 
 _PARTITION = re.compile(r"date=(\d{4})-(\d{2})-(\d{2})[/\\]hour=(\d{2})(?:[/\\]|$)")
 #: A file whose hour ended this long ago is complete: the recorder flushes every second.
@@ -79,14 +65,10 @@ def _hour_of(relative: str) -> tuple[float, float] | None:
     return start, start + 3600.0
 
 
-def list_event_files(
-    path: str, *, since: float | None = None, until: float | None = None
-) -> list[EventFile]:
-    """Every event file under the local ``path`` that may hold events in ``[since, until)``.
+def list_event_files(path: str, *, since: float | None = None, until: float | None = None) -> list[EventFile]:
+    """Every non-empty event file under the local ``path`` that may hold events in ``[since, until)``.
 
-    Skips what Spark skips (names starting with ``.`` or ``_``) and empty
-    files; a partition hour entirely outside the window is skipped too.
-    Raises :class:`EventsNotFoundError` if ``path`` doesn't exist.
+    Skips ``.``/``_`` names as Spark does. Raises :class:`EventsNotFoundError` if ``path`` doesn't exist.
     """
     local = local_path(path)
     if local is None:
@@ -94,10 +76,7 @@ def list_event_files(
     root = Path(local)
     if not root.exists():
         raise EventsNotFoundError(f"events directory not found: {path}")
-    if root.is_file():
-        candidates: Iterable[tuple[Path, str]] = [(root, root.name)]
-    else:
-        candidates = _walk(root)
+    candidates: Iterable[tuple[Path, str]] = [(root, root.name)] if root.is_file() else _walk(root)
     files = []
     for file, relative in candidates:
         try:
@@ -107,9 +86,7 @@ def list_event_files(
         if st.st_size == 0:
             continue
         hour = _hour_of(relative)
-        if hour is not None and (
-            (since is not None and hour[1] <= since) or (until is not None and hour[0] >= until)
-        ):
+        if hour is not None and ((since is not None and hour[1] <= since) or (until is not None and hour[0] >= until)):
             continue
         files.append(EventFile(str(file), st.st_size, st.st_mtime_ns, hour))
     return sorted(files, key=lambda f: f.path)
@@ -126,11 +103,7 @@ def _walk(root: Path) -> Iterable[tuple[Path, str]]:
 
 
 def split_sealed(files: Iterable[EventFile], now: float | None = None) -> tuple[list[EventFile], list[EventFile]]:
-    """``(sealed, open)``: files that will not change any more, and those that still may.
-
-    A partitioned file is sealed once its hour ended :data:`SEAL_AFTER_S` ago;
-    any other file once it was last modified that long ago.
-    """
+    """``(sealed, open)``: files whose hour ended (else last write) :data:`SEAL_AFTER_S` ago, and the others."""
     now = time.time() if now is None else now
     sealed: list[EventFile] = []
     still_open: list[EventFile] = []
@@ -141,11 +114,7 @@ def split_sealed(files: Iterable[EventFile], now: float | None = None) -> tuple[
 
 
 class IncrementalState:
-    """What earlier incremental runs already folded into the report's event store.
-
-    Kept as ``_state.json`` beside the store (``<out>/_events``), so deleting
-    the output directory starts afresh.
-    """
+    """What earlier incremental runs folded into the report's event store (``<out>/_state.json``)."""
 
     VERSION = 1
 

@@ -1,9 +1,7 @@
 """The last hour of telemetry in numbers, for the web page's overview: lateness and throughput.
 
-Reads the JSON Lines files the recorder writes under ``delayq_telemetry_dir``
-(only the partitions of the last hour, read by :func:`~.series.read_window`,
-shared with the charts' :mod:`.series`; no Spark), so it works where the web process can read that
-directory (one host, or a shared volume). Nothing here writes.
+Reads the last hour's partitions under ``delayq_telemetry_dir`` through :func:`~.series.read_window`
+(shared with the charts' :mod:`.series`; no Spark), where the web process can.
 """
 
 from __future__ import annotations

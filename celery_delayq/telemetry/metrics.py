@@ -1,47 +1,10 @@
-"""Prometheus metrics: what waits on the broker, and what this process saw happen.
+"""Prometheus metrics (docs/operations.md): what waits on the broker, and what this process saw happen.
 
-Two kinds of numbers, served together by :func:`serve` (``celery -A APP
-delayq metrics``, or inside a worker with ``delayq_metrics_port``), on
-``127.0.0.1`` unless ``delayq_metrics_address`` (or ``--addr``) names
-another address: serving the network is an explicit choice.
-
-* **Broker state**, read at scrape time with passive declares through the
-  same function as ``delayq status --json``
-  (:func:`celery_delayq.rabbitmq.status.ladder_status`), so the two never
-  disagree and a scrape creates nothing:
-
-  ``delayq_waiting_messages{level="K"}``
-      Ready messages in ladder level K's queues.
-  ``delayq_ladder_waiting_messages``
-      All of them (the sum over levels, for alerts that need no ``sum()``).
-  ``delayq_parked_messages``, ``delayq_unroutable_messages``
-      Messages in the parking and ``<prefix>.unroutable`` queues.
-  ``delayq_held_messages``
-      Messages ladder queues hold in their dead-letter state, not passed on
-      (``status``'s ``held``; served only when the management API can tell).
-  ``delayq_ladder_exists``, ``delayq_broker_up``
-      1/0: the ladder is on the broker / the scrape could read the broker.
-      When the broker is down only ``delayq_broker_up 0`` is served: a
-      scrape must answer, and a stale count would mislead.
-
-* **Events of this process**, counted from :mod:`celery_delayq.signals`:
-
-  ``delayq_messages_scheduled_total``
-      Messages the broker confirmed into the ladder (``message_scheduled``).
-  ``delayq_messages_delivered_total``, ``delayq_delivery_lateness_seconds``
-      Messages that left the ladder and reached a worker, and how late
-      after their due time (``message_delivered``; a histogram).
-  ``delayq_retries_scheduled_total``, ``delayq_messages_parked_total``
-      Retries sent through the ladder, messages moved to a parking queue.
-
-  Counters count what happens *in this process*. A standalone ``delayq
-  metrics`` publishes and consumes nothing, so there they stay at 0: run the
-  exporter inside the workers for them. With the prefork pool the exporter
-  runs in the worker's main process (children cannot all bind one port):
-  deliveries and lateness are seen there (the consumer receives every
-  message), but retries and parks happen in the children and are not
-  counted; use the solo or threads pool, or prometheus_client's
-  multiprocess mode (not wired here), when those counters matter.
+:func:`serve` (``delayq metrics``, or a worker's ``delayq_metrics_port``) serves on ``127.0.0.1``
+unless ``delayq_metrics_address`` says otherwise. Broker gauges come at scrape time from
+``delayq status --json``'s document (passive declares; a broker that is down gives only
+``delayq_broker_up 0``); counters and the lateness histogram count :mod:`celery_delayq.signals`
+of this process.
 """
 
 from __future__ import annotations
@@ -63,8 +26,7 @@ __all__ = ["BrokerCollector", "EventCounters", "MetricsServer", "MetricsExtensio
 
 log = logging.getLogger(__name__)
 
-#: Lateness buckets (seconds): the ladder's unit is ~10 ms and a hop costs a few
-#: ms, so most deliveries fall below 100 ms; the tail shows a backlog.
+#: Lateness buckets (seconds): most deliveries fall below 100 ms; the tail shows a backlog.
 LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
@@ -115,11 +77,7 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
 
 
 class EventCounters:
-    """Counters and the lateness histogram, fed by :mod:`celery_delayq.signals` while connected.
-
-    Receivers are held strongly by this object and disconnected by
-    :meth:`close`, so several exporters in one process (tests) count apart.
-    """
+    """Counters and the lateness histogram, fed by :mod:`celery_delayq.signals` until :meth:`close`."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.scheduled = Counter("delayq_messages_scheduled", "Messages confirmed into the ladder.",
@@ -185,11 +143,9 @@ class MetricsServer:
 
 
 def serve(app: CeleryApp, port: int, addr: str | None = None) -> MetricsServer:
-    """Serve the app's delayq metrics at ``http://addr:port/metrics`` from a daemon thread.
+    """Serve the app's delayq metrics at ``http://addr:port/metrics`` from a daemon thread (``OSError``: port taken).
 
     ``addr`` defaults to the app's ``delayq_metrics_address`` (``127.0.0.1``).
-
-    Raises ``OSError`` when the port is taken, as binding does.
     """
     if addr is None:
         from ..config import DelayqConfig
@@ -207,11 +163,8 @@ def serve(app: CeleryApp, port: int, addr: str | None = None) -> MetricsServer:
 
 
 class MetricsExtension(Extension[AppLadder]):
-    """The ``metrics`` extension: each worker's main process serves :func:`serve` on ``delayq_metrics_port``.
-
-    The exporter starts once the delay backend's worker service runs, keeps its
-    counters across lost broker connections, and closes at worker shutdown.
-    """
+    """The ``metrics`` extension: each worker's main process serves :func:`serve` on ``delayq_metrics_port``
+    (counters kept across lost connections, closed at shutdown)."""
 
     name = "metrics"
 

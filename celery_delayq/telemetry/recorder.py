@@ -1,38 +1,21 @@
 """Buffered, fail-safe JSON Lines recorder for delayed-task telemetry.
 
-Producers (the telemetry subscriber's signal handlers) call
-:meth:`TelemetryRecorder.record_event` with one of the named tuples of
-:mod:`celery_delayq.telemetry.events` (or :meth:`TelemetryRecorder.record` with
-a dict) on their hot path, so the recorder's contract is:
+* ``record()``/``record_event()`` never block on I/O and never raise: they append to a
+  lock-free buffer and a daemon thread encodes and writes.
+* Telemetry is expendable: events that cannot be written are dropped, counted in
+  :attr:`TelemetryRecorder.dropped` and warned about (rate-limited); the task never notices.
+* Files land in a Hive-style layout, partitioned by the event's own ``ts`` (UTC), one file
+  per process: ``root/date=YYYY-MM-DD/hour=HH/events-<hostname>-<pid>-<uuid8>.jsonl``.
 
-* ``record()`` never blocks on I/O and never raises: it appends to an in-memory
-  buffer (lock-free: a ``deque`` append is atomic) and a background daemon
-  thread does the encoding and the writing.
-* Telemetry is expendable: when the directory cannot be created or a write
-  fails (disk full, permissions, ...), the affected events are dropped,
-  counted in :attr:`TelemetryRecorder.dropped` and a rate-limited warning is
-  logged.  The task itself is never affected.
-* Files land in a Hive-style layout that Spark reads recursively and prunes by
-  date/hour::
-
-      root/date=YYYY-MM-DD/hour=HH/events-<hostname>-<pid>-<uuid8>.jsonl
-
-  The partition comes from the event's own ``ts`` (UTC), so late flushes still
-  land in the right hour.  Every process writes its own file (pid + random
-  suffix), so concurrent workers never interleave partial lines.
-
-Event contract (what :func:`make_event` builds and the analytics job reads):
-``event`` (one of :data:`EVENT_TYPES`), ``task_id``, ``task_name``, ``queue``
-(str), ``attempt`` (int, 0 for the first run), ``ts`` (epoch seconds float);
-``scheduled``/``delivered`` add ``delay_s`` and ``due_at``; ``retried``/
-``exhausted``/``parked``/``failed`` add ``exception`` (the exception type name);
-see :mod:`~celery_delayq.telemetry.events` for every type's fields.  Extra
-fields are allowed and ignored by the analytics job.
+Event contract (what :func:`make_event` builds and the analytics job reads): ``event``,
+``task_id``, ``task_name``, ``queue``, ``attempt`` (0 for the first run), ``ts`` (epoch
+seconds), then each type's fields (:mod:`~celery_delayq.telemetry.events`); extras are ignored.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import json.encoder
 import logging
@@ -80,14 +63,9 @@ def make_event(
 ) -> dict[str, Any]:
     """Build one telemetry event dict following the event contract.
 
-    Core fields are coerced to their contract types so that a UUID object or a
-    numpy integer doesn't turn into a line the analytics job rejects.  ``ts``
-    defaults to now.  An ``exception`` extra may be given as an exception
-    instance or class; it is stored as the type name.  Other extras (e.g.
-    ``delay_s``, ``due_at``) are stored unchanged.
-
-    Raises :class:`ValueError` for an unknown ``event`` name: that is a
-    programming error, better caught at the call site than silently recorded.
+    Core fields are coerced to their contract types; ``ts`` defaults to now; an
+    ``exception`` given as instance or class is stored as its type name; other extras as
+    they are. Raises :class:`ValueError` for an unknown ``event`` name.
     """
     if event not in EVENT_TYPES:
         raise ValueError(f"unknown telemetry event {event!r}; expected one of {EVENT_TYPES}")
@@ -108,31 +86,13 @@ def make_event(
     return record
 
 
-def _json_default(obj: Any) -> str:
-    # Anything json can't encode (UUID, Decimal, datetime, ...) is recorded as
-    # text rather than losing the whole event.
-    return str(obj)
+# One reusable encoder (json.dumps with options builds one per call); what json cannot
+# encode is recorded as text; NaN/inf are refused (not JSON); a cycle fails as RecursionError.
+_ENCODE = json.JSONEncoder(separators=(",", ":"), default=str, allow_nan=False, check_circular=False).encode
 
-
-# One reusable encoder: json.dumps() with non-default options builds a new
-# encoder per call, which doubles the writer's per-event cost.  NaN/inf are
-# refused because they are not JSON (the analytics job would reject the line).
-# No circular-reference bookkeeping: a self-referencing event still fails (with
-# RecursionError, which the writer counts as unserialisable), just later.
-_ENCODE = json.JSONEncoder(
-    separators=(",", ":"), default=_json_default, allow_nan=False, check_circular=False
-).encode
-
-# -- the fast path for the built-in events ---------------------------------------
-#
-# The worker records two events per task, so the generic path (a dict per event,
-# make_event's validation, the json encoder calling back into Python for every
-# float) cost more than the task itself.  record_event() buffers the event's
-# named tuple as it is and the writer thread formats it with one f-string per
-# event type.  The output is byte for byte what _ENCODE(make_event(...)) gives
-# for the same values; anything the fast formatter doesn't expect (a non-str
-# id, an int ts, NaN...) takes the generic path instead, which coerces, or
-# drops and counts, exactly like record(make_event(...)).
+# The fast path (docs/operations.md, "Recording overhead"): record_event() buffers the named
+# tuple and the writer formats it with one f-string per type, byte for byte what
+# _ENCODE(make_event(...)) gives; anything else takes that generic path.
 
 #: Fields of each event type after the core ones, in tuple order.
 TASK_EVENT_EXTRAS: dict[str, tuple[str, ...]] = {
@@ -256,37 +216,16 @@ _WRITE_CHUNK = 512
 class TelemetryRecorder:
     """Append telemetry events as JSON Lines under a date/hour partitioned root.
 
-    Parameters
-    ----------
-    root:
-        Directory under which ``date=.../hour=...`` partitions are created.
-        It is created lazily; failure to create it only drops telemetry.
-    flush_every:
-        Wake the writer thread once this many events are buffered, bounding
-        both memory and the delay between an event and its line on disk.
-        Larger batches mean fewer writer wake-ups competing with the producer
-        for the GIL; ``flush_interval_s`` still bounds the delay.
-    flush_interval_s:
-        The writer thread also flushes this often, so a quiet process still
-        gets its events on disk promptly.
-    max_buffer:
-        Hard cap on buffered events.  When the writer can't keep up (or the
-        disk is gone) the **newest** events are dropped: it is O(1), keeps the
-        buffer a contiguous slice of history and preserves the events that are
-        already next in line to be written.
-    clock:
-        Time source (epoch seconds) used to partition events whose ``ts`` is
-        missing or unusable and to rate-limit warnings; injectable for tests.
-    warn_every_s:
-        Minimum number of seconds between two warnings about dropped events,
-        so a full disk doesn't also flood the logs.
+    Args:
+        root: Where ``date=.../hour=...`` partitions are made (lazily; failing only drops telemetry).
+        flush_every: Wake the writer once this many events are buffered.
+        flush_interval_s: The writer also flushes this often.
+        max_buffer: Cap on buffered events; past it the **newest** are dropped (O(1), keeps order).
+        clock: Epoch seconds, for events without a usable ``ts`` and for rate-limiting warnings.
+        warn_every_s: Least seconds between two warnings about dropped events.
 
-    The recorder is thread-safe (appends are lock-free; the ``max_buffer`` cap
-    may be overshot by a few events when threads record concurrently) and
-    fork-safe: in a forked child it starts with an empty buffer, fresh
-    counters and a fresh file name, and its writer thread is restarted on the
-    first ``record()``.  Buffered events are flushed at :meth:`close` and at
-    interpreter exit.
+    Thread-safe (the cap may be overshot by a few events) and fork-safe: a forked child starts
+    with an empty buffer, fresh counters and file name. Flushed at :meth:`close` and at exit.
     """
 
     def __init__(
@@ -320,13 +259,10 @@ class TelemetryRecorder:
     def _init_process_state(self) -> None:
         """(Re)create everything that must not be shared across a fork."""
         self._lock = threading.Lock()
-        # Serialises writers so that batches hit the file in record order.
-        self._flush_lock = threading.Lock()
+        self._flush_lock = threading.Lock()  # batches hit the file in record order
         self._wake = threading.Event()
-        # Producers append on the right (atomic under the GIL, no lock); only a
-        # flush pops on the left, under _flush_lock, so nothing appended during
-        # a flush can be lost between two batches.  Items are event dicts
-        # (record) or named tuples (record_event).
+        # Producers append on the right without a lock; only a flush (under _flush_lock) pops
+        # on the left. Items are event dicts (record) or named tuples (record_event).
         self._buffer: deque[Any] = deque()
         self._written = 0
         self._dropped = 0
@@ -339,12 +275,8 @@ class TelemetryRecorder:
         self._filename = f"events-{_HOSTNAME}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
 
     def _after_fork_in_child(self) -> None:
-        # The parent still owns (and will flush) the events buffered before the
-        # fork; the child must not write them a second time, nor share the
-        # parent's file, nor trust locks that another thread may have held.
+        # The parent flushes what it buffered; the child takes no events, file or locks from it.
         self._init_process_state()
-
-    # -- public API --------------------------------------------------------
 
     @property
     def root(self) -> str:
@@ -380,11 +312,7 @@ class TelemetryRecorder:
         return len(self._buffer)
 
     def record(self, event: Mapping[str, Any]) -> None:
-        """Queue one event for writing.  Never blocks on I/O, never raises.
-
-        A shallow copy is buffered so later mutation of the caller's dict
-        doesn't change what gets written.
-        """
+        """Queue (a shallow copy of) one event for writing. Never blocks on I/O, never raises."""
         try:
             item = dict(event)
         except Exception:  # not a mapping: count it, don't break the caller
@@ -393,15 +321,10 @@ class TelemetryRecorder:
         self._enqueue(item)
 
     def record_event(self, event: TelemetryEvent) -> None:
-        """Queue one event (a named tuple of :mod:`~celery_delayq.telemetry.events`).
-        Never blocks on I/O, never raises: the hot path of every worker hook.
+        """Queue one event (a named tuple of :mod:`~celery_delayq.telemetry.events`); never blocks, never raises.
 
-        Nothing is validated or converted here: the writer thread formats the
-        tuple, and the line it writes is the one ``record(make_event(...))``
-        would have written for the same values (with ``delay_s``/``due_at``
-        passed through ``float()``); events it can't encode are dropped and
-        counted the same way.  Only immutable values should be passed: they
-        are read later, by another thread.
+        The writer thread writes the line ``record(make_event(...))`` would. Pass only
+        immutable values: another thread reads them later.
         """
         buf = self._buffer
         if self._closed or len(buf) >= self._max_buffer or not self._thread_claimed:
@@ -429,9 +352,7 @@ class TelemetryRecorder:
         if not self._thread_claimed:
             start_thread = False
             with self._lock:
-                if not self._thread_claimed:
-                    # Started lazily so that a recorder created in a parent process
-                    # before forking (Celery prefork) doesn't spawn a useless thread.
+                if not self._thread_claimed:  # lazily: a prefork parent needs no thread
                     self._thread_claimed = True
                     start_thread = True
             if start_thread:
@@ -439,26 +360,16 @@ class TelemetryRecorder:
         self._after_append(len(buf))
 
     def _after_append(self, size: int) -> None:
-        if self._closed:
-            # close() ran between our closed-check and the append, and may have
-            # flushed already: write the straggler ourselves rather than leave
-            # it in the buffer, unwritten and uncounted.
+        if self._closed:  # close() ran after our check and may have flushed: write the straggler
             self.flush()
         elif size >= self._flush_every:
-            if self._thread is not None:
-                if not self._wake.is_set():
-                    self._wake.set()
-            else:
-                # No writer thread (e.g. at interpreter shutdown): flush inline
-                # rather than letting the buffer fill up and drop everything.
+            if self._thread is None:  # no writer thread (interpreter shutdown): flush inline
                 self.flush()
+            elif not self._wake.is_set():
+                self._wake.set()
 
     def flush(self) -> None:
-        """Write all buffered events now.  Never raises.
-
-        Events that cannot be written are dropped and counted; a warning is
-        logged at most once per ``warn_every_s``.
-        """
+        """Write all buffered events now; what cannot be written is dropped and counted. Never raises."""
         try:
             with self._flush_lock:
                 buf = self._buffer
@@ -471,10 +382,7 @@ class TelemetryRecorder:
             logger.exception("unexpected error while flushing telemetry")
 
     def close(self) -> None:
-        """Stop the writer thread and flush what is buffered.  Idempotent.
-
-        Events recorded after ``close()`` are dropped (and counted).
-        """
+        """Stop the writer thread and flush what is buffered (idempotent); later events are dropped."""
         with self._lock:
             if self._closed:
                 return
@@ -495,20 +403,13 @@ class TelemetryRecorder:
         self.close()
 
     def __repr__(self) -> str:
-        return (
-            f"<TelemetryRecorder root={self._root!r} "
-            f"written={self._written} dropped={self._dropped}>"
-        )
-
-    # -- writer thread ----------------------------------------------------
+        return f"<TelemetryRecorder root={self._root!r} written={self._written} dropped={self._dropped}>"
 
     def _start_thread(self) -> None:
         thread = threading.Thread(target=self._run, name="celery-delayq-telemetry", daemon=True)
         try:
             thread.start()
-        except RuntimeError:
-            # "can't create new thread at interpreter shutdown": the claim stays
-            # taken and record() falls back to inline flushing at flush_every.
+        except RuntimeError:  # at interpreter shutdown: record() flushes inline instead
             return
         with self._lock:
             self._thread = thread
@@ -523,12 +424,8 @@ class TelemetryRecorder:
             if stopping:
                 return
 
-    # -- writing ------------------------------------------------------------
-
     def _partition_span(self, ts: Any) -> tuple[tuple[str, str], float, float]:
-        """``(partition, start, end)``: the ``(YYYY-MM-DD, HH)`` partition of ``ts`` in
-        UTC and the ``[start, end)`` range of timestamps that share it (empty when
-        ``ts`` is unusable)."""
+        """The ``(YYYY-MM-DD, HH)`` UTC partition of ``ts`` and its ``[start, end)`` (empty if ``ts`` is unusable)."""
         try:
             t = float(ts)
             if not math.isfinite(t):
@@ -583,10 +480,7 @@ class TelemetryRecorder:
                 lines = groups.setdefault(key, [])
             lines.append(line)
         if unserialisable:
-            self._drop(
-                unserialisable, "dropped %d unserialisable telemetry event(s)", unserialisable
-            )
-
+            self._drop(unserialisable, "dropped %d unserialisable telemetry event(s)", unserialisable)
         for (date, hour), lines in groups.items():
             directory = os.path.join(self._root, f"date={date}", f"hour={hour}")
             path = os.path.join(directory, self._filename)
@@ -594,13 +488,7 @@ class TelemetryRecorder:
                 os.makedirs(directory, exist_ok=True)
                 self._append(path, lines)
             except OSError as exc:
-                self._drop(
-                    len(lines),
-                    "cannot write telemetry to %s (%s); dropped %d event(s)",
-                    path,
-                    exc,
-                    len(lines),
-                )
+                self._drop(len(lines), "cannot write telemetry to %s (%s); dropped %d event(s)", path, exc, len(lines))
             else:
                 with self._lock:
                     self._written += len(lines)
@@ -611,22 +499,14 @@ class TelemetryRecorder:
         with open(path, "a", encoding="utf-8") as fh:
             start = fh.tell()
             try:
-                # Joined in slices: one multi-megabyte string (and its encoded
-                # copy) per batch costs more in fresh-memory page faults than
-                # the formatting of the lines in it.
+                # In slices: one multi-megabyte string per batch costs more in page faults than formatting.
                 for i in range(0, len(lines), _WRITE_CHUNK):
                     fh.write("".join(lines[i : i + _WRITE_CHUNK]))
                 fh.flush()
-            except OSError:
-                # Roll back a partial write so the next batch doesn't get glued
-                # onto half a line (which the analytics job would reject).
-                try:
+            except OSError:  # roll back a partial line, or the next batch would be glued onto it
+                with contextlib.suppress(OSError):
                     os.truncate(path, start)
-                except OSError:
-                    pass
                 raise
-
-    # -- bookkeeping ----------------------------------------------------------
 
     def _safe_now(self) -> float:
         try:
@@ -653,8 +533,7 @@ class TelemetryRecorder:
         logger.warning(msg, *args)
 
 
-# Recorders that still need flushing at exit / re-initialising after fork.
-# Weak so that tests and short-lived recorders don't accumulate here.
+# Recorders to flush at exit and re-initialise after fork (weak: short-lived ones do not pile up).
 _LIVE_RECORDERS: weakref.WeakSet[TelemetryRecorder] = weakref.WeakSet()
 
 

@@ -1,9 +1,4 @@
-"""One recorder per telemetry directory and process.
-
-Every app (and every subscription) that writes to the same directory shares
-one :class:`~celery_delayq.telemetry.recorder.TelemetryRecorder`, so a process
-writes one file per partition, whatever the number of apps.
-"""
+"""One recorder per telemetry directory and process, shared by every app writing there (one file per partition)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
 """Telemetry as a subscriber: attach it to an app, detach it again.
 
-Like a dramatiq middleware, telemetry is an object added to one app, not a
-side effect of an import.  :func:`attach` connects receivers to Celery's task
-signals and to :mod:`celery_delayq.signals`; each receiver records only what
-concerns *its* app and returns at once for any other.  Nothing here imports
-the Celery glue (:mod:`celery_delayq.glue.integration`): the glue calls
-``attach(app, config)`` when ``delayq_telemetry_dir`` is set, and
-``detach(app)`` when it is undone.
-
-What is recorded, and from which signal:
+:func:`attach` connects receivers to Celery's task signals and to :mod:`celery_delayq.signals`;
+each records only what concerns *its* app. What is recorded, and from which signal:
 
 =============  ==========================================================
 ``scheduled``  :data:`~celery_delayq.signals.message_scheduled` (publisher)
@@ -24,12 +17,8 @@ What is recorded, and from which signal:
                ``reason="requested"``, is not a drop)
 =============  ==========================================================
 
-Publisher-side events (``scheduled``, ``replayed``) come from objects shared by
-every app with the same settings (a publisher, a parking queue), so they are
-recorded once per telemetry directory, however many apps are attached to it.
-Receivers never raise into Celery: a recording that fails is logged at debug
-level and forgotten, and the recorder itself drops and counts rather than
-block.
+Publisher-side events (``scheduled``, ``replayed``) are recorded once per telemetry directory,
+however many apps share it. Receivers never raise into Celery (a failure is logged at debug).
 """
 
 from __future__ import annotations
@@ -58,9 +47,8 @@ __all__ = ["Subscription", "TelemetryConfig", "TelemetryExtension", "attach", "d
 
 log = logging.getLogger(__name__)
 
-#: Remembered parked (task id, attempt) pairs per app, so that the task_failure
-#: that follows a parking is not also recorded as ``failed``.  Bounded: a
-#: parking whose failure never comes (a rejected retry) must not pile up.
+#: Parked (task id, attempt) pairs remembered per app, so the task_failure after a parking
+#: is not also ``failed``; bounded, as that failure may never come.
 _PARKED_MEMORY = 4096
 _NOT_PARKED = object()
 
@@ -80,12 +68,7 @@ def _log_failure(event: str) -> None:  # pragma: no cover - telemetry must never
 
 
 def _fields(task: Any, request: Any) -> tuple[str, str, str]:
-    """``(task_id, task_name, queue)`` of a request (``queue`` = the delivery routing key).
-
-    Celery's own request types (worker ``Request``, task ``Context``) have every
-    attribute, so they are read directly (this runs twice per task); anything
-    else is read attribute by attribute with defaults.
-    """
+    """``(task_id, task_name, queue)`` of a request (``queue`` = the delivery routing key)."""
     try:
         task_id, name, info = request.id, request.task, request.delivery_info
     except AttributeError:
@@ -190,12 +173,7 @@ def _tap_release(root: str, parking_queue: str) -> None:
 
 
 class Subscription:
-    """Telemetry attached to one app: what :func:`attach` returns.
-
-    Holds the receivers it connected; :meth:`detach` (or :func:`detach` of the
-    app) disconnects them.  ``recorder`` is the process-wide recorder of
-    ``root`` (see :func:`~celery_delayq.telemetry.recorder_for`).
-    """
+    """Telemetry attached to one app (what :func:`attach` returns); :meth:`detach` disconnects its receivers."""
 
     def __init__(self, app: CeleryApp, root: str, parking_queue: str) -> None:
         self.root = root
@@ -229,9 +207,7 @@ class Subscription:
             if not self._attached:
                 return
             self._attached = False
-            # An event being dispatched right now may still reach a receiver:
-            # stopping it first makes it ignore everything.
-            self._stop()
+            self._stop()  # first: an event being dispatched now may still reach a receiver
             uid = id(self)
             for signal, _ in self._receivers:
                 signal.disconnect(dispatch_uid=(uid, signal.name))
@@ -380,9 +356,7 @@ _DETACHED = _Detached()
 class TelemetryExtension(Extension[AppLadder]):
     """The ``telemetry`` extension: records the app's events when ``delayq_telemetry_dir`` is set.
 
-    Its :attr:`subscription` is the app's state (the one :func:`attach` made);
-    :func:`attach` on an app without the ladder installed adds this extension
-    to the app's ladder, as dramatiq's ``add_middleware`` does.
+    Its :attr:`subscription` is the one :func:`attach` made (which adds the extension if need be).
     """
 
     name = "telemetry"
@@ -392,11 +366,7 @@ class TelemetryExtension(Extension[AppLadder]):
         self.subscription: Subscription | None = None
 
     def install(self, ladder: AppLadder) -> None:
-        """Attach when ``delayq_telemetry_dir`` is set.
-
-        Only that one setting is read: install() may run while Celery loads the
-        app's configuration, and the rest are read (and checked) on first use.
-        """
+        """Attach when ``delayq_telemetry_dir`` is set (only that setting is read: see integration)."""
         if _lookup(ladder.app.conf, "delayq_telemetry_dir"):
             attach(ladder.app)
 
@@ -426,13 +396,11 @@ def _extension(app: CeleryApp, *, add: bool = False) -> TelemetryExtension | Non
 def attach(app: CeleryApp, config: TelemetryConfig | None = None) -> Subscription:
     """Record ``app``'s delayed-task events under ``config.telemetry_dir``; returns the subscription.
 
-    ``config`` defaults to the app's :class:`~celery_delayq.config.DelayqConfig`.
-    Idempotent: attaching again with the same directory returns the existing
-    subscription; with another directory, the old one is detached first.
+    ``config`` defaults to the app's :class:`~celery_delayq.config.DelayqConfig`. Idempotent for
+    the same directory; another directory detaches the old one first.
 
     Raises:
-        ValueError: ``config.telemetry_dir`` is not set; set ``delayq_telemetry_dir``
-            (or do not attach: telemetry is off by default).
+        ValueError: ``config.telemetry_dir`` is not set.
     """
     if config is None:
         from ..config import DelayqConfig

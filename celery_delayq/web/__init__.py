@@ -12,7 +12,7 @@ small script (and the vendored uPlot of the charts) are served from the package 
   does) or to mount in an existing deployment behind its own auth.
 * :mod:`.settings`: token / basic auth (16 characters at least), body size, read-only.
 * :mod:`.security`: authentication, CSRF, read-only enforcement, the request body limit;
-  :mod:`.session` and :mod:`.login`: a browser's login with the token (a signed session cookie).
+  :mod:`.session`: a browser's login with the token (a signed session cookie; the form is in :mod:`.pages`).
 * :mod:`.live`: the change signal an open page polls (``/api/changes``) and the charts' series.
 * :mod:`.service`: what the page and the API read and do; :mod:`.deps`: what a route asks for
   (``Depends``: the service, the caller, a list's filter).
@@ -51,7 +51,7 @@ def create_app(celery_app: CeleryApp, *, settings: WebSettings | None = None, re
     from fastapi.security import HTTPBasic, HTTPBearer
     from fastapi.staticfiles import StaticFiles
 
-    from . import login, pages
+    from . import pages
     from .api import live, overview, parked, waiting
     from .errors import install_errors
     from .security import BodyLimit, SecurityMiddleware
@@ -70,7 +70,6 @@ def create_app(celery_app: CeleryApp, *, settings: WebSettings | None = None, re
     for routes in (overview.router, waiting.router, parked.router, live.router):
         app.include_router(routes, dependencies=named)
     app.include_router(pages.router)
-    app.include_router(login.router)
     app.mount("/static", StaticFiles(directory=str(Path(__file__).parent / "static")), name="static")
     app.add_middleware(SecurityMiddleware, settings=settings, sessions=sessions)
     app.add_middleware(BodyLimit, limit=settings.body_limit)  # outermost: nothing reads a body over the limit

@@ -22,9 +22,11 @@ import secrets
 import threading
 import time
 
+from starlette.requests import Request
+
 from .settings import WebSettings
 
-__all__ = ["Sessions", "SESSION_COOKIE", "SESSION_TTL_S"]
+__all__ = ["Sessions", "SESSION_COOKIE", "SESSION_TTL_S", "sessions_of", "safe_next"]
 
 SESSION_COOKIE = "delayq_session"
 #: How long a login lasts.
@@ -122,3 +124,17 @@ class Sessions:
         """The ``Set-Cookie`` value that removes the cookie."""
         return (f"{SESSION_COOKIE}=; Path={path or '/'}; Max-Age=0; HttpOnly; "
                 f"SameSite=Strict{'; Secure' if secure else ''}")
+
+
+def sessions_of(request: Request) -> Sessions:
+    """The app's :class:`Sessions` (set by :func:`~celery_delayq.web.create_app`)."""
+    found: Sessions = request.app.state.delayq_sessions
+    return found
+
+
+def safe_next(value: str | None) -> str:
+    """Where to go after logging in: a path of this site (``/...``), never another host; else the overview."""
+    value = (value or "").strip()
+    if not value.startswith("/") or value.startswith("//") or "\\" in value or any(c < " " for c in value):
+        return "/"
+    return value[:2000]

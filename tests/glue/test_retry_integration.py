@@ -33,7 +33,9 @@ def assert_ladder_waited(runs: list[dict], countdowns: list[float]) -> None:
     for before, after, countdown in zip(runs, runs[1:], countdowns):
         if countdown <= 0:
             continue  # "run now": published without the ladder, as Celery does
-        assert after["delay"] == pytest.approx(countdown, abs=0.05)
+        # The delay header is due minus the moment of the ladder publish: never more than asked, and
+        # less by the time from retry() to that publish (a few ms; ~75 ms seen on a machine at load 13).
+        assert countdown - 0.25 <= after["delay"] <= countdown + 0.01, (after["delay"], countdown)
         assert after["at"] >= after["due"] - 0.001, "delivered before it was due"
         assert after["at"] - before["at"] >= countdown - 0.05
 

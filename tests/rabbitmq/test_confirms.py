@@ -8,7 +8,7 @@ import pytest
 from celery_delayq.ladder import headers as H
 from celery_delayq.rabbitmq.confirms import ConfirmChannel, Pending, Tracker, fail, message_name
 from celery_delayq.errors import PublishError, PublishNacked, PublishReturned, PublishTimeout
-from celery_delayq.rabbitmq.publisher import combine
+from celery_delayq.rabbitmq.confirms import combine
 
 
 def _msg(entry: str, **props: object) -> amqp.Message:
