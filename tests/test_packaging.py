@@ -59,7 +59,9 @@ def test_the_built_wheel_installs_in_a_clean_venv_and_runs_the_readme_example(
     _run(sys.executable, "-m", "twine", "check", "--strict", *map(str, wheels + sdists), cwd=tmp_path)
     with zipfile.ZipFile(wheels[0]) as whl:
         names = set(whl.namelist())
-    assert {"celery_delayq/py.typed", "celery_delayq/web/templates/base.html"} <= names
+    assert {"celery_delayq/py.typed", "celery_delayq/web/templates/base.html", "celery_delayq/web/templates/login.html",
+            "celery_delayq/web/static/vendor/uplot/uPlot.iife.min.js", "celery_delayq/web/static/vendor/uplot/uPlot.min.css",
+            "celery_delayq/web/static/vendor/uplot/LICENSE"} <= names  # the charts' library is served from the package
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "examples/"))]
     venv = tmp_path / "venv"
     _run(sys.executable, "-m", "venv", str(venv), cwd=tmp_path)

@@ -1,6 +1,7 @@
 """``celery -A APP delayq web``: serve the operator's page and JSON API (needs the ``web`` extra).
 
-Binds to 127.0.0.1 by default. Another address needs authentication
+Binds to 127.0.0.1 by default (``--address``, or ``--host`` as uvicorn and
+Flower call it). Another address needs authentication
 (``DELAYQ_WEB_TOKEN``, or ``DELAYQ_WEB_USERNAME`` and ``DELAYQ_WEB_PASSWORD``,
 or the ``delayq_web_*`` settings): there is no option for a secret, since a
 command line is visible to every user of the host. A token or password
@@ -22,7 +23,8 @@ DEFAULT_PORT = 5580
 
 
 @click.command(name="web")
-@click.option("--address", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--address", "--host", "address", default="127.0.0.1", show_default=True,
+              help="Address to listen on (--host is the same option, as uvicorn and Flower name it).")
 @click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
               help="Port to listen on.")
 @click.option("--read-only", is_flag=True, help="Show everything, allow no action (the API refuses them too).")

@@ -116,10 +116,11 @@ class StreamReader:
         headers_of = HeaderReader(wanted)
         early: list[Message] = []
         ch = self.connection.channel()
+        consumer: str | None = None
         try:
             ch.basic_qos(0, self.prefetch, False)
-            ch.basic_consume(self.queue, callback=early.append, no_ack=False,
-                             arguments={"x-stream-offset": start})
+            consumer = ch.basic_consume(self.queue, callback=early.append, no_ack=False,
+                                        arguments={"x-stream-offset": start})
             for message in early:  # delivered while py-amqp still read (not expected)
                 entry = _entry_of(message, wanted)
                 if entry[1].get(MARKER) == token:
@@ -131,7 +132,7 @@ class StreamReader:
         finally:
             with contextlib.suppress(Exception):
                 if ch.is_open:
-                    ch.close()
+                    _quiet_close(ch, consumer, early)
 
     # -- the fast path ------------------------------------------------------------
     def _frames(self, ch: Channel, token: str, headers_of: HeaderReader,
@@ -250,6 +251,21 @@ class StreamReader:
                     yield offset, headers, message_id
                 ch.basic_ack(message.delivery_tag, multiple=True)
             got.clear()
+
+
+def _quiet_close(ch: Channel, consumer: str | None, early: list[Message]) -> None:
+    """Cancel the consumer, then close the channel.
+
+    Writers append to a stream while it is read, so deliveries past the marker can be in flight when
+    the read ends. Closed with its consumer active, the channel would get them while closing and
+    py-amqp would log "Received method (60, 60) during closing channel N" for each (8-10 per web page
+    read). Cancelled first, they reach the consumer's callback until the broker's cancel-ok, and are
+    dropped with it: a stream consumer's deliveries need no hand-back.
+    """
+    if consumer is not None:
+        ch.basic_cancel(consumer)
+    early.clear()
+    ch.close()
 
 
 def _entry_of(message: Message, wanted: Collection[str]) -> StreamEntry:

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import amqp
 
-__all__ = ["queue_depth", "queue_exists", "exchange_exists", "destination_exists"]
+__all__ = ["queue_depth", "queue_counts", "queue_exists", "exchange_exists", "destination_exists"]
 
 
 def _passive(raw: amqp.Connection, declare: Callable[[amqp.Channel], Any]) -> tuple[Any] | None:
@@ -27,8 +27,14 @@ def _passive(raw: amqp.Connection, declare: Callable[[amqp.Channel], Any]) -> tu
 
 def queue_depth(raw: amqp.Connection, queue: str) -> int | None:
     """Ready messages in ``queue``, or ``None`` when the queue does not exist."""
+    found = queue_counts(raw, queue)
+    return None if found is None else found[0]
+
+
+def queue_counts(raw: amqp.Connection, queue: str) -> tuple[int, int] | None:
+    """``(ready messages, consumers)`` of ``queue``, or ``None`` when the queue does not exist."""
     found = _passive(raw, lambda ch: ch.queue_declare(queue, passive=True))
-    return None if found is None else int(found[0].message_count)
+    return None if found is None else (int(found[0].message_count), int(found[0].consumer_count))
 
 
 def queue_exists(raw: amqp.Connection, queue: str) -> bool:

@@ -1,22 +1,19 @@
 """The last hour of telemetry in numbers, for the web page's overview: lateness and throughput.
 
-Reads the last hour's partitions under ``delayq_telemetry_dir`` (no Spark), where the web process can.
+Reads the last hour's partitions under ``delayq_telemetry_dir`` through :func:`~.series.read_window`
+(shared with the charts' :mod:`.series`; no Spark), where the web process can.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .files import EventsNotFoundError, list_event_files
+from .series import READ_LIMIT, lateness, read_window
 
-__all__ = ["LastHour", "last_hour"]
-
-#: Bytes read at most (newest files first): the page must stay fast whatever the traffic.
-READ_LIMIT = 64_000_000
+__all__ = ["LastHour", "last_hour", "READ_LIMIT"]
 
 
 @dataclass
@@ -40,39 +37,22 @@ class LastHour:
 
 def last_hour(root: str, *, now: float | None = None) -> LastHour | None:
     """The last hour under ``root``; None when there is no such directory."""
+
     now = time.time() if now is None else now
     since = now - 3600.0
-    try:
-        files = list_event_files(root, since=since)
-    except (EventsNotFoundError, ValueError):
+    window = read_window(root, since, now)
+    if window is None:
         return None
-    out = LastHour(files=len(files))
+    out = LastHour()
     late: list[float] = []
-    budget = READ_LIMIT
-    for f in sorted(files, key=lambda f: f.mtime_ns, reverse=True):
-        budget -= f.size
-        if budget < 0:
-            out.truncated = True
-            break
-        try:
-            with open(f.path, encoding="utf-8", errors="replace") as fh:
-                for line in fh:
-                    try:
-                        e = json.loads(line)
-                        ts = float(e.get("ts") or 0.0)
-                    except (ValueError, TypeError, AttributeError):
-                        continue  # a torn last line of a file being written
-                    if not since <= ts <= now:
-                        continue
-                    kind = str(e.get("event"))
-                    out.counts[kind] = out.counts.get(kind, 0) + 1
-                    if kind == "delivered":
-                        minute = min(59, int((ts - since) // 60))
-                        out.per_minute[minute] += 1
-                        if e.get("due_at") is not None:
-                            late.append(max(0.0, ts - float(e["due_at"])))
-        except OSError:
-            continue
+    for kind, ts, e in window:
+        out.counts[kind] = out.counts.get(kind, 0) + 1
+        if kind == "delivered":
+            minute = min(59, int((ts - since) // 60))
+            out.per_minute[minute] += 1
+            if (how_late := lateness(e, ts)) is not None:
+                late.append(how_late)
+    out.files, out.truncated = window.files, window.truncated
     if late:
         late.sort()
         out.lateness_p50_s = statistics.median(late)

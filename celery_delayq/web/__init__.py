@@ -6,12 +6,14 @@ validation (bad input is a 4xx JSON answer, never a 500) and the OpenAPI
 document at ``/api/openapi.json``, which a fuzzer then checks; Starlette
 alone would need both written by hand. Everything the page shows comes
 from the package's own functions (:mod:`.service`); styles and the one
-small script are served from the package (``/static``), no CDN.
+small script (and the vendored uPlot of the charts) are served from the package (``/static``), no CDN.
 
 * :func:`create_app`: the ASGI application, to serve with uvicorn (the CLI
   does) or to mount in an existing deployment behind its own auth.
 * :mod:`.settings`: token / basic auth (16 characters at least), body size, read-only.
-* :mod:`.security`: authentication, CSRF, read-only enforcement, the request body limit.
+* :mod:`.security`: authentication, CSRF, read-only enforcement, the request body limit;
+  :mod:`.session`: a browser's login with the token (a signed session cookie; the form is in :mod:`.pages`).
+* :mod:`.live`: the change signal an open page polls (``/api/changes``) and the charts' series.
 * :mod:`.service`: what the page and the API read and do; :mod:`.deps`: what a route asks for
   (``Depends``: the service, the caller, a list's filter).
 * :mod:`.api` (a router per resource), :mod:`.schemas`, :mod:`.errors`: the JSON API, its models,
@@ -50,24 +52,26 @@ def create_app(celery_app: CeleryApp, *, settings: WebSettings | None = None, re
     from fastapi.staticfiles import StaticFiles
 
     from . import pages
-    from .api import overview, parked, waiting
+    from .api import live, overview, parked, waiting
     from .errors import install_errors
     from .security import BodyLimit, SecurityMiddleware
     from .service import Service
+    from .session import Sessions
 
     settings = settings or WebSettings.from_app(celery_app, read_only=read_only)
     app = FastAPI(title="celery_delayq", summary="Delayed Celery tasks, retries and parked messages in the ladder",
                   version="1", openapi_url="/api/openapi.json", docs_url=None, redoc_url=None)
     app.state.delayq = Service(celery_app, settings)
+    app.state.delayq_sessions = sessions = Sessions(settings)
     install_errors(app)
     # The configured authentication, named in the OpenAPI document (SecurityMiddleware checks it).
     named = [Security(scheme) for scheme, on in ((HTTPBearer(scheme_name="bearer", auto_error=False), settings.token),
              (HTTPBasic(scheme_name="basic", auto_error=False), settings.username and settings.password)) if on]
-    for routes in (overview.router, waiting.router, parked.router):
+    for routes in (overview.router, waiting.router, parked.router, live.router):
         app.include_router(routes, dependencies=named)
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=str(Path(__file__).parent / "static")), name="static")
-    app.add_middleware(SecurityMiddleware, settings=settings)
+    app.add_middleware(SecurityMiddleware, settings=settings, sessions=sessions)
     app.add_middleware(BodyLimit, limit=settings.body_limit)  # outermost: nothing reads a body over the limit
     return app
 

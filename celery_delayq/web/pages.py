@@ -21,6 +21,7 @@ same :class:`~.deps.WaitingQuery` and :class:`~.deps.ParkedQuery`.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from pathlib import Path
@@ -41,9 +42,12 @@ from ..index.query import iso
 from ..pending.browse import WaitingFilter
 from .deps import ParkedForm, ParkedQuery, ServiceDep, WaitingForm, WaitingQuery, Who, count, flag
 from .security import CSRF_FIELD, csrf_token_for
+from .session import SESSION_COOKIE, Sessions, safe_next, sessions_of
 from .service import SelectionChanged, Service, describe_parked, moment
 
 __all__ = ["router", "templates"]
+
+log = logging.getLogger("celery_delayq.web")
 
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 templates.env.globals["human_duration"] = human_duration
@@ -325,3 +329,54 @@ def _parked_list(request: Request) -> str | None:
 
 def _n(count: int, noun: str) -> str:
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+# -- logging in with the token (token mode): /login and /logout, open to anyone (security.OPEN_PATHS) --------
+# GET /login shows the form; POST /login (CSRF-checked like every form) compares the token in constant time
+# and sets the session cookie (.session), then goes back to the page asked for (a path of this site only);
+# POST /logout revokes the cookie and clears it. Scripts keep Authorization: Bearer; basic auth needs no form.
+def _secure(request: Request) -> bool:
+    return request.url.scheme == "https"
+
+
+@router.get("/login", name="login_page")
+def login_page(request: Request, svc: ServiceDep, next: str = "/") -> Response:
+    sessions = sessions_of(request)
+    return _render(request, svc, "login.html", tab="login", next=safe_next(next), error=None,
+                   token_mode=sessions.enabled, basic=bool(svc.settings.username and svc.settings.password))
+
+
+@router.post("/login", name="login")
+def login(request: Request, svc: ServiceDep, token: str = Form(""), next: str = Form("/")) -> Response:
+    sessions = sessions_of(request)
+    root = request.scope.get("root_path", "")
+    client = request.client.host if request.client else "?"
+    throttled = sessions.throttled(client)
+    if throttled or not sessions.enabled or not sessions.token_ok(token):
+        why = ("too many failed logins" if throttled else "no token is configured" if not sessions.enabled
+               else "wrong token")
+        log.warning("delayq web: a login from %s was refused (%s)", client, why)
+        if not throttled:
+            sessions.failed(client)
+        page = _render(request, svc, "login.html", tab="login", next=safe_next(next), token_mode=sessions.enabled,
+                       basic=bool(svc.settings.username and svc.settings.password),
+                       error=f"{sessions.FAILS_ALLOWED} failed logins within a minute: wait a minute, then try "
+                             "again." if throttled else "That is not the token." if sessions.enabled else
+                       "This page has no token to log in with.")
+        page.status_code = 429 if throttled else 401
+        return page
+    log.info("delayq web: %s logged in with the token", request.client.host if request.client else "?")
+    response = RedirectResponse(root + safe_next(next), status_code=303)
+    response.headers.append("set-cookie", sessions.cookie(sessions.issue(), path=root or "/",
+                                                          secure=_secure(request)))
+    return response
+
+
+@router.post("/logout", name="logout")
+def logout(request: Request) -> Response:
+    sessions = sessions_of(request)
+    sessions.revoke(request.cookies.get(SESSION_COOKIE))
+    root = request.scope.get("root_path", "")
+    response = RedirectResponse(f"{root}/login?msg=logged+out", status_code=303)
+    response.headers.append("set-cookie", Sessions.clear(path=root or "/", secure=_secure(request)))
+    return response

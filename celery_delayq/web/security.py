@@ -1,18 +1,24 @@
 """Who may look and who may act: authentication, CSRF, read-only (ASGI middleware and helpers).
 
 * **Authentication**: when a token or a basic-auth user is configured, every
-  request but ``/static`` must carry ``Authorization: Bearer TOKEN`` or HTTP
-  basic credentials (compared in constant time); otherwise 401. A deployment
-  that mounts :func:`~celery_delayq.web.create_app` behind its own auth can
-  leave both unset.
+  request but ``/static``, ``/login`` and ``/logout`` must carry
+  ``Authorization: Bearer TOKEN``, HTTP basic credentials (compared in
+  constant time) or, in token mode, the session cookie of a browser that
+  logged in with the token (:mod:`.session`); otherwise 401, except that a
+  browser asking for a page (``GET``, ``Accept: text/html``, not ``/api/``) in
+  token mode is sent to the login form (303 to ``/login?next=PATH``). A
+  deployment that mounts :func:`~celery_delayq.web.create_app` behind its own
+  auth can leave both unset.
 * **CSRF**: a browser sends basic credentials (and cookies of a mounting
   site) with any request, including one a hostile page makes it send. So a
   state-changing request (POST, DELETE) must carry the page's CSRF token,
   set as a cookie on every page and repeated in the form field
   ``csrf_token`` or the ``X-CSRF-Token`` header (double submit), unless it
   authenticates with a bearer token, which a browser never adds on its own.
+  A write authenticated by the session cookie needs it too, and so do the
+  login and logout forms.
 * **Read-only**: every state-changing request is refused (403) and no page
-  shows an action.
+  shows an action (logging in and out are not actions on the ladder).
 * **Body limit** (:class:`BodyLimit`): a request body over ``body_limit``
   bytes is answered 413 before it is parsed: a declared ``Content-Length``
   over the limit is refused unread, a chunked body is counted as it arrives
@@ -30,17 +36,20 @@ import base64
 import binascii
 import hmac
 import secrets
+from urllib.parse import urlencode
 from typing import Any, Awaitable, Callable, MutableMapping
 
 from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from ..audit import token_fingerprint
+from .session import SESSION_COOKIE, Sessions
 from .settings import WebSettings, is_loopback
 
-__all__ = ["CSRF_COOKIE", "CSRF_FIELD", "CSRF_HEADER", "SecurityMiddleware", "BodyLimit", "csrf_token_for", "actor"]
+__all__ = ["CSRF_COOKIE", "CSRF_FIELD", "CSRF_HEADER", "SecurityMiddleware", "BodyLimit", "csrf_token_for", "actor",
+           "how_authenticated", "OPEN_PATHS"]
 
 CSRF_COOKIE = "delayq_csrf"
 CSRF_FIELD = "csrf_token"
@@ -55,8 +64,14 @@ def _same(a: str | None, b: str | None) -> bool:
     return a is not None and b is not None and hmac.compare_digest(a.encode(), b.encode())
 
 
-def authenticated(request: Request, settings: WebSettings) -> str | None:
-    """How the request authenticated: ``"token"``, ``"basic"``, ``"none"`` (no auth configured), or None."""
+#: Paths (under the root path) served without authentication: the login form and logout.
+OPEN_PATHS = ("/login", "/logout")
+_HOW = "delayq.how"
+
+
+def authenticated(request: Request, settings: WebSettings, sessions: Sessions | None = None) -> str | None:
+    """How the request authenticated: ``"token"``, ``"basic"``, ``"session"`` (the cookie of a browser that
+    logged in with the token), ``"none"`` (no auth configured), or None."""
     if not settings.auth_required:
         return "none"
     header = request.headers.get("authorization", "")
@@ -66,10 +81,13 @@ def authenticated(request: Request, settings: WebSettings) -> str | None:
     if scheme.lower() == "basic" and settings.username and settings.password:
         try:
             user, _, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
+            if _same(user, settings.username) and _same(password, settings.password):
+                return "basic"
         except (binascii.Error, UnicodeDecodeError):
-            return None
-        if _same(user, settings.username) and _same(password, settings.password):
-            return "basic"
+            pass
+    # Last: a cookie comes with every request a browser sends, so its writes need the CSRF token.
+    if sessions is not None and sessions.valid(request.cookies.get(SESSION_COOKIE)):
+        return "session"
     return None
 
 
@@ -81,6 +99,12 @@ def csrf_token_for(request: Request) -> str:
     return token
 
 
+def how_authenticated(request: Request) -> str | None:
+    """How this request authenticated (set by :class:`SecurityMiddleware`; None on an open path)."""
+    how = request.scope.get(_HOW)
+    return str(how) if how else None
+
+
 def actor(request: Request) -> str:
     """Who sent this request, as the audit line names them (set by :class:`SecurityMiddleware`)."""
     return str(request.scope.get(_WHO) or _who(request, None, "none"))
@@ -90,7 +114,7 @@ _WHO = "delayq.who"
 
 
 def _who(request: Request, settings: WebSettings | None, how: str) -> str:
-    if how == "token" and settings is not None and settings.token:
+    if how in ("token", "session") and settings is not None and settings.token:
         return token_fingerprint(settings.token)
     if how == "basic" and settings is not None:
         return f"user:{settings.username}"
@@ -105,27 +129,46 @@ def _error(status: int, message: str, **headers: str) -> Response:
 class SecurityMiddleware:
     """ASGI middleware applying the rules of the module docstring."""
 
-    def __init__(self, app: ASGIApp, settings: WebSettings) -> None:
+    def __init__(self, app: ASGIApp, settings: WebSettings, sessions: Sessions | None = None) -> None:
         self.app = app
         self.settings = settings
+        self.sessions = sessions
+
+    def _login_redirect(self, request: Request, root: str) -> Response | None:
+        """A browser asking for a page in token mode goes to the login form; anything else gets its 401."""
+        wants_page = request.method in ("GET", "HEAD") and "text/html" in request.headers.get("accept", "")
+        path = request.url.path[len(root):] if request.url.path.startswith(root) else request.url.path
+        if not (wants_page and self.sessions is not None and self.sessions.enabled) or path.startswith("/api/"):
+            return None
+        back = path + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse(f"{root}/login?{urlencode({'next': back})}", status_code=303)
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         request = Request(scope, receive)
+        root = scope.get("root_path", "")
         path = scope.get("path", "")
         method = scope["method"]
-        if not path.startswith(scope.get("root_path", "") + "/static/"):
-            how = authenticated(request, self.settings)
+        open_path = path in tuple(root + p for p in OPEN_PATHS)
+        if not path.startswith(root + "/static/"):
+            how = "open" if open_path else authenticated(request, self.settings, self.sessions)
             if how is None:
+                redirect = self._login_redirect(request, root)
+                if redirect is not None:
+                    await redirect(scope, receive, self._with_cookie(scope, send))
+                    return
                 challenge = 'Basic realm="delayq"' if self.settings.username else 'Bearer realm="delayq"'
                 await _error(401, "authentication required: send Authorization: Bearer TOKEN or basic "
-                                  "credentials", **{"WWW-Authenticate": challenge})(scope, receive, send)
+                                  "credentials" + (f", or log in at {root}/login" if self.sessions is not None and
+                                                   self.sessions.enabled else ""),
+                             **{"WWW-Authenticate": challenge})(scope, receive, send)
                 return
+            scope[_HOW] = None if open_path else how
             scope[_WHO] = _who(request, self.settings, how)
             if method not in _SAFE:
-                if self.settings.read_only:
+                if self.settings.read_only and not open_path:
                     await _error(403, "this delayq page is read-only (--read-only): no action is allowed")(
                         scope, receive, send)
                     return

@@ -59,6 +59,7 @@ class Service:
         self._doctor: tuple[float, list[Finding]] | None = None
         self._groups: tuple[list[PendingTask], WaitingFilter, list[ErrorGroup]] | None = None
         self._lock = threading.Lock()
+        self._parking_lock = threading.RLock()
 
     # -- reading ---------------------------------------------------------------------------------
     def overview(self) -> Overview:
@@ -120,9 +121,15 @@ class Service:
             self._groups = (every, match, groups)
         return groups
 
-    def parking(self) -> ParkingQueue:
-        """The app's parking queue (the caller closes it)."""
-        return ParkingQueue.for_app(self.app)
+    @contextlib.contextmanager
+    def parking(self) -> Iterator[ParkingQueue]:
+        """The app's parking queue, closed afterwards; one look at a time in this process.
+
+        A look takes every message and hands it back, so two at once would each see only part of the
+        queue (two viewers, or the live pages refreshing together): they wait for each other.
+        """
+        with self._parking_lock, ParkingQueue.for_app(self.app) as pq:
+            yield pq
 
     def parked(self, match: ParkedFilter, *, offset: int = 0, limit: int = 50) -> ParkedPage:
         """One page of the parked messages that match (oldest first), how many match and are parked, and the
