@@ -40,6 +40,7 @@ from . import signals
 from .config import BACKEND_ALIASES, DelayqConfig
 from .errors import PublishError
 from .index.writer import IndexWriter, index_writer_for
+from .ladder import headers as H
 from .ladder.delays import due_from
 from .typing import BackendFactory, DelayBackend, Receipt, WorkerService
 
@@ -129,6 +130,7 @@ class Scheduler:
         self.config.check_delay(due - self.clock())  # the one check of a delayed publish
         backend = self.backend_for(exchange, routing_key, queue_hint)
         batch = _current()
+        trace = headers.pop(H.LAST_TRACEBACK, None) if H.LAST_TRACEBACK in headers else None
         try:
             receipt, hdrs = backend.place(body, entry=uuid.uuid4().hex, due=due, delay=delay, exchange=exchange,
                                           routing_key=routing_key, headers=headers, content_type=content_type,
@@ -138,11 +140,12 @@ class Scheduler:
                 batch.reported.update(exc.entries)
             raise
         signals.before_schedule.send(sender=backend, plan=receipt, headers=hdrs)
+        indexed = hdrs if trace is None else {**hdrs, H.LAST_TRACEBACK: trace}  # the entry keeps what no hop carries
         if batch is not None:  # from here on, only a PublishError naming it keeps it unannounced
-            batch.placed.append((backend, receipt, hdrs))
+            batch.placed.append((backend, receipt, indexed))
             return receipt
         if self.index is not None:
-            self.index.add(receipt, hdrs)
+            self.index.add(receipt, indexed)
         signals.message_scheduled.send(sender=backend, plan=receipt, headers=hdrs)
         return receipt
 

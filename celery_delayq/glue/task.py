@@ -160,7 +160,8 @@ class DelayedRetryTask(Task):
                 ret = super().retry(args, kwargs, decision.exc, throw, decision.eta, decision.countdown,
                                     decision.max_retries,
                                     headers=self._retry_headers(options.pop("headers", _MISSING),
-                                                               decision.exc if decision.exc is not None else outcome),
+                                                               decision.exc if decision.exc is not None else outcome,
+                                                               waits=decision.delay > 0),
                                     **options)
             except Retry:
                 self._retry_scheduled(decision)
@@ -172,7 +173,7 @@ class DelayedRetryTask(Task):
         self._retry_scheduled(decision)
         return ret
 
-    def _retry_headers(self, given: Any, exc: Any = None) -> dict[str, Any]:
+    def _retry_headers(self, given: Any, exc: Any = None, waits: bool = False) -> dict[str, Any]:
         """The retry's headers: Celery's (or the caller's), the first attempt's wall-clock time and the
         exception it retries after (short, for ``delayq pending`` and the web page)."""
         request = self.request
@@ -181,8 +182,12 @@ class DelayedRetryTask(Task):
         if not request.retries or H.FIRST_ATTEMPT not in headers:
             # The first attempt's start, not the time of the publish that scheduled it.
             headers[H.FIRST_ATTEMPT] = first_attempt_time(request)
+        headers.pop(H.LAST_TRACEBACK, None)
         if exc is not None:
             headers[H.LAST_ERROR] = H.last_error(exc)
+            trace = H.last_traceback(exc) if waits else None  # a retry that runs now is never listed
+            if trace is not None:  # for the index entry only: the scheduler keeps it out of the message
+                headers[H.LAST_TRACEBACK] = trace
         else:
             headers.pop(H.LAST_ERROR, None)  # an earlier attempt's error is not this retry's
         return headers

@@ -61,6 +61,8 @@ class PendingTask:
             characters (``None``: not a Celery task, or listed by an older version).
         kwargsrepr: Celery's ``kwargsrepr`` header, cut the same way.
         last_error: A retry's last exception, ``Type: message`` (short).
+        last_traceback: A retry's last traceback (its end, up to 4,000 characters; ``None``
+            for other passes and entries written before 1.0).
     """
 
     task_id: str
@@ -74,6 +76,7 @@ class PendingTask:
     argsrepr: str | None = None
     kwargsrepr: str | None = None
     last_error: str | None = None
+    last_traceback: str | None = None
 
     @property
     def arguments(self) -> str:
@@ -109,12 +112,12 @@ def tasks_of(headers: dict[str, Any]) -> list[PendingTask]:
     out = []
     for fields in decode_entries(headers[BODY]):
         task_id, name, due, exchange, routing_key, queue, attempt, entry = fields[:8]
-        extra = fields[8:10] + [None] * (10 - len(fields[:10]))  # fields added later: absent in old entries
+        extra = fields[8:11] + [None] * (11 - len(fields[:11]))  # fields added later: absent in old entries
         if due is not None:
             queue = queue or (routing_key if not exchange else None)
             args = extra[0] if isinstance(extra[0], list) and len(extra[0]) == 2 else [None, None]
             out.append(PendingTask(str(task_id), name, exchange or "", routing_key or "", queue, float(due),
-                                   int(attempt or 0), entry, args[0], args[1], extra[1]))
+                                   int(attempt or 0), entry, args[0], args[1], extra[1], extra[2]))
     return out
 
 

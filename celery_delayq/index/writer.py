@@ -77,11 +77,12 @@ LINGER_S = 0.25
 
 
 def batch_entry(headers: dict[str, Any], task_id: str) -> list[Any]:
-    """One entry: ``[task_id, task, due, exchange, routing_key, queue, attempt, entry, args, last_error]``.
+    """One entry: ``[task_id, task, due, exchange, routing_key, queue, attempt, entry, args, last_error, last_traceback]``.
 
     ``args`` is ``[argsrepr, kwargsrepr]`` (Celery's headers), each cut at
     :data:`ARGS_MAX` characters, for search by argument and for run-now; ``last_error``
-    is a retry's :data:`~celery_delayq.ladder.headers.LAST_ERROR`. Readers take the first
+    is a retry's :data:`~celery_delayq.ladder.headers.LAST_ERROR`, ``last_traceback`` its
+    :data:`~celery_delayq.ladder.headers.LAST_TRACEBACK` (``None`` on other passes). Readers take the first
     eight fields and whatever of the rest is there (entries written before had eight).
     """
     args = None
@@ -89,7 +90,7 @@ def batch_entry(headers: dict[str, Any], task_id: str) -> list[Any]:
         args = [_cut(str(headers.get("argsrepr") or "()")), _cut(str(headers.get("kwargsrepr") or "{}"))]
     return [task_id, headers.get("task"), headers.get(H.DUE), headers.get(H.EXCHANGE, ""),
             headers.get(H.ROUTING_KEY, ""), headers.get(H.QUEUE), H.attempt_of(headers),
-            headers.get(H.ENTRY), args, headers.get(H.LAST_ERROR)]
+            headers.get(H.ENTRY), args, headers.get(H.LAST_ERROR), headers.get(H.LAST_TRACEBACK)]
 
 
 def _cut(text: str) -> str:

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 __all__ = [
     "DUE", "DELAY", "ENTRY", "ATTEMPT", "FIRST_ATTEMPT", "EXCHANGE", "ROUTING_KEY", "HOPS", "LAPS", "PASS",
-    "REPLAY", "LAST_ERROR", "LAST_ERROR_MAX", "last_error", "strip_broker_headers", "stamp_pass", "forget_pass", "attempt_of",
+    "REPLAY", "LAST_ERROR", "LAST_ERROR_MAX", "last_error", "LAST_TRACEBACK", "LAST_TRACEBACK_MAX", "last_traceback", "strip_broker_headers", "stamp_pass", "forget_pass", "attempt_of",
 ]
 
 #: Epoch seconds at which the message is due at its destination.
@@ -44,6 +44,11 @@ REPLAY = "x-delayq-replay"
 #: (``delayq pending`` and the web page show it; the traceback stays in the worker's log).
 LAST_ERROR = "x-delayq-last-error"
 LAST_ERROR_MAX = 200
+#: A retry's last traceback, its last :data:`LAST_TRACEBACK_MAX` characters. It goes into the index
+#: entry of the retry's pass (for the page's detail of a retry), never into the message: the
+#: scheduler takes it out before the message is placed, so no hop carries it.
+LAST_TRACEBACK = "x-delayq-last-traceback"
+LAST_TRACEBACK_MAX = 4000
 
 #: The headers that describe one pass through the ladder (a retry copies its
 #: request's headers, so they must be forgotten before the next pass).
@@ -103,6 +108,16 @@ def strip_broker_headers(headers: Mapping[str, Any]) -> dict[str, Any]:
         k: v for k, v in headers.items()
         if k != "x-death" and not k.startswith(_BROKER_PREFIXES)
     }
+
+
+def last_traceback(exc: object) -> str | None:
+    """The :data:`LAST_TRACEBACK` text of ``exc`` (its end, where the failing line is); ``None`` without one."""
+    if not isinstance(exc, BaseException) or exc.__traceback__ is None:
+        return None
+    import traceback
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return text if len(text) <= LAST_TRACEBACK_MAX else "…" + text[-(LAST_TRACEBACK_MAX - 1):]
 
 
 def last_error(exc: object) -> str:

@@ -73,8 +73,9 @@ class Pass(BaseModel):
 
 
 class WaitingDetail(Waiting):
-    """A waiting task with every pass of it the index still holds, oldest first."""
+    """A waiting task with every pass of it the index still holds, oldest first, and a retry's last traceback."""
 
+    last_traceback: str | None = None
     passes: list[Pass]
 
 

@@ -18,6 +18,7 @@ from celery.utils.time import get_exponential_backoff_interval
 from tenacity import retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential, wait_fixed, wait_random
 
 from celery_delayq import DelayedRetryTask
+from celery_delayq.ladder import headers as H
 from celery_delayq.policies import RetryAfter
 from helpers import running_worker
 from retry_helpers import (  # noqa: F401  (fixtures)
@@ -380,3 +381,41 @@ def test_worker_killed_between_retry_publish_and_ack_retries_at_least_once(
             except Exception:
                 pass
         conn.close()
+
+
+def test_a_waiting_retry_lists_its_traceback_which_no_hop_carries(retry_app, collector) -> None:
+    """The retry's traceback goes into its index entry (``pending``, the page's detail of a retry), never into
+    the message: the retried run's headers have the one-line error and no traceback."""
+    import celery_delayq
+
+    app = retry_app()
+
+    @app.task(base=DelayedRetryTask, bind=True, acks_late=True)
+    def lookup(self):
+        collector.add(retries=self.request.retries, error=self.request.get(H.LAST_ERROR),
+                      trace_header=self.request.get(H.LAST_TRACEBACK))
+        if self.request.retries == 0:
+            _failing_lookup()  # raises KeyError inside a helper: the traceback names both frames
+        return "ok"
+
+    def _failing_lookup():
+        try:
+            {}["customer-42"]
+        except KeyError as exc:
+            raise lookup.retry(exc=exc, countdown=3)
+
+    with running_worker(app):
+        result = lookup.delay()
+        collector.wait_for(1, timeout=20)
+        deadline, waiting = time.time() + 10, []
+        while time.time() < deadline and not waiting:
+            waiting = celery_delayq.pending(app, task_id=result.id)
+            time.sleep(0.1)
+        assert result.get(timeout=20) == "ok"
+    (retry,) = waiting
+    assert retry.attempt == 1 and retry.last_error == "KeyError: 'customer-42'"
+    assert retry.last_traceback and "_failing_lookup" in retry.last_traceback and retry.last_traceback.rstrip().endswith(
+        "KeyError: 'customer-42'"), retry.last_traceback
+    first, second = collector.items
+    assert second["retries"] == 1 and second["error"] == "KeyError: 'customer-42'"
+    assert first["trace_header"] is None and second["trace_header"] is None  # no hop carried it

@@ -206,10 +206,12 @@ def _parked_count(app: Any, n: int, timeout: float = 60.0) -> int:
     return found
 
 
+@pytest.mark.parametrize("width", [1280, 390], ids=["desktop", "phone"])
 def test_operator_pages_replays_all_moves_selected_and_replays_one_class(served: tuple[Any, str], browser: Any,
-                                                                         collector: Collector) -> None:
+                                                                         collector: Collector, width: int) -> None:
     """62 parked: paged through, all replayed with reset attempts (they fail again and park again), then every
-    parked task of one exception class replayed; 10 of 12 waiting tasks selected and moved at once."""
+    parked task of one exception class replayed; 10 of 12 waiting tasks selected and moved at once. On a
+    desktop and on a phone-width screen (390 px), where the page never scrolls sideways."""
     app, url = served
     failing = {"on": True}
 
@@ -227,8 +229,12 @@ def test_operator_pages_replays_all_moves_selected_and_replays_one_class(served:
     def runs(i: int) -> list[int]:
         return [r["retries"] for r in collector.items if r.get("i") == i]
 
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page = browser.new_page(viewport={"width": width, "height": 900})
     page.on("dialog", lambda d: d.accept())
+
+    def fits() -> None:
+        assert page.evaluate("document.documentElement.scrollWidth") <= width, page.url
+
     with running_worker(app):
         for i in range(62):
             charge.delay(i)
@@ -246,6 +252,7 @@ def test_operator_pages_replays_all_moves_selected_and_replays_one_class(served:
         page.click("nav.pager >> text=last »")
         assert "61–62 of 62 parked" in page.inner_text("nav.pager") and "limit=20" in page.url
         assert page.locator("table.tasks tbody tr").count() == 2
+        fits()
 
         # Replay all 62 (not the 2 rows shown), attempts reset: each runs twice more, and parks again.
         bar = page.locator(".bulk.all")
@@ -261,6 +268,7 @@ def test_operator_pages_replays_all_moves_selected_and_replays_one_class(served:
         page.check("input.select-all")
         for kept in reports[10:]:
             page.uncheck(f"input[value='{kept.id}']")
+        fits()
         page.fill("#selected input[name=due]", "3s")
         moved_at = time.time()
         page.click("#selected >> text=Move selected")
@@ -272,6 +280,7 @@ def test_operator_pages_replays_all_moves_selected_and_replays_one_class(served:
         page.goto(url + "/parked")
         group = page.locator("table.groups tr.kind", has_text="builtins.KeyError")
         assert group.locator("td.num").inner_text() == "21"
+        fits()
         group.locator("button:has-text('Replay 21')").click()
         page.wait_for_selector(".flash.good")
         assert "Replayed 21 parked tasks." in page.inner_text(".flash")

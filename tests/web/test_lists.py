@@ -211,6 +211,19 @@ def test_waiting_detail_is_linked_and_shows_what_the_index_has(api: TestClient) 
     assert doc["passes"] == [{"entry": "e-1", "due": TASK.due_iso, "attempt": 1, "last_error": "ValueError: no"}]
 
 
+def test_a_retrys_detail_shows_its_last_traceback(api: TestClient, fake: FakeService,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    assert "No traceback recorded for this retry" in api.get("/waiting/t-1").text  # an entry written before 1.0
+    trace = 'Traceback (most recent call last):\n  File "shop/billing.py", line 12, in charge\nValueError: <no>'
+    monkeypatch.setattr(fake, "waiting_one", lambda task_id: dataclasses.replace(TASK, last_traceback=trace))
+    page = api.get("/waiting/t-1").text
+    assert "Last traceback" in page and 'File "shop/billing.py", line 12, in charge' in page.replace("&#34;", '"')
+    assert "ValueError: &lt;no&gt;" in page  # escaped, never markup
+    assert api.get("/api/waiting/t-1").json()["last_traceback"] == trace
+
+
 def test_replay_from_a_parked_detail_goes_back_to_the_list(real: TestClient) -> None:
     page = real.get("/parked/p0007").text
     assert "Headers" in page and "x-delayq-exc-type" in page and "reset attempts" in page

@@ -55,8 +55,10 @@ def move_selected(svc: ServiceDep, who: Who, body: MoveSelected) -> Bulk:
 @router.get("/{task_id}", responses=READ_ONE, summary="One waiting task, with its passes through the ladder")
 def waiting_one(svc: ServiceDep, task_id: TaskId) -> WaitingDetail:
     """The waiting task of this id and every pass of it the index still holds (one index shard is read)."""
-    one = Waiting.of(svc.waiting_one(task_id), body_max=svc.settings.body_max)
-    return WaitingDetail(**one.model_dump(), passes=[Pass.of(t) for t in svc.passes(task_id)])
+    found = svc.waiting_one(task_id)
+    one = Waiting.of(found, body_max=svc.settings.body_max)
+    return WaitingDetail(**one.model_dump(), last_traceback=found.last_traceback,
+                         passes=[Pass.of(t) for t in svc.passes(task_id)])
 
 
 @router.post("/{task_id}/cancel", responses=WRITE, summary="Cancel one task")
