@@ -8,10 +8,12 @@ cuts or adds (text cut at ``delayq_web_body_max``, seconds until due).
 
 from __future__ import annotations
 
+import dataclasses
 import time
+import typing
 from typing import Any, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, create_model, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from ..inputs import DELAY_FORMS, DUE_FORMS, ID_MAX
 from ..parking import ParkedMessage
@@ -167,27 +169,21 @@ class Moved(BaseModel):
     run_now: bool
 
 
-class Parked(BaseModel):
-    """A parked message (without its body)."""
+#: ``ParkedMessage``'s fields as its ``to_dict()`` gives them (the CLI's ``--json``): the one list of them.
+_PARKED_FIELDS: dict[str, Any] = {
+    f.name: (hint, ...) for f in dataclasses.fields(ParkedMessage)
+    if f.name not in ("headers", "properties", "body")
+    for hint in [typing.get_type_hints(ParkedMessage)[f.name]]}
 
-    parked_id: str
-    parked_at: float | None
-    reason: str
-    task: str
-    task_id: str
-    attempts: int
-    first_attempt: float | None
-    last_attempt: float | None
-    exc_type: str
-    exc_message: str
-    traceback: str
-    exchange: str
-    routing_key: str
+
+class Parked(create_model("_ParkedFields", **_PARKED_FIELDS)):  # type: ignore[misc]
+    """A parked message (without its body)."""
 
     @classmethod
     def of(cls, p: ParkedMessage, *, body_max: int) -> Parked:
         """``p`` without its body (traceback cut at ``body_max``, 4096 at least)."""
-        return cls.model_validate(_cut_traceback(p.to_dict(), body_max))
+        parked: Parked = cls.model_validate(_cut_traceback(p.to_dict(), body_max))
+        return parked
 
 
 class ParkedDetail(Parked):
