@@ -42,9 +42,11 @@ expected-statuses = ["2xx", "400", "401", "403", "404", "409", "422"]
 
 
 @pytest.fixture
-def app(make_app: Any, parking_name: str, broker_url: str, uid: str) -> Any:
+def app(make_app: Any, parking_name: str, broker_url: str, uid: str, amqp_conn: Any) -> Any:
+    # A ladder of its own: the session's shared one holds every earlier test's index entries, and the
+    # fuzzer's hundreds of reads each took seconds over them (both runs timed out at the end of the suite).
     app = make_app(delayq_enabled=True, delayq_parking_queue=parking_name, delayq_parking_queue_type="classic",
-                   delayq_max_delay=3600)
+                   delayq_max_delay=3600, delayq_prefix=f"fz{uid}", delayq_levels=8)
     celery_delayq.install(app).publisher.declare()
     park_synthetic(broker_url, parking_name, 3, task=f"{app.main}.p", exc=ValueError("no"), dest=f"nowhere.{uid}")
 
@@ -54,10 +56,12 @@ def app(make_app: Any, parking_name: str, broker_url: str, uid: str) -> Any:
     task = app.task(name=f"{app.main}.job")(job)
     sent = [task.apply_async((f"fuzz-{i}",), countdown=1800) for i in range(3)]
     yield app
-    left = [t.task_id for t in celery_delayq.pending(app, task=task.name)]
-    if left:
-        celery_delayq.cancel(app, *left)
     assert sent
+    from celery_delayq.config import DelayqConfig
+    from helpers import delete_ladder
+
+    celery_delayq.uninstall(app)
+    delete_ladder(amqp_conn, DelayqConfig.from_app(app).spec)
 
 
 def _run(url: str, tmp_path: Path, *headers: str) -> None:
