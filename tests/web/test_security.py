@@ -102,6 +102,19 @@ def test_browser_writes_need_the_csrf_token(app: Any) -> None:
     assert api.post("/api/waiting/cancel", json={"dry_run": True, "all": True}).status_code == 200
 
 
+def _indexed(app: Any, task_id: str, timeout: float = 10.0) -> None:
+    """Wait until the task's index entry is written: a single publish's entry may wait 0.25 s for others
+    (``index.writer.LINGER_S``), and a page keeps the list it read for a few seconds."""
+    import time
+
+    from celery_delayq import pending
+
+    deadline = time.time() + timeout
+    while not pending(app, task_id=task_id):
+        assert time.time() < deadline, f"{task_id} never reached the index"
+        time.sleep(0.1)
+
+
 def test_read_only_hides_and_refuses_every_action(app: Any) -> None:
     def ro() -> None:
         pass
@@ -109,6 +122,7 @@ def test_read_only_hides_and_refuses_every_action(app: Any) -> None:
     task = app.task(name=f"{app.main}.ro")(ro)
     waiting = task.apply_async(countdown=120)
     try:
+        _indexed(app, waiting.id)
         client = TestClient(create_app(app, read_only=True))
         page = client.get("/waiting")
         assert waiting.id in page.text
@@ -133,6 +147,7 @@ def test_no_password_and_bodies_cut(app: Any, broker_url: str) -> None:
     task = app.task(name=f"{app.main}.big")(big)
     waiting = task.apply_async(("z" * 5000,), countdown=120)
     try:
+        _indexed(app, waiting.id)
         client = TestClient(create_app(app, settings=WebSettings(body_max=50)))
         for path in ("/", "/waiting", "/api/overview", "/api/waiting"):
             text = client.get(path).text
