@@ -130,7 +130,7 @@ class Scheduler:
         self.config.check_delay(due - self.clock())  # the one check of a delayed publish
         backend = self.backend_for(exchange, routing_key, queue_hint)
         batch = _current()
-        trace = headers.pop(H.LAST_TRACEBACK, None) if H.LAST_TRACEBACK in headers else None
+        trace = headers.pop(H.LAST_TRACEBACK, None)
         try:
             receipt, hdrs = backend.place(body, entry=uuid.uuid4().hex, due=due, delay=delay, exchange=exchange,
                                           routing_key=routing_key, headers=headers, content_type=content_type,

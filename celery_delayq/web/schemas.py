@@ -170,10 +170,9 @@ class Moved(BaseModel):
 
 
 #: ``ParkedMessage``'s fields as its ``to_dict()`` gives them (the CLI's ``--json``): the one list of them.
-_PARKED_FIELDS: dict[str, Any] = {
-    f.name: (hint, ...) for f in dataclasses.fields(ParkedMessage)
-    if f.name not in ("headers", "properties", "body")
-    for hint in [typing.get_type_hints(ParkedMessage)[f.name]]}
+_PARKED_HINTS = typing.get_type_hints(ParkedMessage)
+_PARKED_FIELDS: dict[str, Any] = {f.name: (_PARKED_HINTS[f.name], ...) for f in dataclasses.fields(ParkedMessage)
+                                  if f.name not in ("headers", "properties", "body")}
 
 
 class Parked(create_model("_ParkedFields", **_PARKED_FIELDS)):  # type: ignore[misc]
