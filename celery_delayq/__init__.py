@@ -17,7 +17,7 @@ from __future__ import annotations
 from . import signals
 from .config import DelayqConfig
 from .errors import (
-    BrokerTooOld, BrokerUnavailable, DelayqError, DelayTooLong, InvalidDelay, InvalidName, PublishError,
+    BrokerTooOld, BrokerUnavailable, DelayqError, FormatTooNew, DelayTooLong, InvalidDelay, InvalidName, PublishError,
     PublishNacked, PublishReturned, PublishTimeout, TopologyError, TopologyMismatch,
     TopologyMissing, SettingsError, UnroutableDestination, UnsupportedTransport,
 )
@@ -61,7 +61,7 @@ __all__ = [
     "TopologyMismatch", "BrokerTooOld", "BrokerUnavailable", "UnsupportedTransport", "UnroutableDestination",
     "PublishError", "PublishNacked", "PublishReturned", "PublishTimeout",
     "ParkingError", "ParkingFailed", "ParkedMessageNotFound", "UnsafeToBrowse", "IndexUnavailable",
-    "TaskIdError", "TaskIdNotFound", "AmbiguousTaskId",
+    "TaskIdError", "TaskIdNotFound", "AmbiguousTaskId", "FormatTooNew",
 ]
 
 __version__ = "0.1.0"

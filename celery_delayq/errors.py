@@ -29,6 +29,7 @@ __all__ = [
     "PublishTimeout",
     "BrokerUnavailable",
     "SettingsError",
+    "FormatTooNew",
 ]
 
 
@@ -147,3 +148,22 @@ class SettingsError(DelayqError, ImproperlyConfigured, ValueError):  # type: ign
         super().__init__(message)
         #: The setting at fault (``"delayq_enabled"``), for reporters that spell it their way (Django's checks).
         self.setting = setting
+
+
+class FormatTooNew(DelayqError):
+    """Something on the broker was written in a newer format than this release reads; nothing was guessed.
+
+    A newer celery_delayq wrote it (or something that is not celery_delayq wrote a
+    version header). Upgrade this process to the release that wrote it; formats and
+    their versions: :mod:`celery_delayq.ladder.formats`, ``docs/stability.md``.
+    """
+
+    def __init__(self, name: str, what: str, found: object, supported: int) -> None:
+        super().__init__(
+            f"{what} on the broker is in {name} format {found!r}, and this celery_delayq reads {name} "
+            f"format {supported} and older: upgrade this process to the celery_delayq that wrote it "
+            "(see docs/stability.md, 'On-broker formats')")
+        #: The format (``ladder``, ``index``, ``cancel``, ``parked``), the version found and the newest read here.
+        self.format = name
+        self.found = found
+        self.supported = supported

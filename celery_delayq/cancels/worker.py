@@ -39,6 +39,7 @@ from typing import Any
 from celery import bootsteps
 
 from .. import signals
+from ..errors import FormatTooNew
 from ..rabbitmq.following import QueueFollower
 from ..ladder.headers import ENTRY
 from ..ladder.index_layout import MARKER, IndexLayout
@@ -72,12 +73,14 @@ class CancelFollower(QueueFollower):
         self.book = CancelBook()
         self._next: int | str = "next"
         self._renewer: threading.Thread | None = None
+        #: Cancel-log entries of a newer format met so far (each logged as an error).
+        self.unreadable = 0
 
     def start(self) -> None:
         """Load the whole log (blocking), renew what is due, then follow it and renew hourly (daemon threads)."""
         # A worker must not start without its cancels: a slow broker gets about a minute.
         with reader_connection(self.ladder.connection(), retries=15) as raw:
-            end = load(raw, self.layout, self.book)
+            end = load(raw, self.layout, self.book, on_unreadable=self._unreadable)
         self._next = end + 1 if end is not None else "next"
         log.info("delayq: %d cancelled task id(s) loaded from %s", len(self.book), self.layout.cancel_queue)
         self._renew_quietly()
@@ -116,6 +119,15 @@ class CancelFollower(QueueFollower):
         while not self._stop.wait(RENEW_EVERY_S * (1.0 + random.random())):
             self._renew_quietly()
 
+    def _unreadable(self, exc: FormatTooNew) -> None:
+        """A cancel written by a newer release: said as an error (this worker cannot honour it), then skipped.
+
+        Skipped rather than stopping the follower: a follower stuck on one entry would miss every later cancel.
+        """
+        self.unreadable += 1
+        log.error("delayq: a cancel in %s cannot be read by this worker, so the task it names may run: %s",
+                  self.layout.cancel_queue, exc)
+
     def consume_arguments(self) -> dict[str, Any]:
         """Resume after the last entry read (the whole log was loaded at start)."""
         return {"x-stream-offset": self._next}
@@ -125,9 +137,13 @@ class CancelFollower(QueueFollower):
         headers = message.headers or {}
         offset = headers.get(OFFSET)
         if MARKER not in headers:
-            task_id = add(self.book, headers)
-            if task_id:
-                log.info("delayq: task %s cancelled", task_id)
+            try:
+                task_id = add(self.book, headers)
+            except FormatTooNew as exc:
+                self._unreadable(exc)
+            else:
+                if task_id:
+                    log.info("delayq: task %s cancelled", task_id)
         if offset is not None:
             self._next = int(offset) + 1
         channel.basic_ack(message.delivery_tag)

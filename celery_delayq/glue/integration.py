@@ -33,7 +33,8 @@ from ..ladder import headers as H
 from .. import signals
 from .app_ladder import AppLadder, forget_ladder, ladder_for, ladder_if_any, refresh_ladder
 from ..config import setting, warn_unknown_settings
-from ..errors import SettingsError
+from ..errors import FormatTooNew, SettingsError
+from ..ladder.formats import check_format
 from .extensions import Extension, enabled_extensions
 from .message_check import CheckedTaskMessage
 from .producer import LadderProducerPool, producer_factory
@@ -281,6 +282,24 @@ def _wrap_producer_or_acquire(app: CeleryApp, ref: "weakref.ReferenceType[Celery
     app.producer_or_acquire = producer_or_acquire  # type: ignore[method-assign]
 
 
+_NEWER_FORMATS: set[str] = set()
+
+
+def _newer_ladder_format(request: Any, exc: FormatTooNew) -> None:
+    """A delivery whose ladder headers a newer release wrote: an error, once per version found.
+
+    The task still runs: Celery's own message format, not these headers, says what to run. What this
+    worker reads from them (the due time for lateness, a reschedule's pass cancel) may be wrong until
+    it is upgraded, which is what the error says.
+    """
+    found = repr(exc.found)
+    if found not in _NEWER_FORMATS:
+        _NEWER_FORMATS.add(found)
+        log.error("delayq: task %s (%s) came out of the ladder with headers this worker cannot read; it runs, "
+                  "but its lateness and any reschedule of it are not applied here: %s",
+                  getattr(request, "id", "?"), getattr(request, "name", "?"), exc)
+
+
 def _register_fixup() -> None:
     if _FIXUP not in Celery.builtin_fixups:
         Celery.builtin_fixups = frozenset(Celery.builtin_fixups) | {_FIXUP}
@@ -345,6 +364,10 @@ def _on_task_received(sender: Any = None, request: Any = None, **_: Any) -> None
     due = info.get(H.DUE)
     if due is None or H.ENTRY not in info:
         return
+    try:
+        check_format(info, "ladder")
+    except FormatTooNew as exc:
+        _newer_ladder_format(request, exc)
     now = time.time()
     signals.message_delivered.send(sender=request.task, request=request, due=float(due),
                                    delay=float(info.get(H.DELAY) or 0.0), lateness=now - float(due))

@@ -25,8 +25,10 @@ from __future__ import annotations
 import time
 import uuid
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from ..errors import FormatTooNew
+from ..ladder.formats import FORMAT, VERSIONS, check_format
 from ..ladder.headers import ENTRY
 from ..ladder.index_layout import IndexLayout
 from ..rabbitmq.confirms import combine
@@ -38,7 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from ..rabbitmq.client import Connection
 
-__all__ = ["CANCEL", "CANCEL_PASS", "UNTIL", "REASON", "AT", "DUE", "record", "record_passes", "load", "add",
+__all__ = ["CANCEL", "CANCEL_PASS", "UNTIL", "REASON", "AT", "DUE", "FIELDS", "record", "record_passes", "load", "add",
            "read_cancel_book"]
 
 #: Header: the cancelled task id.
@@ -54,6 +56,8 @@ REASON = "x-delayq-cancel-reason"
 AT = "x-delayq-cancel-at"
 #: Header: the task's due time, when the cancel found it waiting (it stays in the ladder's queues till then).
 DUE = "x-delayq-cancel-due"
+#: The headers a reader of the log decodes.
+FIELDS = (CANCEL, CANCEL_PASS, UNTIL, AT, DUE, FORMAT)
 
 
 def record(raw: Connection, layout: IndexLayout, items: Sequence[tuple[str, float, str]], *,
@@ -72,7 +76,7 @@ def record(raw: Connection, layout: IndexLayout, items: Sequence[tuple[str, floa
     entries = []
     for task_id, until, reason in items:
         headers: dict[str, Any] = {CANCEL: task_id, UNTIL: float(until), REASON: reason, AT: written,
-                                   ENTRY: uuid.uuid4().hex}
+                                   ENTRY: uuid.uuid4().hex, FORMAT: VERSIONS["cancel"]}
         if dues and task_id in dues:
             headers[DUE] = float(dues[task_id])
         entries.append((headers, task_id))
@@ -86,7 +90,8 @@ def record_passes(raw: Connection, layout: IndexLayout, items: Sequence[tuple[st
     Raises:
         PublishError: naming every task whose pass cancel may not be recorded.
     """
-    _confirmed(raw, layout, [({CANCEL_PASS: entry, UNTIL: float(until), REASON: reason, ENTRY: uuid.uuid4().hex},
+    _confirmed(raw, layout, [({CANCEL_PASS: entry, UNTIL: float(until), REASON: reason, ENTRY: uuid.uuid4().hex,
+                                FORMAT: VERSIONS["cancel"]},
                               task_id) for task_id, entry, until in items], timeout)
 
 
@@ -109,19 +114,37 @@ def read_cancel_book(connection: kombu.Connection, layout: IndexLayout, *, now: 
     return book
 
 
-def load(raw: Connection, layout: IndexLayout, book: CancelBook, *, now: float | None = None) -> int | None:
-    """Read the whole cancel log into ``book``; returns the offset the log ended at (its marker's)."""
+def load(raw: Connection, layout: IndexLayout, book: CancelBook, *, now: float | None = None,
+         on_unreadable: Callable[[FormatTooNew], None] | None = None) -> int | None:
+    """Read the whole cancel log into ``book``; returns the offset the log ended at (its marker's).
+
+    ``on_unreadable`` takes each entry of a newer format instead of the read raising (a worker logs
+    it and goes on reading the entries it can).
+
+    Raises:
+        FormatTooNew: an entry of a newer format, without ``on_unreadable``.
+    """
     now = time.time() if now is None else now
     # Never a start in the future: the reader would never reach its end marker.
     start = datetime.fromtimestamp(max(0.0, min(now, time.time()) - layout.max_age_s), tz=timezone.utc)
     reader = StreamReader(raw, layout.cancel_queue)
-    for _offset, headers, _mid in reader.read(start, (CANCEL, CANCEL_PASS, UNTIL, AT, DUE)):
-        add(book, headers)
+    for _offset, headers, _mid in reader.read(start, FIELDS):
+        try:
+            add(book, headers)
+        except FormatTooNew as exc:
+            if on_unreadable is None:
+                raise
+            on_unreadable(exc)
     return reader.end_offset
 
 
 def add(book: CancelBook, headers: dict[str, Any]) -> str | None:
-    """Put one cancel-log entry into ``book``; returns its task id (None for anything else)."""
+    """Put one cancel-log entry into ``book``; returns its task id (None for anything else).
+
+    Raises:
+        FormatTooNew: the entry is in a newer cancel-log format than this release reads.
+    """
+    check_format(headers, "cancel")
     entry = headers.get(CANCEL_PASS)
     if entry and headers.get(UNTIL) is not None:
         book.add_pass(str(entry), float(headers[UNTIL]))

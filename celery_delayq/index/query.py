@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
+from ..ladder.formats import FORMAT, check_format
 from ..ladder.index_layout import IndexLayout
 from .stream import BODY, IndexUnavailable, StreamReader, reader_connection
 from .writer import ENTRIES, decode_entries, flush_buffers
@@ -106,9 +107,14 @@ class PendingTask:
 
 
 def tasks_of(headers: dict[str, Any]) -> list[PendingTask]:
-    """The tasks of one index message (:mod:`.writer`); nothing for anything else (a marker)."""
+    """The tasks of one index message (:mod:`.writer`); nothing for anything else (a marker).
+
+    Raises:
+        FormatTooNew: the message is in a newer index format than this release reads.
+    """
     if headers.get(ENTRIES) is None or BODY not in headers:
         return []
+    check_format(headers, "index")  # a newer writer's entries are refused, never guessed at
     out = []
     for fields in decode_entries(headers[BODY]):
         task_id, name, due, exchange, routing_key, queue, attempt, entry = fields[:8]
@@ -196,7 +202,7 @@ def _passes(connection: kombu.Connection, layout: IndexLayout, shard: int, start
     """Every pass in one shard of the index from ``start``, oldest first."""
     with reader_connection(connection) as raw:
         reader = StreamReader(raw, layout.shard_queue(shard))
-        for _offset, headers, _message_id in reader.read(start, (ENTRIES,), prefilter=prefilter):
+        for _offset, headers, _message_id in reader.read(start, (ENTRIES, FORMAT), prefilter=prefilter):
             yield from tasks_of(headers)
 
 

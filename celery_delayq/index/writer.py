@@ -51,6 +51,7 @@ from kombu.connection import Connection
 
 from ..rabbitmq.client import Message, RecoverableConnectionError
 from ..ladder import headers as H
+from ..ladder.formats import FORMAT, VERSIONS
 from ..ladder.index_layout import ENTRIES, IndexLayout, index_layout
 from ..rabbitmq.confirms import ConfirmChannel, Tracker
 from ..rabbitmq.owned import OwnedConnection
@@ -113,7 +114,8 @@ def _messages(layout: IndexLayout, entries: list[tuple[str, list[Any]]]) -> list
             chunk = items[i:i + CHUNK]
             out.append((layout.shard_queue(shard), Message(
                 json.dumps(chunk, separators=(",", ":")).encode(), content_type="application/json",
-                delivery_mode=2, application_headers={ENTRIES: len(chunk), H.ENTRY: uuid.uuid4().hex})))
+                delivery_mode=2, application_headers={ENTRIES: len(chunk), H.ENTRY: uuid.uuid4().hex,
+                                                         FORMAT: VERSIONS["index"]})))
     return out
 
 

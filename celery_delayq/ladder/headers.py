@@ -10,10 +10,14 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 __all__ = [
-    "DUE", "DELAY", "ENTRY", "ATTEMPT", "FIRST_ATTEMPT", "EXCHANGE", "ROUTING_KEY", "HOPS", "LAPS", "PASS",
+    "FORMAT", "FORMAT_VERSION", "DUE", "DELAY", "ENTRY", "ATTEMPT", "FIRST_ATTEMPT", "EXCHANGE", "ROUTING_KEY", "HOPS", "LAPS", "PASS",
     "REPLAY", "LAST_ERROR", "LAST_ERROR_MAX", "last_error", "LAST_TRACEBACK", "LAST_TRACEBACK_MAX", "last_traceback", "strip_broker_headers", "stamp_pass", "forget_pass", "attempt_of",
 ]
 
+#: Version of these headers' format (:mod:`.formats`; 0.1.0 wrote none, which reads as 1), on every pass.
+FORMAT = "x-delayq-format"
+#: The version this release writes (:data:`.formats.VERSIONS` ``["ladder"]``).
+FORMAT_VERSION = 1
 #: Epoch seconds at which the message is due at its destination.
 DUE = "x-delayq-due"
 #: The delay that was requested, in seconds (before rounding up to units).
@@ -61,6 +65,7 @@ def stamp_pass(headers: dict[str, Any], *, due: float, delay: float, entry: str,
                exchange: str, routing_key: str) -> dict[str, Any]:
     """Record one ladder pass in ``headers`` (in place; returned for convenience).
 
+    It also states the version of these headers' format (:mod:`.formats`).
     Every header is encoded by the client and copied by the broker at every
     hop, so a pass writes only what nothing else carries: no :data:`ATTEMPT`
     on a Celery task (its ``retries`` header is the count; a stale one copied
@@ -69,7 +74,7 @@ def stamp_pass(headers: dict[str, Any], *, due: float, delay: float, entry: str,
     rules measure from the very first run).
     """
     headers.update({DUE: due, DELAY: delay, ENTRY: entry, HOPS: hops,
-                    EXCHANGE: exchange, ROUTING_KEY: routing_key})
+                    EXCHANGE: exchange, ROUTING_KEY: routing_key, FORMAT: FORMAT_VERSION})
     if "retries" in headers or not headers.get(ATTEMPT):  # Celery's own counter is the truth; 0 goes without
         headers.pop(ATTEMPT, None)
     return headers

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import kombu
 
 from ..ladder import headers as H
+from ..ladder.formats import PARKED_FORMAT, VERSIONS
 from .. import signals
 from ..rabbitmq.client import Connection, Message, RecoverableConnectionError, declare_queue
 from ..rabbitmq.confirms import ConfirmChannel
@@ -53,7 +54,7 @@ def failure_headers(*, task: str, task_id: str, attempts: int, first_attempt: fl
         H.FIRST_ATTEMPT: first_attempt, R.LAST_ATTEMPT: last_attempt,
         R.EXC_TYPE: f"{kind.__module__}.{kind.__qualname__}", R.EXC_MESSAGE: str(exc)[:MAX_TRACEBACK],
         R.TRACEBACK: trace[-MAX_TRACEBACK:],
-        R.ORIGIN_EXCHANGE: exchange, R.ORIGIN_ROUTING_KEY: routing_key,
+        R.ORIGIN_EXCHANGE: exchange, R.ORIGIN_ROUTING_KEY: routing_key, PARKED_FORMAT: VERSIONS["parked"],
     }
 
 

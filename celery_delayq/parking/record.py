@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from ..error_groups import message_matches
 from ..rabbitmq.client import Message
 from ..ladder import headers as H
+from ..ladder.formats import PARKED_FORMAT, check_format
 
 __all__ = [
     "PARKED_ID", "PARKED_AT", "REASON", "TASK", "TASK_ID", "ATTEMPTS", "LAST_ATTEMPT",
@@ -48,7 +49,7 @@ REPLAY = H.REPLAY
 
 #: Headers added by parking, removed again by a replay.
 FAILURE_HEADERS = (PARKED_ID, PARKED_AT, REASON, TASK, TASK_ID, ATTEMPTS, LAST_ATTEMPT,
-                   EXC_TYPE, EXC_MESSAGE, TRACEBACK, ORIGIN_EXCHANGE, ORIGIN_ROUTING_KEY)
+                   EXC_TYPE, EXC_MESSAGE, TRACEBACK, ORIGIN_EXCHANGE, ORIGIN_ROUTING_KEY, PARKED_FORMAT)
 #: Headers of a previous pass through the ladder; a replay starts a new one.
 _PASS_HEADERS = (H.DUE, H.DELAY, H.ENTRY, H.HOPS)
 #: What a quorum queue adds to a message it hands out again: counts of looks, not of the
@@ -92,8 +93,13 @@ class ParkedMessage:
 
     @classmethod
     def from_amqp(cls, message: Message) -> "ParkedMessage":
-        """Decode a message read from a parking queue."""
+        """Decode a message read from a parking queue.
+
+        Raises:
+            FormatTooNew: its failure headers are in a newer format than this release reads.
+        """
         hdrs = {k: v for k, v in (message.headers or {}).items() if k not in LOOK_HEADERS}
+        check_format(hdrs, "parked")
         props = {k: v for k, v in message.properties.items() if k != "application_headers"}
         body = message.body if isinstance(message.body, bytes) else _text(message.body).encode("utf-8")
         return cls(

@@ -43,7 +43,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
 from ..cancels.reschedule import CannotReschedule
-from ..errors import DelayTooLong, PublishError, TopologyError
+from ..errors import DelayTooLong, FormatTooNew, PublishError, TopologyError
 from ..inputs import BadInput
 from ..parking import ParkedMessageNotFound
 from ..parking.errors import UnsafeToBrowse
@@ -60,6 +60,7 @@ STATUS: dict[type[Exception], int] = {
     TaskNotWaiting: 404, TaskIdNotFound: 404, ParkedMessageNotFound: 404,
     SelectionChanged: 409, CannotReschedule: 409, AmbiguousTaskId: 409, UnsafeToBrowse: 409,
     DelayTooLong: 422,
+    FormatTooNew: 503,  # written by a newer release: this server cannot read it until upgraded
 }
 
 
