@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterable, Mapping
 from celery.utils.serialization import STRTOBOOL_DEFAULT_TABLE
 
 from .errors import DelayTooLong, InvalidDelay, SettingsError
+from .ladder.index_layout import IndexLayout
 from .ladder.spec import MAX_SHARDS, LadderSpec
 from .typing import CeleryApp
 
@@ -153,6 +154,12 @@ class DelayqConfig:
             and ``delayq metrics``). Loopback by default, so the metrics are not
             served to the network unless asked: ``0.0.0.0`` (every IPv4 interface),
             ``::`` or one interface's address is that explicit choice.
+        previous_shapes: Shapes (``"LEVELSxRADIX"``, e.g. ``["14x4"]``) this app's ladder had
+            before its ``levels``/``radix`` changed. Tasks published before the change wait in
+            that ladder until due (a reshaped ladder is a new one beside it); ``pending``,
+            ``cancel``, the page and the workers' cancels read its index and cancel log too,
+            until ``delayq topology delete --shape LEVELSxRADIX`` removes it once drained
+            (``docs/operations.md``, "Changing the ladder's shape").
         disabled_extensions: Names of built-in extensions to leave out of the app
             (:data:`celery_delayq.glue.extensions.EXTENSIONS`: ``takeover``, ``cancels``,
             ``parking``, ``telemetry``, ``metrics``), e.g. ``["takeover"]`` for workers that
@@ -192,6 +199,7 @@ class DelayqConfig:
     fixed_resolution: float = 1.0
     fixed_max_delay: float = 600.0
     fixed_queues: int = 16
+    previous_shapes: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         """Type and validate every field: the one place settings are checked (see :data:`CONVERTERS`).
@@ -236,6 +244,18 @@ class DelayqConfig:
         """The ladder shape these settings describe."""
         return LadderSpec(prefix=self.prefix, unit_ms=self.unit_ms, levels=self.levels, radix=self.radix,
                           shards=self.shards)
+
+    @property
+    def layout(self) -> IndexLayout:
+        """The index and cancel-log layout readers use: this ladder's, with those of :attr:`previous_shapes`."""
+        return IndexLayout(self.spec, index=self.index,
+                           previous=tuple(IndexLayout(spec, index=self.index) for spec in self.previous_specs))
+
+    @property
+    def previous_specs(self) -> tuple[LadderSpec, ...]:
+        """The ladders of :attr:`previous_shapes` (the current shape left out): their index and cancel log are read."""
+        return tuple(LadderSpec(prefix=self.prefix, unit_ms=self.unit_ms, levels=levels, radix=radix)
+                     for levels, radix in self.previous_shapes if (levels, radix) != (self.levels, self.radix))
 
     @property
     def parking_queue_name(self) -> str:
@@ -475,6 +495,32 @@ def _park_on(value: Any) -> tuple[type[BaseException] | str, ...]:
     return tuple(items)
 
 
+def _shapes(value: Any) -> tuple[tuple[int, int], ...]:
+    """``delayq_previous_shapes``: ``"14x4"``, ``[14, 4]`` or a list of either, as ``((levels, radix), ...)``."""
+    wants = "ladder shapes as 'LEVELSxRADIX' strings (e.g. ['14x4']), each with levels >= 1 and radix 2-36"
+    if value is None or value == () or value == []:
+        return ()
+    items = [value] if isinstance(value, str) or (
+        isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) for v in value)) else value
+    if not isinstance(items, (list, tuple)):
+        raise _refuse("previous_shapes", value, wants)
+    out: list[tuple[int, int]] = []
+    for item in items:
+        shape: Any = item
+        if isinstance(item, str):
+            levels_text, sep, radix_text = item.strip().lower().partition("x")
+            if not sep or not levels_text.isdigit() or not radix_text.isdigit():
+                raise _refuse("previous_shapes", value, wants)
+            shape = (int(levels_text), int(radix_text))
+        if (not isinstance(shape, (list, tuple)) or len(shape) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in shape)
+                or shape[0] < 1 or not 2 <= shape[1] <= 36):
+            raise _refuse("previous_shapes", value, wants)
+        if tuple(shape) not in out:
+            out.append((int(shape[0]), int(shape[1])))
+    return tuple(out)
+
+
 _QUEUE_TYPES = ("auto", "quorum", "classic")
 
 #: Field name -> the function that types and validates its value (``None`` where the field allows it).
@@ -513,6 +559,7 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "fixed_resolution": _number("fixed_resolution", integer=False, low=0, low_open=True, unit="seconds"),
     "fixed_max_delay": _number("fixed_max_delay", integer=False, low=0, low_open=True, unit="seconds"),
     "fixed_queues": _number("fixed_queues", integer=True, low=0),
+    "previous_shapes": lambda v: _shapes(v),
 }
 
 

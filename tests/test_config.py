@@ -317,3 +317,24 @@ def test_the_extension_names_config_accepts_are_the_glues() -> None:
     from celery_delayq.glue.extensions import EXTENSIONS
 
     assert EXTENSION_NAMES == tuple(EXTENSIONS)
+
+
+@pytest.mark.pure
+@pytest.mark.parametrize("given, shapes", [
+    ("14x4", ((14, 4),)), (["14x4", "7X16"], ((14, 4), (7, 16))), ([14, 4], ((14, 4),)), ([[14, 4]], ((14, 4),)),
+    (["14x4", "14x4"], ((14, 4),)), ((), ()), (None, ()),
+])
+def test_previous_shapes_take_the_forms_people_write(given: object, shapes: tuple[tuple[int, int], ...]) -> None:
+    config = DelayqConfig(previous_shapes=given)  # type: ignore[arg-type]
+    assert config.previous_shapes == shapes
+    assert [(s.levels, s.radix) for s in config.previous_specs] == [s for s in shapes if s != (14, 4)]
+    assert [old.spec.namespace for old in config.layout.previous] == [f"delayq.{l}x{r}" for l, r in shapes
+                                                                      if (l, r) != (14, 4)]
+
+
+@pytest.mark.pure
+@pytest.mark.parametrize("given", ["14", "14x", "x4", "14x1", "14x40", "0x4", [14], ["14x4", 7], "fourteen by four",
+                                   [True, 4], 14])
+def test_a_previous_shape_that_is_not_one_is_refused_naming_the_setting(given: object) -> None:
+    with pytest.raises(SettingsError, match="delayq_previous_shapes.*LEVELSxRADIX"):
+        DelayqConfig(previous_shapes=given)  # type: ignore[arg-type]

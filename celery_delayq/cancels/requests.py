@@ -53,7 +53,7 @@ class CancelResult:
 def index_of(app: CeleryApp) -> tuple[kombu.Connection, IndexLayout]:
     """The connection and the layout the index readers take, for ``app``'s ladder."""
     ladder = ladder_for(app)
-    return ladder.connection(), IndexLayout(ladder.config.spec, index=ladder.config.index)
+    return ladder.connection(), ladder.config.layout
 
 
 def cancel(app: CeleryApp, *task_ids: str, lookup: bool = True, force: bool = False,

@@ -30,6 +30,7 @@ or while the follower reconnects, may still run.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -45,7 +46,7 @@ from ..ladder.headers import ENTRY
 from ..ladder.index_layout import MARKER, IndexLayout
 from ..glue.app_ladder import ladder_if_any
 from ..index.cancel_book import CancelBook
-from ..index.cancel_log import add, load, record
+from ..index.cancel_log import add, load, record, still_there
 from ..index.stream import OFFSET, reader_connection
 from ..typing import CeleryApp
 
@@ -80,6 +81,8 @@ class CancelFollower(QueueFollower):
         """Load the whole log (blocking), renew what is due, then follow it and renew hourly (daemon threads)."""
         # A worker must not start without its cancels: a slow broker gets about a minute.
         with reader_connection(self.ladder.connection(), retries=15) as raw:
+            for old in still_there(raw, self.layout):  # cancels made before the ladder was reshaped still hold
+                load(raw, old, self.book, on_unreadable=self._unreadable)
             end = load(raw, self.layout, self.book, on_unreadable=self._unreadable)
         self._next = end + 1 if end is not None else "next"
         log.info("delayq: %d cancelled task id(s) loaded from %s", len(self.book), self.layout.cancel_queue)
@@ -236,7 +239,7 @@ class CancelStep(bootsteps.StartStopStep):
         if layout is None:
             log.warning("delayq: this broker has no streams (RabbitMQ 3.9+): cancels are not durable")
             return
-        follower = CancelFollower(ladder, layout)
+        follower = CancelFollower(ladder, dataclasses.replace(layout, previous=ladder.config.layout.previous))
         follower.start()
         with _LOCK:
             extension.follower = follower

@@ -11,6 +11,7 @@ refused before anything is changed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import time
@@ -19,7 +20,8 @@ from typing import Any, Iterator, Sequence
 
 import click
 
-from ..errors import InvalidName
+from ..config import CONVERTERS
+from ..errors import InvalidName, SettingsError
 from ..inputs import BadInput, check_id, ID_MAX
 from ..ladder.humanize import describe_ladder
 from ..rabbitmq.topology import Destination, Owned, OwnedSelection, ROLES, Topology, select_owned
@@ -28,6 +30,8 @@ from ..rabbitmq.management import ManagementAPI
 from ..rabbitmq.probe import exchange_exists
 from ..glue.app_ladder import AppLadder
 from .base import Action, app_context, audit_action, confirm, yes_option
+
+shapes_setting = CONVERTERS["previous_shapes"]
 
 __all__ = ["topology", "no_ladder", "parse_destinations", "destination_parts"]
 
@@ -251,6 +255,18 @@ def _per_role(owned: Sequence[Owned], kind: str) -> str:
     return ", ".join(f"{role} {counts[role]}" for role in ROLES if counts[role])
 
 
+def _earlier_shape(app: AppLadder, shape: str) -> tuple[int, int]:
+    """``--shape``: ``(levels, radix)`` of an earlier ladder of the prefix, never the one the app uses now."""
+    try:
+        [(levels, radix)] = shapes_setting(shape)
+    except (SettingsError, ValueError):
+        raise BadInput(f"--shape {shape!r} is not a ladder shape: give LEVELSxRADIX, e.g. 14x4") from None
+    if (levels, radix) == (app.config.levels, app.config.radix):
+        raise BadInput(f"--shape {shape} is the shape this app uses now (delayq_levels={levels}, "
+                       f"delayq_radix={radix}): --shape deletes an earlier one; without it, delete deletes this one")
+    return levels, radix
+
+
 def _describe_kept(selection: OwnedSelection, kept: Sequence[Owned], keep_shared: bool) -> list[str]:
     """What stays on the broker (``kept``: the selection's, counted now), and why, one line each."""
     lines: list[str] = []
@@ -282,12 +298,16 @@ def _describe_kept(selection: OwnedSelection, kept: Sequence[Owned], keep_shared
               help="Keep what every shape (levels, radix) of the prefix shares: <prefix>.unroutable, <prefix>.laps, "
                    "the exit and fixed queues. Use it to delete an old shape while a reshaped ladder of the same "
                    "prefix stays in use.")
+@click.option("--shape", metavar="LEVELSxRADIX",
+              help="Delete the drained ladder of an earlier shape of this prefix (e.g. 14x4, as "
+                   "delayq_previous_shapes names it), keeping everything the current ladder shares. Refuses "
+                   "while tasks still wait in it.")
 @click.option("--destination", "-d", multiple=True, metavar=_DESTINATION_HELP, hidden=True,
               help="Not needed any more (every exit queue of the prefix is found in the broker's listing); "
                    "still checked, for scripts that pass it.")
 @yes_option
 @click.pass_context
-def delete(ctx: click.Context, discard_messages: bool, with_parking: bool, keep_shared: bool,
+def delete(ctx: click.Context, discard_messages: bool, with_parking: bool, keep_shared: bool, shape: str | None,
            destination: tuple[str, ...], yes: bool) -> None:
     """Delete every queue and exchange of the ladder. Refuses while messages wait in them.
 
@@ -302,13 +322,15 @@ def delete(ctx: click.Context, discard_messages: bool, with_parking: bool, keep_
     queues), and deletes nothing.
     """
     app = app_context(ctx)
-    if with_parking and keep_shared:
-        raise BadInput("--parking deletes the parking queue, which --keep-shared keeps (every shape of the prefix "
-                       "shares it); give one of them")
+    if with_parking and (keep_shared or shape):
+        raise BadInput("--parking deletes the parking queue, which --keep-shared and --shape keep (every shape of "
+                       "the prefix shares it); give one of them")
+    earlier = _earlier_shape(app, shape) if shape is not None else None
+    keep_shared = keep_shared or earlier is not None
     with app.connected() as raw:
         topo = app.topology(raw)
         parse_destinations(topo, destination)  # checked only: the listing has every exit queue
-        spec = topo.spec
+        spec = topo.spec if earlier is None else dataclasses.replace(topo.spec, levels=earlier[0], radix=earlier[1])
 
         def survey() -> tuple[OwnedSelection, list[Owned], list[str]]:
             queues, exchanges = broker_listing(app.api(raw), app.uri)

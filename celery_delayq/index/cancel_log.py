@@ -33,7 +33,7 @@ from ..ladder.headers import ENTRY
 from ..ladder.index_layout import IndexLayout
 from ..rabbitmq.confirms import combine
 from .cancel_book import CancelBook
-from .stream import StreamReader, append, reader_connection
+from .stream import StreamReader, append, reader_connection, stream_exists
 
 if TYPE_CHECKING:  # pragma: no cover
     import kombu
@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..rabbitmq.client import Connection
 
 __all__ = ["CANCEL", "CANCEL_PASS", "UNTIL", "REASON", "AT", "DUE", "FIELDS", "record", "record_passes", "load", "add",
-           "read_cancel_book"]
+           "read_cancel_book", "still_there"]
 
 #: Header: the cancelled task id.
 CANCEL = "x-delayq-cancel"
@@ -110,8 +110,14 @@ def read_cancel_book(connection: kombu.Connection, layout: IndexLayout, *, now: 
     """
     book = CancelBook()
     with reader_connection(connection) as raw:
-        load(raw, layout, book, now=now)
+        for where in (*still_there(raw, layout), layout):  # a previous shape's cancels hold as well
+            load(raw, where, book, now=now)
     return book
+
+
+def still_there(raw: Connection, layout: IndexLayout) -> list[IndexLayout]:
+    """The layouts of ``layout``'s previous shapes whose cancel log is still on the broker (oldest first)."""
+    return [old for old in layout.previous if stream_exists(raw, old.cancel_queue)]
 
 
 def load(raw: Connection, layout: IndexLayout, book: CancelBook, *, now: float | None = None,

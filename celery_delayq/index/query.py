@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ..ladder.formats import FORMAT, check_format
 from ..ladder.index_layout import IndexLayout
-from .stream import BODY, IndexUnavailable, StreamReader, reader_connection
+from .stream import BODY, IndexUnavailable, StreamReader, reader_connection, stream_exists
 from .writer import ENTRIES, decode_entries, flush_buffers
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -159,29 +159,36 @@ def read_index(connection: kombu.Connection, layout: IndexLayout, *, task_ids: I
     now = time.time() if now is None else now
     flush_buffers()  # this process's own publishes are listed at once
     ids = sorted(set(task_ids))
-    start = _start(layout, now)
     _require_index(layout)
     shards = sorted({layout.shard_of(i) for i in ids}) if ids else list(range(layout.shards))
     with reader_connection(connection) as raw:
         _check_exists(raw, layout, [layout.shard_queue(h) for h in shards])
+        layouts = [*_still_there(raw, layout), layout]
     prefilter = re.compile(b"|".join(re.escape(i.encode()) for i in ids)) if ids else None
     wanted = set(ids)
     latest: dict[str, PendingTask] = {}
 
-    def one(shard: int) -> dict[str, PendingTask]:
+    def one(job: tuple[IndexLayout, int]) -> dict[str, PendingTask]:
+        where, shard = job
         found: dict[str, PendingTask] = {}
-        for task in _passes(connection, layout, shard, start, prefilter):
+        for task in _passes(connection, where, shard, _start(where, now), prefilter):
             if not wanted or task.task_id in wanted:
                 found[task.task_id] = task  # offsets increase: a later pass replaces an earlier one
         return found
 
-    if len(shards) == 1:
-        latest.update(one(shards[0]))
+    jobs = [(where, shard) for where in layouts for shard in shards]
+    if len(jobs) == 1:
+        latest.update(one(jobs[0]))
     else:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=min(_PARALLEL, len(shards))) as pool:
-            for found in pool.map(one, shards):
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(_PARALLEL, len(jobs))) as pool:
+            for found in pool.map(one, jobs):  # in order: a previous shape's passes, then the current one's
                 latest.update(found)  # a task id lives in one shard only
     return latest
+
+
+def _still_there(raw: Any, layout: IndexLayout) -> list[IndexLayout]:
+    """The layouts of previous shapes whose index is still on the broker (oldest first)."""
+    return [old for old in layout.previous if stream_exists(raw, old.shard_queue(0))]
 
 
 def _require_index(layout: IndexLayout) -> None:
@@ -218,6 +225,8 @@ def read_passes(connection: kombu.Connection, layout: IndexLayout, task_id: str,
     shard = layout.shard_of(task_id)
     with reader_connection(connection) as raw:
         _check_exists(raw, layout, [layout.shard_queue(shard)])
+        layouts = [*_still_there(raw, layout), layout]
     prefilter = re.compile(re.escape(task_id.encode()))
-    return [t for t in _passes(connection, layout, shard, _start(layout, time.time() if now is None else now),
-                               prefilter) if t.task_id == task_id]
+    now = time.time() if now is None else now
+    return [t for where in layouts for t in _passes(connection, where, shard, _start(where, now), prefilter)
+            if t.task_id == task_id]

@@ -68,11 +68,15 @@ class IndexLayout:
         index: Whether the index of waiting tasks exists (``delayq_index``);
             the cancel log always does.
         shards: Number of index streams.
+        previous: Layouts of earlier shapes still read (see the attribute).
     """
 
     spec: LadderSpec
     index: bool = True
     shards: int = SHARDS
+    #: The layouts of shapes the app used before (``delayq_previous_shapes``): readers read them too,
+    #: oldest first, until their ladders drain and are deleted; writers write only to this one.
+    previous: tuple[IndexLayout, ...] = ()
 
     def shard_queue(self, shard: int) -> str:
         """Name of index stream ``shard``."""

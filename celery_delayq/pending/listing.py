@@ -15,7 +15,6 @@ from ..glue.app_ladder import ladder_for
 from ..index.ids import hidden, resolve_ids
 from ..index.cancel_log import read_cancel_book
 from ..index.query import PendingTask, read_index
-from ..ladder.index_layout import IndexLayout
 from ..typing import CeleryApp
 
 __all__ = ["pending"]
@@ -41,7 +40,7 @@ def pending(app: CeleryApp, *, task: str | None = None, queue: str | None = None
         AmbiguousTaskId: ``task_id`` is the start of several waiting ids (they are listed).
     """
     ladder = ladder_for(app)
-    connection, layout = ladder.connection(), IndexLayout(ladder.config.spec, index=ladder.config.index)
+    connection, layout = ladder.connection(), ladder.config.layout
     now = time.time() if now is None else now
     # One read of the cancel log, shared by the lookup and the filter
     book = functools.cache(lambda: read_cancel_book(connection, layout, now=now))
