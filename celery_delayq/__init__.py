@@ -64,4 +64,4 @@ __all__ = [
     "TaskIdError", "TaskIdNotFound", "AmbiguousTaskId", "FormatTooNew",
 ]
 
-__version__ = "0.1.0"
+__version__ = "1.0.0rc1"

@@ -98,3 +98,17 @@ def test_the_support_matrix_is_what_the_readme_pyproject_and_ci_say() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     assert "./dev test --matrix\n" in ci
     assert "openjdk-17" in (ROOT / "dev").read_text()
+
+
+@pytest.mark.pure
+def test_the_version_is_one_and_the_changelog_has_it() -> None:
+    """``__version__``, pyproject's version and the newest release heading of CHANGELOG.md agree."""
+    import tomllib
+
+    import celery_delayq
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert celery_delayq.__version__ == declared
+    releases = [line for line in (ROOT / "CHANGELOG.md").read_text().splitlines()
+                if line.startswith("## [") and not line.startswith("## [Unreleased]")]
+    assert releases and releases[0].startswith(f"## [{declared}] - "), releases[:2]
