@@ -19,6 +19,8 @@ from rich.table import Table
 from ..ladder.humanize import describe_ladder, human_duration
 from ..ladder.spec import LadderSpec
 from ..glue.app_ladder import AppLadder
+from ..rabbitmq.client import Connection
+from ..rabbitmq.probe import queue_depth
 from ..rabbitmq.status import ladder_status
 from .base import app_context, console, named
 from .topology import no_ladder
@@ -93,10 +95,28 @@ def _render(doc: dict[str, Any], ctx: click.Context) -> None:
         out.print(f"[yellow]held {sum(stuck.values()):,}[/yellow] in {len(stuck)} queue(s) that do not pass them on "
                   f"({shown}). After a broker restart: `celery -A APP delayq topology recover`. An exit queue "
                   "keeps them until its destination exchange has a binding for their routing key.")
+    for old in doc.get("previous_shapes") or ():
+        if not old["exists"]:
+            out.print(f"previous shape {old['shape']}: deleted (delayq_previous_shapes may drop it)")
+        elif old["waiting"]:
+            out.print(f"previous shape {old['shape']}: {old['waiting']:,} still waiting (delivered from it when due)")
+        else:
+            out.print(f"previous shape {old['shape']}: drained; remove it with "
+                      f"`celery -A APP delayq topology delete --shape {old['shape']}`")
     if not doc["complete"]:
         shown = ", ".join(doc["missing"][:4]) + (" ..." if len(doc["missing"]) > 4 else "")
         out.print(f"[red]incomplete:[/red] {len(doc['missing'])} missing ({shown}); "
                   "`celery -A APP delayq topology verify` names them all")
+
+
+def _previous_shapes(app: AppLadder, raw: Connection) -> list[dict[str, Any]]:
+    """What still waits in the ladders of ``delayq_previous_shapes`` (``exists`` false once deleted)."""
+    shapes = []
+    for spec in app.config.previous_specs:
+        depths = [queue_depth(raw, q.name) for q in spec.level_queues()]
+        present = [d for d in depths if d is not None]
+        shapes.append({"shape": f"{spec.levels}x{spec.radix}", "exists": bool(present), "waiting": sum(present)})
+    return shapes
 
 
 def _cancelled_waiting(app: AppLadder) -> int | None:
@@ -142,12 +162,13 @@ def status(ctx: click.Context, as_json: bool) -> None:
 
     With --json, one object: schema, observed_at, broker, ladder, exists, complete, missing,
     totals {waiting, parked, unroutable}, levels [{level, messages, due_within_s, queues}],
-    parking, unroutable, next_due_by, all_due_by. Exit status 1 when the ladder does not exist.
+    parking, unroutable, next_due_by, all_due_by, previous_shapes [{shape, exists, waiting}]. Exit status 1 when the ladder does not exist.
     """
     app = app_context(ctx)
     with app.connected() as raw:
         doc = ladder_status(app, raw)
         missing_text = None if doc["exists"] else no_ladder(app, raw)
+        doc["previous_shapes"] = _previous_shapes(app, raw)
     doc["totals"]["cancelled"] = _cancelled_waiting(app) if doc["exists"] else None
     if as_json:
         click.echo(json.dumps(doc, indent=2))

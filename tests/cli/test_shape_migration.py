@@ -3,14 +3,15 @@
 An app runs a 6x4 ladder; tasks wait in it, one is cancelled there. The app is reconfigured to
 5x8 with ``delayq_previous_shapes = ["6x4"]`` and its worker restarted: tasks published before
 wait out their time in the old ladder, new ones take the new one. ``pending`` lists both, ``cancel``
-finds a task of the old ladder, the new worker honours a cancel made before the change, and once
-the old ladder drained ``delayq topology delete --shape 6x4`` removes it (and only it) in one
+finds a task of the old ladder, the new worker honours a cancel made before the change, ``status``
+says what still waits in the old ladder, and once it drained ``delayq topology delete --shape 6x4`` removes it (and only it) in one
 command; it refuses while tasks still wait there.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from typing import Any, Iterator
 
@@ -69,6 +70,8 @@ def test_a_new_shape_is_adopted_while_tasks_wait_in_the_old_one(shapes: tuple[An
         assert ids["o-cancel-before"] not in listed
         [result] = cancel(new, ids["o-cancel-after"][:12])  # found in the old ladder's index, by its start
         assert result.found is not None and result.found.task_id == ids["o-cancel-after"]
+        shown = run_delayq(new, "status").output  # what has not come due yet, the cancelled ones included
+        assert re.search(r"previous shape 6x4: [1-5] still waiting \(delivered from it when due\)", shown), shown
         refused = run_delayq(new, "topology", "delete", "--shape", "6x4", "--yes", ok=False)
         assert refused.exit_code == 1 and "still wait" in refused.output and "Nothing was deleted" in refused.output
         expected = {"o1", "o2", "o3", "n0", "n1", "n2"}
@@ -79,6 +82,7 @@ def test_a_new_shape_is_adopted_while_tasks_wait_in_the_old_one(shapes: tuple[An
     runs = collector.items
     assert sorted(r["tag"] for r in runs) == sorted(expected), runs  # once each, cancelled ones never
     assert all(r["at"] >= due[r["tag"]] for r in runs), runs
+    assert "previous shape 6x4: drained; remove it with" in run_delayq(new, "status").output
     before = broker_names(vhost)
     deleted = run_delayq(new, "topology", "delete", "--shape", "6x4", "--yes")
     assert "deleted ladder" in deleted.output
@@ -87,6 +91,7 @@ def test_a_new_shape_is_adopted_while_tasks_wait_in_the_old_one(shapes: tuple[An
     assert gone and all(".6x4." in name or name.endswith(".6x4") for name in gone), sorted(gone)
     assert not any(".6x4." in name for name in after if namespace in name), sorted(after)
     assert any(".5x8." in name for name in after)  # the current ladder and what it shares stay
+    assert "previous shape 6x4: deleted" in run_delayq(new, "status").output
     with running_worker(new):  # and still work, with the old shape's streams gone
         ids["last"] = publish(job_new, "last", 1.0)
         assert [t.task_id for t in pending(new, task_id=ids["last"])] == [ids["last"]]
