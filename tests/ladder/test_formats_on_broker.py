@@ -43,9 +43,9 @@ def _own_ladder(uid: str) -> dict[str, Any]:
     return {"delayq_prefix": f"fmt{uid}", "delayq_levels": 8}
 
 
-def test_what_this_release_writes_states_its_format(make_app, collector: Collector) -> None:
+def test_what_this_release_writes_states_its_format(make_app, collector: Collector, uid: str) -> None:
     """The delivered task's headers, its index message and a cancel-log entry each carry their version."""
-    app = make_app(delayq_enabled=True)
+    app = make_app(delayq_enabled=True, **_own_ladder(uid))  # its cancel log holds only this test's cancel
 
     @app.task(name=f"{app.main}.job", bind=True)
     def job(self: Any) -> None:
