@@ -54,14 +54,13 @@ WEB = ("celery_delayq.web",)
 TOP = WEB + CLI + ("celery_delayq.pytest_plugin",)
 #: Package-level knots among the features still to untie, each with its reason. Only these may remain.
 KNOWN_FEATURE_KNOTS: list[list[str]] = []
-#: The longest import chain, in modules (the goal, #32: 12). It runs through the web page, which is
-#: being rebuilt: ``cli -> cli.web -> web -> web.api.* / web.pages -> web.deps / web.errors -> web.service``
-#: are six modules before the first feature, and ``web.service -> cancels`` (10 modules deep: cancels ->
-#: extension -> requests -> index.lookup -> index.ids -> index.query -> index.writer/stream ->
-#: rabbitmq.topology -> ladder.spec -> errors) makes 16. Lower it as the web layer gets flatter.
-MAX_CHAIN = 16
+#: The longest import chain, in modules (the goal, #32: 12). ``cli -> cli.web -> web -> web.api.* -> web.service
+#: / web.errors / web.deps`` are five modules before the first feature, and the index readers under every cancel
+#: (``cancels.requests -> index.lookup -> index.ids -> index.query -> index.stream -> rabbitmq.owned /
+#: rabbitmq.topology -> ... -> errors``, 8) make 13. The last one is the index's own depth.
+MAX_CHAIN = 13
 #: The same below the entry points (:data:`TOP`: the web page, the CLI, the pytest plugin, left out).
-MAX_CHAIN_BELOW_WEB = 11
+MAX_CHAIN_BELOW_WEB = 10
 
 
 def _module_name(path: Path) -> str:

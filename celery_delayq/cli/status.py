@@ -101,7 +101,7 @@ def _render(doc: dict[str, Any], ctx: click.Context) -> None:
 
 def _cancelled_waiting(app: AppLadder) -> int | None:
     """Cancelled tasks still in the ladder's queues (found waiting, not due yet); None when unreadable."""
-    from ..cancels.requests import index_of
+    from ..glue.app_ladder import index_of
     from ..index.cancel_log import read_cancel_book
 
     try:
