@@ -3,8 +3,8 @@
 One click command with its options, here beside the job: ``python -m`` runs
 it, and the CLI registers the same command as ``delayq report`` (so
 ``--help`` lists its options and a bad value is named in the usage line).
-Nothing here imports the CLI: the time words are
-:func:`~celery_delayq.ladder.moments.parse_moment`'s, as ``delayq``'s are. It stays importable without pyspark: ``--help``
+Nothing here imports the CLI: its value
+types (:mod:`celery_delayq.options`) are shared. It stays importable without pyspark: ``--help``
 is fast, and an empty or missing events directory is answered before any
 JVM starts; the PySpark job (:mod:`celery_delayq.analytics.job`) is imported
 only to run.
@@ -27,18 +27,14 @@ from typing import Any
 import click
 
 from ..glue.app_ladder import AppLadder, ladder_for
-from ..ladder.moments import FORMS, parse_moment
+from ..options import Moment
 from ..typing import CeleryApp
 
 __all__ = ["report_command", "live_state", "main"]
 
 
-def _window(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    """A report window's end: ``--since 6h`` is six hours ago (a duration without a sign looks back)."""
-    try:
-        return None if value is None else parse_moment(value, direction="ago")
-    except (ValueError, OverflowError) as exc:  # parse_moment names the forms (and the range)
-        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+#: Report windows look back: ``--since 6h`` is six hours ago.
+_WINDOW = Moment("ago")
 
 
 def _operator_name(ctx: click.Context, app: Any) -> str:
@@ -109,8 +105,8 @@ def _safe_uri(context: AppLadder) -> str:
 @click.option("--out", "out_dir", default="delayq-report", show_default=True,
               type=click.Path(file_okay=False, dir_okay=True, writable=True, path_type=Path),
               help="Output directory for summary.json, Parquet tables, PNGs and report.html.")
-@click.option("--since", metavar="WHEN", callback=_window, help=f"Only events at or after WHEN: {FORMS} ago.")
-@click.option("--until", metavar="WHEN", callback=_window, help=f"Only events before WHEN: {FORMS} ago.")
+@click.option("--since", metavar="WHEN", type=_WINDOW, default=None, help=_WINDOW.help("Only events at or after"))
+@click.option("--until", metavar="WHEN", type=_WINDOW, default=None, help=_WINDOW.help("Only events before"))
 @click.option("--incremental", is_flag=True,
               help="Parse each JSON file once: finished hours are kept as Parquet in --out "
               "and later runs read only the new files (for cron).")
