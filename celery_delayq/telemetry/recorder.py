@@ -44,7 +44,7 @@ from .events import (
     TelemetryEvent,
 )
 
-__all__ = ["TelemetryRecorder", "encode_event", "make_event"]
+__all__ = ["TelemetryRecorder", "encode_event", "make_event", "recorder_for", "flush_all"]
 
 logger = logging.getLogger(__name__)
 
@@ -524,6 +524,30 @@ class TelemetryRecorder:
 
 # Recorders to flush at exit and re-initialise after fork (weak: short-lived ones do not pile up).
 _LIVE_RECORDERS: weakref.WeakSet[TelemetryRecorder] = weakref.WeakSet()
+
+
+_SHARED: dict[str, TelemetryRecorder] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def recorder_for(root: str | os.PathLike[str]) -> TelemetryRecorder:
+    """The process's recorder for a telemetry directory, shared by every app writing there (one file per
+    partition); created on first use, and again after a close."""
+    key = os.fspath(root)
+    rec = _SHARED.get(key)
+    if rec is not None and not rec.closed:
+        return rec
+    with _SHARED_LOCK:
+        rec = _SHARED.get(key)
+        if rec is None or rec.closed:  # a closed one drops everything: start afresh
+            rec = _SHARED[key] = TelemetryRecorder(key)
+        return rec
+
+
+def flush_all() -> None:
+    """Write out every buffered event of this process now (tests, shutdown hooks)."""
+    for recorder in list(_LIVE_RECORDERS):
+        recorder.flush()
 
 
 def _close_all() -> None:
