@@ -45,8 +45,7 @@ from starlette.routing import Route
 from ..cancels.reschedule import CannotReschedule
 from ..errors import DelayTooLong, FormatTooNew, PublishError, TopologyError
 from ..inputs import BadInput, SelectionChanged
-from ..parking import ParkedMessageNotFound
-from ..parking.errors import UnsafeToBrowse
+from ..parking.errors import ParkedMessageNotFound, UnsafeToBrowse
 from ..index import AmbiguousTaskId, TaskIdNotFound, TaskNotWaiting
 from ..index.stream import StreamReadError
 from .schemas import Error

@@ -35,7 +35,7 @@ from fastapi.templating import Jinja2Templates
 from ..errors import DelayqError
 from ..inputs import BadInput, SelectionChanged
 from ..ladder.humanize import human_duration
-from ..parking import ParkedMessageNotFound
+from ..parking.errors import ParkedMessageNotFound
 from ..error_groups import ErrorGroup
 from ..index import IndexUnavailable, TaskNotWaiting
 from ..index.query import iso
