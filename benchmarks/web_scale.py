@@ -46,7 +46,7 @@ def main() -> None:
     from fastapi.testclient import TestClient
 
     import celery_delayq
-    from celery_delayq.cancels.requests import index_of
+    from celery_delayq.glue.app_ladder import index_of
     from celery_delayq.index import read_cancel_book, read_index
     from celery_delayq.web import create_app
 

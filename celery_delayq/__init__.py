@@ -35,7 +35,7 @@ from .policies import RetryAfter, RetryPolicy
 from .glue.queue_delays import DelayedQueue
 from .index import AmbiguousTaskId, IndexUnavailable, PendingTask, TaskIdError, TaskIdNotFound
 from .pending import pending
-from .cancels import CancelResult, cancel
+from .cancels.requests import CancelResult, cancel
 
 #: Deprecated alias of :class:`LadderReceipt` (``Scheduled`` now names only the telemetry event).
 Scheduled = LadderReceipt

@@ -32,8 +32,10 @@ from .errors import DelayqError, DelayTooLong
 from .ladder.moments import FORMS, LATEST, parse_moment
 
 __all__ = ["BadInput", "ID_MAX", "DUE_FORMS", "DELAY_FORMS", "parse_due", "parse_delay", "check_id",
-           "require_selection", "describe_guard"]
+           "require_selection", "describe_guard", "check_selection", "SelectionChanged", "MESSAGE"]
 
+#: What a ``message`` filter matches (the web's lists and bulk actions).
+MESSAGE = "The exception's message: a pattern as the groups show it, or text in it."
 #: The longest id accepted (Celery's ids are 36-character UUIDs; RabbitMQ's short strings stop at 255).
 ID_MAX = 255
 #: How a due time may be written, as help texts and errors say it.
@@ -176,3 +178,22 @@ def describe_guard(expect: int, matched: int, noun: str) -> str:
     """The refusal when the selection changed between the dry run and the action."""
     return (f"the selection now matches {matched} {noun}(s), not the {expect} confirmed; "
             "count again (dry run) and confirm that number; nothing was changed")
+
+
+class SelectionChanged(DelayqError):
+    """A bulk action's filter matches another count than the operator confirmed: nothing was done (409)."""
+
+    def __init__(self, message: str, *, expect: int = 0, matched: int = 0) -> None:
+        super().__init__(message)
+        self.expect, self.matched = expect, matched
+
+
+def check_selection(expect: int | None, matched: int, noun: str) -> None:
+    """Refuse to act when the count confirmed (``require_selection`` made sure there is one) is not the count now.
+
+    Raises:
+        SelectionChanged: with :func:`describe_guard`'s words.
+    """
+    if expect != matched:
+        confirmed = expect if expect is not None else 0
+        raise SelectionChanged(describe_guard(confirmed, matched, noun), expect=confirmed, matched=matched)

@@ -43,35 +43,24 @@ class CeleryApp(Protocol):
     package touches, nothing more.
     """
 
-    @property
-    def conf(self) -> Any:
-        """``celery.app.utils.Settings``: where the ``delayq_*`` settings are read."""
-        ...
-
-    @property
-    def amqp(self) -> Any:
-        """``celery.app.amqp.AMQP``: the task queues, and the two producer seams the hook sets."""
-        ...
-
-    @property
-    def pool(self) -> Any:
-        """The app's kombu connection pool, which the ladder's producer pool draws from."""
-        ...
-
-    @property
-    def steps(self) -> Any:
-        """Worker bootsteps per blueprint (``steps["consumer"]``), where the ladder's step goes."""
-        ...
-
-    @property
-    def Task(self) -> Any:  # noqa: N802 - Celery's name
-        """The app's base task class; its ``Request`` is set app-wide on install."""
-        ...
-
-    @property
-    def on_after_fork(self) -> Any:
-        """Celery's signal in a forked child (the producer hook is set again there)."""
-        ...
+    #: ``celery.app.utils.Settings``: where the ``delayq_*`` settings are read.
+    conf: Any
+    #: ``celery.app.amqp.AMQP``: the task queues, and the two producer seams the hook sets.
+    amqp: Any
+    #: The app's kombu connection pool, which the ladder's producer pool draws from.
+    pool: Any
+    #: Worker bootsteps per blueprint (``steps["consumer"]``), where the ladder's step goes.
+    steps: Any
+    #: The app's base task class; its ``Request`` is set app-wide on install.
+    Task: Any  # Celery's name
+    #: Celery's signal in a forked child (the producer hook is set again there).
+    on_after_fork: Any
+    #: Has the app loaded its configuration?
+    configured: bool
+    #: Celery's signal sent once the configuration is loaded (``None`` while the app is built).
+    on_after_configure: Any
+    #: ``celery.app.control.Control``: revoke, and asking workers (the doctor).
+    control: Any
 
     def connection_for_write(self, url: Any = None, **kwargs: Any) -> "Connection":
         """A new, unconnected kombu connection to the app's (or ``url``'s) broker."""
@@ -83,21 +72,6 @@ class CeleryApp(Protocol):
 
     def producer_or_acquire(self, producer: Any = None) -> ContextManager[Any]:
         """``producer``, or one from the app's producer pool (kombu-level publishers)."""
-        ...
-
-    @property
-    def configured(self) -> bool:
-        """Has the app loaded its configuration?"""
-        ...
-
-    @property
-    def on_after_configure(self) -> Any:
-        """Celery's signal sent once the configuration is loaded (``None`` while the app is built)."""
-        ...
-
-    @property
-    def control(self) -> Any:
-        """``celery.app.control.Control``: revoke, and asking workers (the doctor)."""
         ...
 
     def send_task(self, name: Any, *args: Any, **kwargs: Any) -> Any:

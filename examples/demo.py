@@ -28,7 +28,7 @@ from celery.contrib.testing.worker import start_worker
 
 from celery_delayq import DelayedRetryTask, is_installed, ladder_for
 from celery_delayq.cli import delayq
-from celery_delayq.rabbitmq.occupancy import ladder_occupancy
+from celery_delayq.rabbitmq.probe import queue_depth
 
 BROKER = os.environ.get("DELAYQ_DEMO_BROKER", "amqp://guest:guest@127.0.0.1:5672//")
 #: RabbitMQ's management API (the cleanup lists the broker through it); unset: http://<broker host>:15672.
@@ -82,7 +82,8 @@ def watch_ladder() -> None:
     last = None
     try:
         while not done.is_set():
-            held = [(r.queue, r.ttl_ms) for r in ladder_occupancy(conn.connection, spec, nonempty=True)]
+            held = [(name, spec.queue_ttl_ms(k, d)) for k, d, name, _ in spec.level_queues()
+                    if queue_depth(conn.connection, name)]
             if held != last and held:
                 levels = ", ".join(f"{q} ({ttl / 1000:g} s)" for q, ttl in held)
                 print(f"      ladder now holds the message in: {levels}")

@@ -45,7 +45,7 @@ GLUE = ("celery_delayq.glue",)
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground", GROUND), ("ladder", LADDER), ("settings", SETTINGS), ("policies", POLICIES), ("edge", EDGE),
     ("scheduling", SCHEDULING), ("glue", GLUE))
-#: The command lines, ``celery -A APP delayq`` (``python -m celery_delayq.analytics`` runs its report by name).
+#: The command lines, ``celery -A APP delayq`` (its ``report`` is the analytics' own command, :mod:`celery_delayq.analytics.command`).
 CLI = ("celery_delayq.cli",)
 #: The web page and its API (``celery -A APP delayq web``).
 WEB = ("celery_delayq.web",)
@@ -54,14 +54,13 @@ WEB = ("celery_delayq.web",)
 TOP = WEB + CLI + ("celery_delayq.pytest_plugin",)
 #: Package-level knots among the features still to untie, each with its reason. Only these may remain.
 KNOWN_FEATURE_KNOTS: list[list[str]] = []
-#: The longest import chain, in modules (the goal, #32: 12). It runs through the web page, which is
-#: being rebuilt: ``cli -> cli.web -> web -> web.api.* / web.pages -> web.deps / web.errors -> web.service``
-#: are six modules before the first feature, and ``web.service -> cancels`` (10 modules deep: cancels ->
-#: extension -> requests -> index.lookup -> index.ids -> index.query -> index.writer/stream ->
-#: rabbitmq.topology -> ladder.spec -> errors) makes 16. Lower it as the web layer gets flatter.
-MAX_CHAIN = 16
+#: The longest import chain, in modules (the goal, #32: 12). ``cli -> cli.web -> web -> web.api.* -> web.service
+#: / web.errors / web.deps`` are five modules before the first feature, and the index readers under every cancel
+#: (``cancels.requests -> index.lookup -> index.ids -> index.query -> index.stream -> rabbitmq.owned /
+#: rabbitmq.topology -> ... -> errors``, 8) make 13. The last one is the index's own depth.
+MAX_CHAIN = 13
 #: The same below the entry points (:data:`TOP`: the web page, the CLI, the pytest plugin, left out).
-MAX_CHAIN_BELOW_WEB = 11
+MAX_CHAIN_BELOW_WEB = 10
 
 
 def _module_name(path: Path) -> str:
@@ -267,6 +266,9 @@ def test_nothing_imports_the_cli() -> None:
     """The CLI is the top floor: what it shares with others (status, app context, time words) lives below it."""
     graph = import_graph(type_only=True)
     assert sorted(f"{m} -> {d}" for m, deps in graph.items() if not _in(m, CLI) for d in deps if _in(d, CLI)) == []
+    # Nor by name (importlib), which the graph cannot see: ``python -m celery_delayq.analytics`` runs its own command.
+    assert [_module_name(p) for p in PACKAGE.rglob("*.py") if not _in(_module_name(p), CLI)
+            and "import_module(\"celery_delayq.cli" in p.read_text(encoding="utf-8")] == []
 
 
 def test_the_layer_test_sees_a_module_that_imports_upwards() -> None:

@@ -123,7 +123,7 @@ def _lookups(ctx: Ctx, url: str) -> dict[str, Any]:
     from celery import Celery
 
     from celery_delayq import pending
-    from celery_delayq.cancels.requests import index_of
+    from celery_delayq.glue.app_ladder import index_of
     from celery_delayq.index import read_index
 
     shape = {f"delayq_{k}": v for k, v in DEFAULT_LADDER.items() if k in ("radix", "unit_ms", "levels", "queue_type")}

@@ -1,7 +1,7 @@
-"""``python -m celery_delayq.analytics --events DIR --out DIR [--master URL]``: the CLI's ``delayq report``,
-run by name (the analytics import nothing of the CLI)."""
+"""``python -m celery_delayq.analytics --events DIR --out DIR [--master URL]``: the report's command
+(:mod:`.command`, which ``delayq report`` is too)."""
 
-import importlib
+from .command import main
 
 if __name__ == "__main__":
-    importlib.import_module("celery_delayq.cli.report").main()
+    main()

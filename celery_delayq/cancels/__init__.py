@@ -8,12 +8,7 @@ cancel holds however long the delay, across worker restarts (``kill -9``
 included) and broker restarts, unlike Celery's in-memory ``revoke``, which
 :func:`celery_delayq.install` makes durable the same way (:mod:`.revoke`).
 
-Each id given to :func:`cancel` must name a waiting task, fully or by a
-unique start (:mod:`celery_delayq.index.ids`); ``force=True`` records the
-others as given. An entry holds until its task's due time plus a margin (one
-day), however far away (workers write it again before the log's retention
-drops it, :mod:`.worker`), or, when the task is not found waiting in the
-index, for the ladder's maximum delay plus the margin; then it expires.
+Which ids a cancel takes and how long it holds: :func:`cancel`, and docs/cancel.md.
 
 * :mod:`.requests`: :func:`cancel` and the other records; :mod:`.reschedule`: run now, move;
 * :mod:`.worker`, :mod:`.extension`, :mod:`.revoke`: the worker's follower, the extension, Celery's revoke.

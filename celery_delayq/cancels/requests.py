@@ -10,20 +10,19 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-import kombu
 
 from .. import signals
-from ..glue.app_ladder import ladder_for
+from ..glue.app_ladder import index_of, ladder_for
 from ..index.cancel_log import read_cancel_book, record
 from ..index.ids import Resolved, TaskIdNotFound, resolve_ids
 from ..index.lookup import find_waiting
 from ..index.query import PendingTask, iso, read_index
 from ..index.stream import IndexUnavailable, reader_connection
 from ..inputs import check_id
-from ..ladder.index_layout import MARGIN_S, IndexLayout
+from ..ladder.index_layout import MARGIN_S
 from ..typing import CeleryApp
 
-__all__ = ["cancel", "CancelResult", "cancelled_ids", "record_cancels", "index_of"]
+__all__ = ["cancel", "CancelResult", "cancelled_ids", "record_cancels"]
 
 
 @dataclass(frozen=True)
@@ -48,12 +47,6 @@ class CancelResult:
         return {"task_id": self.task_id, "given": self.given or self.task_id, "until": iso(self.until),
                 "waiting": self.found is not None, "task": self.found.task_name if self.found else None,
                 "due": self.found.due_iso if self.found else None}
-
-
-def index_of(app: CeleryApp) -> tuple[kombu.Connection, IndexLayout]:
-    """The connection and the layout the index readers take, for ``app``'s ladder."""
-    ladder = ladder_for(app)
-    return ladder.connection(), ladder.config.layout
 
 
 def cancel(app: CeleryApp, *task_ids: str, lookup: bool = True, force: bool = False,

@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 from ..config import DelayqConfig
 from ..errors import DelayqError
-from ..glue.app_ladder import ladder_for
+from ..glue.app_ladder import index_of, ladder_for
 from ..index.cancel_log import record_passes
 from ..index.lookup import find_waiting
 from ..index.query import PendingTask, iso
@@ -42,7 +42,6 @@ from ..index.stream import reader_connection
 from ..inputs import parse_due
 from ..ladder.index_layout import MARGIN_S
 from ..index.writer import ARGS_CUT
-from .requests import index_of
 from ..typing import CeleryApp
 
 __all__ = ["CannotReschedule", "Rescheduled", "cancel_passes", "reschedule", "arguments_of"]

@@ -15,13 +15,9 @@
   ``revoke``: the task does not run, the message is acknowledged, the
   result backend shows ``REVOKED`` and ``task_revoked`` is sent.
 
-* The follower also keeps long cancels alive: a cancel that must hold
-  longer than the cancel log keeps its entries (a task due in 40 days, a
-  log kept about 32 days) is written again once half that retention has
-  passed (:meth:`CancelFollower.renew`: at start, then hourly), so a worker
-  started any time before the task arrives still knows it. This needs a
-  worker of the app to run at some point in each half-retention (about 16
-  days by default); a lapped task needs a running worker to go on anyway.
+* The follower also writes a cancel again once half the log's retention has passed
+  (:meth:`CancelFollower.renew`: at start, then hourly) when it must hold longer than the
+  log keeps it (docs/cancel.md, "How long a cancel holds").
 
 A cancel takes effect in a worker once its follower has read it, within
 milliseconds while connected; a task due within that time of the cancel,

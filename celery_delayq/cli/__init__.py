@@ -18,7 +18,7 @@ from .metrics import metrics
 from .parking import parking
 from .pending import pending
 from .reschedule import cancel_matching, reschedule, run_now
-from .report import report_command
+from ..analytics.command import report_command
 from .status import status
 from .topology import topology
 from .web import web

@@ -25,7 +25,7 @@ from ..cancels import cancel as cancel_tasks
 from ..ladder.humanize import human_duration
 from ..index.query import iso
 from .base import Action, app_context, audit_action, console
-from .when import Id
+from ..options import Id
 
 __all__ = ["cancel"]
 

@@ -31,7 +31,7 @@ from ..parking import ParkedFilter, ParkedMessage, ParkingQueue
 from ..parking import record as R
 from ..rabbitmq.probe import destination_exists, queue_exists
 from .base import Action, app_context, audit_action, bulk_options, check_bulk, confirm_bulk, console, yes_option
-from .when import Delay, Id, Moment
+from ..options import Delay, Id, Moment
 
 __all__ = ["parking"]
 

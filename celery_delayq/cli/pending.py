@@ -24,7 +24,7 @@ from ..ladder.humanize import human_duration
 from ..pending import pending as find_pending
 from ..index.query import iso
 from .base import app_context, console
-from .when import Id, Moment
+from ..options import Id, Moment
 
 __all__ = ["pending"]
 

@@ -30,7 +30,7 @@ from ..index.query import iso
 from ..inputs import DUE_FORMS
 from .base import (Action, app_context, audit_action, bulk_options, check_bulk, confirm, confirm_bulk, console,
                    yes_option)
-from .when import DueTime, Id, Moment
+from ..options import DueTime, Id, Moment
 from ..typing import CeleryApp
 
 __all__ = ["run_now", "reschedule", "cancel_matching"]

@@ -121,7 +121,7 @@ def _previous_shapes(app: AppLadder, raw: Connection) -> list[dict[str, Any]]:
 
 def _cancelled_waiting(app: AppLadder) -> int | None:
     """Cancelled tasks still in the ladder's queues (found waiting, not due yet); None when unreadable."""
-    from ..cancels.requests import index_of
+    from ..glue.app_ladder import index_of
     from ..index.cancel_log import read_cancel_book
 
     try:

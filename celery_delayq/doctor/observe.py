@@ -31,7 +31,7 @@ from .checks import (
 from .finding import ApiReach, Finding
 from ..typing import CeleryApp
 
-__all__ = ["Observations", "observe", "classify", "probe_plain_process"]
+__all__ = ["Observations", "observe", "classify", "diagnose", "probe_plain_process"]
 
 
 @dataclass
@@ -254,3 +254,9 @@ def classify(obs: Observations, *, now: float | None = None) -> list[Finding]:
                        enabled=obs.enabled, now=now),
         plugin_finding(obs.exchanges, plugin_enabled=obs.plugin_enabled, version=obs.version, api=obs.api),
     ]
+
+
+def diagnose(ladder: AppLadder, raw: Connection, *, inspect_timeout: float = 1.0,
+             app_spec: str | None = None) -> list[Finding]:
+    """Observe (read-only) and classify: the doctor's findings for the ladder's app."""
+    return classify(observe(ladder, raw, inspect_timeout=inspect_timeout, app_spec=app_spec))

@@ -20,6 +20,7 @@ from kombu.connection import Connection
 from ..ladder import headers as H
 from ..config import DelayqConfig
 from ..ladder.delays import parse_eta
+from ..ladder.index_layout import IndexLayout
 from ..ladder.spec import check_name
 from ..rabbitmq import client
 from ..rabbitmq.management import ManagementAPI, key_matches
@@ -32,7 +33,7 @@ from .extensions import Extensions
 from .queue_delays import default_delay, queue_delays_of
 from ..typing import CeleryApp, DelayBackend, Diversion
 
-__all__ = ["AppLadder", "ladder_for", "ladder_if_any", "forget_ladder", "refresh_ladder", "native_unwrap",
+__all__ = ["AppLadder", "ladder_for", "index_of", "ladder_if_any", "forget_ladder", "refresh_ladder", "native_unwrap",
            "exchange_name"]
 
 #: Celery's native ladder: 28 levels, top exchange ``[prefix_]celery_delayed_27``.
@@ -298,6 +299,12 @@ def ladder_for(app: CeleryApp) -> AppLadder:
                 ladder = AppLadder(app)
                 setattr(app, _ATTR, ladder)
     return ladder
+
+
+def index_of(app: CeleryApp) -> tuple[Connection, IndexLayout]:
+    """The connection and the layout the index readers take, for ``app``'s ladder."""
+    ladder = ladder_for(app)
+    return ladder.connection(), ladder.config.layout
 
 
 def ladder_if_any(app: CeleryApp) -> AppLadder | None:

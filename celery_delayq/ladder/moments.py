@@ -12,7 +12,7 @@ The rule, for every time option of every ``delayq`` command and for the web page
   ``direction`` (a due time looks ahead, a ``--since`` looks back).
 
 The value is epoch seconds (a float). The CLI's click type
-(:class:`celery_delayq.cli.when.Moment`) reads through it.
+(:class:`celery_delayq.options.Moment`) reads through it.
 """
 
 from __future__ import annotations

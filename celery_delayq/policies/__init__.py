@@ -13,10 +13,8 @@ from __future__ import annotations
 from .explicit import RetryAfter, parse_retry_after
 from .policy import PolicyVerdict, RetryPolicy, describe
 from .resolve import OPTION_NAMES, RetryOptions, resolve_options, split_call_options
-from .retry import retry_if_celery_autoretry
+from .celery_rules import retry_if_celery_autoretry, stop_after_retries, wait_celery_backoff
 from .state import call_state
-from .stop import stop_after_retries
-from .wait import wait_celery_backoff
 
 __all__ = [
     "RetryPolicy", "PolicyVerdict", "describe", "call_state", "RetryAfter", "parse_retry_after",

@@ -20,9 +20,7 @@ from typing import Any, Callable, Literal
 import tenacity
 from tenacity import RetryCallState
 
-from .retry import retry_if_celery_autoretry
-from .stop import stop_after_retries
-from .wait import wait_celery_backoff
+from .celery_rules import retry_if_celery_autoretry, stop_after_retries, wait_celery_backoff
 
 __all__ = ["RetryPolicy", "PolicyVerdict", "describe"]
 

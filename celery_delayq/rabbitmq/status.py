@@ -5,33 +5,7 @@ and the web page read too. Read-only: passive declares only. A message's due tim
 seen without taking it out, but queue ``(k, d)``'s TTL bounds it:
 ``((d + 1) * radix**k - 1) * unit`` from now.
 
-``--json`` keys (``schema`` 1; keys are only ever added):
-
-``schema``, ``observed_at`` (ISO 8601 UTC), ``broker`` (password masked)
-``ladder``
-    ``prefix``, ``namespace``, ``radix``, ``levels``, ``shards``, ``unit_ms``, ``max_delay_s``, ``max_delay``.
-``exists``, ``complete``, ``missing``
-    Any part of this shape / every part is on the broker (the shared unroutable ones alone do
-    not count); ``"exchange NAME"``/``"queue NAME"`` for each part that is not.
-``totals``
-    ``waiting`` (ready messages in the level queues), ``parked``, ``unroutable`` (0 where
-    absent), ``held`` (sum of ``held``) and ``cancelled`` (of ``waiting``, cancelled tasks not due
-    yet, from the cancel log, that ``delayq pending`` does not list; ``null``: cannot read it).
-``levels``
-    Top level first: ``level``, ``messages``, ``due_within_s`` (``null`` when empty) and ``queues``
-    (shard by shard: ``queue``, ``digit``, ``shard``, ``ttl_s``, ``due_within_s``, ``exists``,
-    ``messages``, ``leader``).
-``parking``, ``unroutable``
-    ``queue``, ``exists``, ``messages``.
-``next_due_by``, ``all_due_by``
-    By when the soonest / every waiting message is due at the latest (ISO 8601 UTC; ``null``: none waits).
-``nodes``, ``leaders``, ``leaders_by_kind``
-    Running nodes; level queues each node leads; ``{kind: {node: queues}}`` for levels, unroutable,
-    laps, index, cancels, parking and exits (``null`` without the management API).
-``held``
-    ``{queue: messages}`` held in the dead-letter state on two looks ``recovery.HELD_FOR_S`` apart
-    (``null`` without the management API); ``delayq topology recover`` moves them before 4.3.
-
+Its keys (``schema`` 1; keys are only ever added) are listed in docs/operations.md, "``delayq status --json``".
 Counts are *ready* messages (AMQP cannot see expiring ones). Exit status 1: no ladder of the app's shape.
 """
 

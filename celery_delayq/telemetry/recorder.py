@@ -29,7 +29,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Final
 
 from .events import (
     EVENT_CLASSES,
@@ -44,7 +44,7 @@ from .events import (
     TelemetryEvent,
 )
 
-__all__ = ["TelemetryRecorder", "encode_event", "make_event"]
+__all__ = ["TelemetryRecorder", "encode_event", "make_event", "recorder_for", "flush_all"]
 
 logger = logging.getLogger(__name__)
 
@@ -117,30 +117,29 @@ class _Unprintable(Exception):
     pass
 
 
-def _line_scheduled(item: Scheduled) -> str:
-    task_id, task_name, queue, attempt, ts, delay_s, due_at, entry, hops = item
-    if (attempt.__class__ is not int or hops.__class__ is not int or ts.__class__ is not float
-            or delay_s.__class__ is not float or due_at.__class__ is not float
-            or ts - ts or delay_s - delay_s or due_at - due_at):
-        raise _Unprintable
-    return (
-        f'{{"event":"scheduled","task_id":{_q(task_id)},"task_name":{_q(task_name)},'
-        f'"queue":{_q(queue)},"attempt":{attempt},"ts":{ts!r},"delay_s":{delay_s!r},'
-        f'"due_at":{due_at!r},"entry":{_q(entry)},"hops":{hops}}}\n'
-    )
+def _delay_formatter(event: str) -> Callable[[Any], str]:
+    """The line of a lateness event: the core fields, ``delay_s`` and ``due_at``, then (scheduled) ``entry``
+    and ``hops``."""
+    head = f'{{"event":"{event}","task_id":'
 
+    def line(item: Any) -> str:
+        task_id, task_name, queue, attempt, ts, delay_s, due_at = item[:7]
+        if (attempt.__class__ is not int or ts.__class__ is not float
+                or delay_s.__class__ is not float or due_at.__class__ is not float
+                or ts - ts or delay_s - delay_s or due_at - due_at):
+            raise _Unprintable
+        tail = ""
+        if len(item) > 7:
+            entry, hops = item[7:]
+            if hops.__class__ is not int:
+                raise _Unprintable
+            tail = f',"entry":{_q(entry)},"hops":{hops}'
+        return (
+            f'{head}{_q(task_id)},"task_name":{_q(task_name)},"queue":{_q(queue)},"attempt":{attempt},'
+            f'"ts":{ts!r},"delay_s":{delay_s!r},"due_at":{due_at!r}{tail}}}\n'
+        )
 
-def _line_delivered(item: Delivered) -> str:
-    task_id, task_name, queue, attempt, ts, delay_s, due_at = item
-    if (attempt.__class__ is not int or ts.__class__ is not float
-            or delay_s.__class__ is not float or due_at.__class__ is not float
-            or ts - ts or delay_s - delay_s or due_at - due_at):
-        raise _Unprintable
-    return (
-        f'{{"event":"delivered","task_id":{_q(task_id)},"task_name":{_q(task_name)},'
-        f'"queue":{_q(queue)},"attempt":{attempt},"ts":{ts!r},"delay_s":{delay_s!r},'
-        f'"due_at":{due_at!r}}}\n'
-    )
+    return line
 
 
 def _line_succeeded(item: Succeeded) -> str:
@@ -171,8 +170,8 @@ def _failure_formatter(event: str) -> Callable[[Any], str]:
 # Keyed by class: the writer looks the formatter up with item.__class__.  The
 # rare events (replayed, cancelled) take the generic path.
 _FAST_LINES: dict[type, Callable[[Any], str]] = {
-    Scheduled: _line_scheduled,
-    Delivered: _line_delivered,
+    Scheduled: _delay_formatter("scheduled"),
+    Delivered: _delay_formatter("delivered"),
     Succeeded: _line_succeeded,
     Retried: _failure_formatter("retried"),
     Exhausted: _failure_formatter("exhausted"),
@@ -244,7 +243,8 @@ class TelemetryRecorder:
             raise ValueError("max_buffer must be >= 1")
         if not flush_interval_s > 0:
             raise ValueError("flush_interval_s must be > 0")
-        self._root = os.fspath(root)
+        #: The directory the partitions are written under.
+        self.root: Final[str] = os.fspath(root)
         self._flush_every = flush_every
         self._flush_interval_s = float(flush_interval_s)
         self._max_buffer = max_buffer
@@ -272,34 +272,23 @@ class TelemetryRecorder:
         self._last_warning = -math.inf
         self._suppressed_warnings = 0
         self._partitions: dict[int, tuple[str, str]] = {}
-        self._filename = f"events-{_HOSTNAME}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
+        #: Base name of this process's file inside each partition directory.
+        self.filename = f"events-{_HOSTNAME}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
 
     def _after_fork_in_child(self) -> None:
         # The parent flushes what it buffered; the child takes no events, file or locks from it.
         self._init_process_state()
 
     @property
-    def root(self) -> str:
-        """The directory the partitions are written under."""
-        return self._root
-
-    @property
-    def filename(self) -> str:
-        """Base name of this process's file inside each partition directory."""
-        return self._filename
-
-    @property
     def written(self) -> int:
         """Number of events successfully written by this process."""
-        with self._lock:
-            return self._written
+        return self._written
 
     @property
     def dropped(self) -> int:
-        """Number of events this process discarded (buffer full, I/O error,
-        unserialisable, or recorded after :meth:`close`)."""
-        with self._lock:
-            return self._dropped
+        """Number of events this process discarded (buffer full, I/O error, unserialisable, or recorded
+        after :meth:`close`)."""
+        return self._dropped
 
     @property
     def closed(self) -> bool:
@@ -403,7 +392,7 @@ class TelemetryRecorder:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<TelemetryRecorder root={self._root!r} written={self._written} dropped={self._dropped}>"
+        return f"<TelemetryRecorder root={self.root!r} written={self._written} dropped={self._dropped}>"
 
     def _start_thread(self) -> None:
         thread = threading.Thread(target=self._run, name="celery-delayq-telemetry", daemon=True)
@@ -482,8 +471,8 @@ class TelemetryRecorder:
         if unserialisable:
             self._drop(unserialisable, "dropped %d unserialisable telemetry event(s)", unserialisable)
         for (date, hour), lines in groups.items():
-            directory = os.path.join(self._root, f"date={date}", f"hour={hour}")
-            path = os.path.join(directory, self._filename)
+            directory = os.path.join(self.root, f"date={date}", f"hour={hour}")
+            path = os.path.join(directory, self.filename)
             try:
                 os.makedirs(directory, exist_ok=True)
                 self._append(path, lines)
@@ -535,6 +524,30 @@ class TelemetryRecorder:
 
 # Recorders to flush at exit and re-initialise after fork (weak: short-lived ones do not pile up).
 _LIVE_RECORDERS: weakref.WeakSet[TelemetryRecorder] = weakref.WeakSet()
+
+
+_SHARED: dict[str, TelemetryRecorder] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def recorder_for(root: str | os.PathLike[str]) -> TelemetryRecorder:
+    """The process's recorder for a telemetry directory, shared by every app writing there (one file per
+    partition); created on first use, and again after a close."""
+    key = os.fspath(root)
+    rec = _SHARED.get(key)
+    if rec is not None and not rec.closed:
+        return rec
+    with _SHARED_LOCK:
+        rec = _SHARED.get(key)
+        if rec is None or rec.closed:  # a closed one drops everything: start afresh
+            rec = _SHARED[key] = TelemetryRecorder(key)
+        return rec
+
+
+def flush_all() -> None:
+    """Write out every buffered event of this process now (tests, shutdown hooks)."""
+    for recorder in list(_LIVE_RECORDERS):
+        recorder.flush()
 
 
 def _close_all() -> None:

@@ -39,8 +39,7 @@ from ..config import _lookup
 from ..glue.app_ladder import AppLadder, ladder_for, ladder_if_any
 from ..glue.extensions import Extension
 from .events import Cancelled, Delivered, Exhausted, Failed, Parked, Replayed, Retried, Scheduled, Succeeded
-from .recorder import TelemetryRecorder
-from .recorders import recorder_for
+from .recorder import TelemetryRecorder, recorder_for
 from ..typing import CeleryApp
 
 __all__ = ["Subscription", "TelemetryConfig", "TelemetryExtension", "attach", "detach", "subscription_for"]

@@ -62,6 +62,7 @@ def create_app(celery_app: CeleryApp, *, settings: WebSettings | None = None, re
     app = FastAPI(title="celery_delayq", summary="Delayed Celery tasks, retries and parked messages in the ladder",
                   version="1", openapi_url="/api/openapi.json", docs_url=None, redoc_url=None)
     app.state.delayq = Service(celery_app, settings)
+    app.state.delayq_settings = settings
     app.state.delayq_sessions = sessions = Sessions(settings)
     install_errors(app)
     # The configured authentication, named in the OpenAPI document (SecurityMiddleware checks it).

@@ -1,40 +1,33 @@
-"""What a route asks for with ``Depends``: the app's :class:`~.service.Service`, who is asking, a page size,
-the ids in a path, and the fields of the two list filters (the API's query and the page's form alike).
+"""What a route asks for with ``Depends`` besides the service (:func:`.service.get_service`): the settings, who
+is asking, a page size, the ids in a path, and the fields of the two list filters (the API's query and the page's
+form alike). The filters hand their fields to the service they are given; this module needs its type only.
 
-A test swaps the service for a fake with ``app.dependency_overrides[get_service]``.
 No ``from __future__ import annotations`` here: FastAPI reads the filter classes' fields from
 their signatures, which must hold real types.
 """
 
 from dataclasses import asdict, dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Form, Path, Query, Request
 
-from ..inputs import ID_MAX, BadInput
-from ..parking import ParkedFilter
+from ..inputs import ID_MAX, MESSAGE, BadInput
+from ..parking.record import ParkedFilter
 from ..pending.browse import WaitingFilter
 from .security import actor
-from .service import Service
-from .schemas import MESSAGE
 from .settings import WebSettings
 
-__all__ = ["get_service", "ServiceDep", "SettingsDep", "Who", "Limit", "Offset", "TaskId", "ParkedId", "WaitingQuery",
+if TYPE_CHECKING:
+    from .service import Service
+
+__all__ = ["SettingsDep", "Who", "Limit", "Offset", "TaskId", "ParkedId", "WaitingQuery",
            "ParkedQuery", "WaitingForm", "ParkedForm", "flag", "count"]
 
 
-def get_service(request: Request) -> Service:
-    """The app's :class:`Service` (set by :func:`~celery_delayq.web.create_app`)."""
-    found: Service = request.app.state.delayq
+def get_settings(request: Request) -> WebSettings:
+    """The page's settings (authentication, limits, read-only), as :func:`~celery_delayq.web.create_app` got them."""
+    found: WebSettings = request.app.state.delayq_settings
     return found
-
-
-ServiceDep = Annotated[Service, Depends(get_service)]
-
-
-def get_settings(svc: ServiceDep) -> WebSettings:
-    """The page's settings (authentication, limits, read-only)."""
-    return svc.settings
 
 
 SettingsDep = Annotated[WebSettings, Depends(get_settings)]
@@ -70,7 +63,7 @@ class WaitingQuery:
     error: Annotated[str | None, Query(max_length=500, description="Glob on a retry's last exception type.")] = None
     message: Annotated[str | None, Query(max_length=500, description=MESSAGE)] = None
 
-    def filter(self, svc: Service, *, retries: bool) -> WaitingFilter:
+    def filter(self, svc: "Service", *, retries: bool) -> WaitingFilter:
         """The filter (:meth:`Service.waiting_filter`), or :class:`BadInput` for a time that is not one."""
         return svc.waiting_filter(**asdict(self), retries=retries)
 
@@ -88,7 +81,7 @@ class ParkedQuery:
     id: Annotated[str | None, Query(max_length=ID_MAX, description="Parked id or its start.")] = None
     message: Annotated[str | None, Query(max_length=500, description=MESSAGE)] = None
 
-    def filter(self, svc: Service) -> ParkedFilter:
+    def filter(self, svc: "Service") -> ParkedFilter:
         """The filter (:meth:`Service.parked_filter`), or :class:`BadInput` for a bad id."""
         parked_id = (self.id or "").strip()
         return svc.parked_filter(task=self.task, exception=self.exception, message=self.message,

@@ -44,13 +44,11 @@ from starlette.routing import Route
 
 from ..cancels.reschedule import CannotReschedule
 from ..errors import DelayTooLong, FormatTooNew, PublishError, TopologyError
-from ..inputs import BadInput
-from ..parking import ParkedMessageNotFound
-from ..parking.errors import UnsafeToBrowse
+from ..inputs import BadInput, SelectionChanged
+from ..parking.errors import ParkedMessageNotFound, UnsafeToBrowse
 from ..index import AmbiguousTaskId, TaskIdNotFound, TaskNotWaiting
 from ..index.stream import StreamReadError
 from .schemas import Error
-from .service import SelectionChanged
 
 __all__ = ["install_errors", "READ", "READ_ONE", "PARKED_READ", "PARKED_READ_ONE", "WRITE", "STATUS"]
 

@@ -33,15 +33,17 @@ import hashlib
 import threading
 import time
 import weakref
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..index import IndexUnavailable
+from ..index.stream import IndexUnavailable
 from ..rabbitmq.client import Connection, raw_connection
 from ..rabbitmq.probe import queue_counts
 from ..telemetry.series import COUNTED, WINDOWS, series
-from .service import Service
+
+if TYPE_CHECKING:
+    from .service import Service
 
 __all__ = ["Changes", "ChartSeries", "Live", "SeriesCache", "SERIES", "live_of", "POLL_S", "SIGNAL_TTL", "SNAPSHOT_TTL",
            "WindowName"]

@@ -33,17 +33,17 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from ..errors import DelayqError
-from ..inputs import BadInput
+from ..inputs import BadInput, SelectionChanged
 from ..ladder.humanize import human_duration
-from ..parking import ParkedMessageNotFound
+from ..parking.errors import ParkedMessageNotFound
 from ..error_groups import ErrorGroup
 from ..index import IndexUnavailable, TaskNotWaiting
 from ..index.query import iso
 from ..pending.browse import WaitingFilter
-from .deps import ParkedForm, ParkedQuery, ServiceDep, WaitingForm, WaitingQuery, Who, count, flag
+from .deps import ParkedForm, ParkedQuery, WaitingForm, WaitingQuery, Who, count, flag
 from .security import CSRF_FIELD, csrf_token_for
 from .session import SESSION_COOKIE, Sessions, safe_next, sessions_of
-from .service import SelectionChanged, Service, describe_parked, moment
+from .service import Service, ServiceDep, describe_parked, moment
 
 __all__ = ["router", "templates"]
 

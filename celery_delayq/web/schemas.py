@@ -11,14 +11,16 @@ from __future__ import annotations
 import dataclasses
 import time
 import typing
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, StrictBool, StrictFloat, StrictInt, StrictStr
 
-from ..inputs import DELAY_FORMS, DUE_FORMS, ID_MAX
-from ..parking import ParkedMessage
-from ..pending.browse import Page
+from ..inputs import DELAY_FORMS, DUE_FORMS, ID_MAX, MESSAGE
+from ..parking.record import ParkedMessage
 from ..index.query import PendingTask
+
+if TYPE_CHECKING:
+    from ..pending.browse import Page
 
 __all__ = ["Error", "Waiting", "WaitingPage", "DueSoon", "Totals", "Overview", "Finding", "Cancelled", "Moved",
            "Parked", "ParkedDetail", "ParkedList", "Bulk", "CancelFilter", "NewDue", "ParkedSelect", "ParkedReplay",
@@ -246,7 +248,6 @@ class Bulk(BaseModel):
 _Text = Field(None, max_length=500)
 _EXPECT = Field(None, ge=0, description="To act (dry_run false): the count a dry run returned. When the "
                                         "selection now matches another count, nothing is done (409).")
-MESSAGE = "The exception's message: a pattern as the groups show it, or text in it."
 _ALL = Field(False, description="Select every one, explicitly; an empty filter never means everything. "
                                 "Not with a filter.")
 

@@ -16,31 +16,34 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Annotated, Any, Callable, Iterator, Mapping, Sequence
+
+from fastapi import Depends, Request
 
 from ..telemetry.lasthour import last_hour
 from ..audit import audit
-from ..cancels import CancelResult, cancel
+from ..cancels.requests import CancelResult, cancel
 from ..cancels.reschedule import Rescheduled, arguments_of, reschedule
-from ..cancels.requests import index_of
-from ..doctor import Finding, diagnose
+from ..doctor.finding import Finding
+from ..doctor.observe import diagnose
 from ..error_groups import ErrorGroup, group_errors, split_error
 from ..errors import DelayqError
-from ..glue.app_ladder import ladder_for
+from ..glue.app_ladder import index_of, ladder_for
 from ..glue.integration import install
-from ..inputs import BadInput, check_id, describe_guard, parse_delay, parse_due, require_selection
+from ..inputs import BadInput, check_id, check_selection, parse_delay, parse_due, require_selection
 from ..ladder.moments import parse_moment
-from ..parking import ParkedFilter, ParkedMessage, ParkingQueue
-from ..index import IndexUnavailable
+from ..parking.queue import ParkingQueue
+from ..parking.record import ParkedFilter, ParkedMessage
 from ..index.lookup import find_waiting
 from ..pending.browse import Page, Snapshot, WaitingFilter, matching, page_of
 from ..index.query import PendingTask, read_passes
+from ..index.stream import IndexUnavailable
 from ..rabbitmq.status import ladder_status
 from .schemas import Bulk, DueSoon, Overview
 from .settings import WebSettings
 from ..typing import CeleryApp
 
-__all__ = ["Service", "ParkedPage", "SelectionChanged", "moment", "describe_parked"]
+__all__ = ["Service", "ParkedPage", "moment", "describe_parked", "get_service", "ServiceDep"]
 
 log = logging.getLogger("celery_delayq.web")
 
@@ -234,7 +237,7 @@ class Service:
         require_selection(described=match.describe(), everything=everything, dry_run=dry_run, expect=expect)
         found = matching(self.app, match).items
         if not dry_run:
-            _guard(expect, len(found), "waiting task")
+            check_selection(expect, len(found), "waiting task")
             record["ids"] = [t.task_id for t in found]
         return found
 
@@ -353,7 +356,7 @@ class Service:
             found = [p.parked_id for p in pq.list(match)]
             if dry_run:
                 return Bulk.of(found, 0, dry_run=True)
-            _guard(expect, len(found), "parked message")
+            check_selection(expect, len(found), "parked message")
             record["ids"] = found
             done = act(pq, replace(match, exactly=frozenset(found))) if found else 0
         return Bulk.of(found, done, dry_run=False)
@@ -369,21 +372,6 @@ class ParkedPage:
     offset: int
     limit: int
     groups: list[ErrorGroup]
-
-
-class SelectionChanged(DelayqError):
-    """A bulk action's filter matches another count than the operator confirmed: nothing was done (409)."""
-
-    def __init__(self, message: str, *, expect: int = 0, matched: int = 0) -> None:
-        super().__init__(message)
-        self.expect, self.matched = expect, matched
-
-
-def _guard(expect: int | None, matched: int, noun: str) -> None:
-    """Refuse to act when the count confirmed (``require_selection`` made sure there is one) is not the count now."""
-    if expect != matched:
-        confirmed = expect if expect is not None else 0
-        raise SelectionChanged(describe_guard(confirmed, matched, noun), expect=confirmed, matched=matched)
 
 
 def moment(value: str | None, what: str) -> float | None:
@@ -404,3 +392,14 @@ def describe_parked(match: ParkedFilter) -> str:
     parts += [f"--id {i}" for i in match.ids]
     return " ".join(parts)
 
+
+def get_service(request: Request) -> Service:
+    """The app's :class:`Service` (set by :func:`~celery_delayq.web.create_app`); what a route asks for.
+
+    A test swaps the service for a fake with ``app.dependency_overrides[get_service]``.
+    """
+    found: Service = request.app.state.delayq
+    return found
+
+
+ServiceDep = Annotated[Service, Depends(get_service)]

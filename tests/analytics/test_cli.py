@@ -16,12 +16,12 @@ import pytest
 from click.testing import CliRunner
 
 import celery_delayq.analytics
-from celery_delayq.cli.report import report_command
+from celery_delayq.analytics.command import report_command
 from celery_delayq.analytics.plots import CHARTS
 from celery_delayq.analytics.schema import EVENT_TYPES
 from celery_delayq.analytics.synthetic import generate
 from celery_delayq.analytics.tables import TABLE_NAMES
-from celery_delayq.cli.when import Moment
+from celery_delayq.options import Moment
 
 REPO_ROOT = Path(celery_delayq.analytics.__file__).resolve().parents[2]
 

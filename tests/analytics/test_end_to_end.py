@@ -72,7 +72,7 @@ def test_a_failure_and_what_waits_now(make_app, collector: Collector, tmp_path: 
 
 
 def _failure_and_now(app, collector: Collector, events_dir: Path, tmp_path: Path, spark) -> None:
-    from celery_delayq.cli.report import live_state
+    from celery_delayq.analytics.command import live_state
 
     @app.task(bind=True)
     def breaks(self) -> None:

@@ -24,7 +24,7 @@ import pytest
 import celery_delayq
 from celery_delayq import AmbiguousTaskId, TaskIdNotFound, cancel, pending, signals
 from celery_delayq.cancels import cancelled_ids
-from celery_delayq.cancels.requests import index_of
+from celery_delayq.glue.app_ladder import index_of
 from celery_delayq.index.cancel_log import AT, CANCEL, REASON, UNTIL, record
 from celery_delayq.index.lookup import read_cancel_book
 from celery_delayq.inputs import BadInput

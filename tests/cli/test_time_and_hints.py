@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 import celery_delayq
 from celery_delayq.cli import delayq
-from celery_delayq.cli.when import Delay, DueTime, Id, Moment
+from celery_delayq.options import Delay, DueTime, Id, Moment
 from celery_delayq.inputs import DELAY_FORMS, DUE_FORMS
 from celery_delayq.ladder.moments import parse_moment
 from helpers import management_url

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 from celery_delayq import cancel
-from celery_delayq.cancels.requests import index_of
+from celery_delayq.glue.app_ladder import index_of
 from celery_delayq.index.cancel_book import CancelBook
 from celery_delayq.index.ids import resolve_ids
 

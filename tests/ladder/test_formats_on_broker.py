@@ -19,7 +19,7 @@ import amqp
 import pytest
 
 from celery_delayq import FormatTooNew, cancel, pending
-from celery_delayq.cancels.requests import index_of
+from celery_delayq.glue.app_ladder import index_of
 from celery_delayq.index.cancel_log import CANCEL, UNTIL, record
 from celery_delayq.index.lookup import read_cancel_book
 from celery_delayq.index.stream import StreamReader, reader_connection

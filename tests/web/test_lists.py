@@ -22,7 +22,7 @@ from celery_delayq.error_groups import group_errors, message_pattern  # noqa: E4
 from celery_delayq.parking import ParkedFilter, ParkedMessage, ParkedMessageNotFound  # noqa: E402
 from celery_delayq.parking.replay import ReplayReport  # noqa: E402
 from celery_delayq.web import create_app  # noqa: E402
-from celery_delayq.web.deps import get_service  # noqa: E402
+from celery_delayq.web.service import get_service  # noqa: E402
 from celery_delayq.web.pages import for_page  # noqa: E402
 from celery_delayq.web.service import Service  # noqa: E402
 from test_routes import TASK, TOKEN, FakeService, api, fake  # noqa: E402,F401 (fixtures)

@@ -29,9 +29,10 @@ from celery_delayq.index import IndexUnavailable, TaskIdNotFound, TaskNotWaiting
 from celery_delayq.pending.browse import Page, WaitingFilter  # noqa: E402
 from celery_delayq.index.query import PendingTask  # noqa: E402
 from celery_delayq.web import WebSettings, create_app  # noqa: E402
-from celery_delayq.web.deps import get_service  # noqa: E402
+from celery_delayq.web.service import get_service  # noqa: E402
 from celery_delayq.web.schemas import Bulk, DueSoon, Overview  # noqa: E402
-from celery_delayq.web.service import ParkedPage, SelectionChanged, Service  # noqa: E402
+from celery_delayq.inputs import SelectionChanged  # noqa: E402
+from celery_delayq.web.service import ParkedPage, Service  # noqa: E402
 from celery_delayq.error_groups import ErrorGroup, group_errors  # noqa: E402
 
 TOKEN = "a-token-of-24-characters"

@@ -28,7 +28,7 @@ from celery_delayq.telemetry.series import quantile, series  # noqa: E402
 from celery_delayq.web import WebSettings, create_app  # noqa: E402
 from celery_delayq.web import live as live_mod  # noqa: E402
 from celery_delayq.web.api.live import get_live  # noqa: E402
-from celery_delayq.web.deps import get_service  # noqa: E402
+from celery_delayq.web.service import get_service  # noqa: E402
 from celery_delayq.web.live import Live  # noqa: E402
 from celery_delayq.web.session import SESSION_COOKIE, Sessions, safe_next  # noqa: E402
 from test_routes import TOKEN, FakeService  # noqa: E402

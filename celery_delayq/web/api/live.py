@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Response
 
-from ..deps import ServiceDep
+from ..service import ServiceDep
 from ..errors import READ
 from ..live import SERIES, Changes, ChartSeries, Live, SeriesCache, WindowName, live_of
 

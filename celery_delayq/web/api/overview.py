@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from ..deps import ServiceDep
+from ..service import ServiceDep
 from ..errors import READ
 from ..schemas import Finding, Overview
 

@@ -6,7 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from ..deps import Limit, Offset, ParkedId, ParkedQuery, ServiceDep, Who
+from ..deps import Limit, Offset, ParkedId, ParkedQuery, Who
+from ..service import ServiceDep
 from ..errors import PARKED_READ, PARKED_READ_ONE, WRITE
 from ..schemas import Bulk, ErrorGroupOut, Parked, ParkedDetail, ParkedList, ParkedReplay, ParkedSelect
 

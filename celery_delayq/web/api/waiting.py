@@ -6,7 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from ..deps import Limit, Offset, ServiceDep, TaskId, WaitingQuery, Who
+from ..deps import Limit, Offset, TaskId, WaitingQuery, Who
+from ..service import ServiceDep
 from ..errors import READ, READ_ONE, WRITE
 from ..schemas import (Bulk, CancelFilter, Cancelled, ErrorGroupOut, Moved, MoveFilter, MoveSelected, NewDue, Pass,
                        Waiting, WaitingDetail, WaitingPage)

@@ -1,8 +1,10 @@
-"""``celery -A APP delayq report`` (and ``python -m celery_delayq.analytics``): the telemetry report.
+"""``python -m celery_delayq.analytics`` and ``celery -A APP delayq report``: the telemetry report's command.
 
-A click command of its own, registered like every other ``delayq`` command,
-so ``--help`` lists its options and a bad value is named in the usage line
-of ``celery delayq report``. It stays importable without pyspark: ``--help``
+One click command with its options, here beside the job: ``python -m`` runs
+it, and the CLI registers the same command as ``delayq report`` (so
+``--help`` lists its options and a bad value is named in the usage line).
+Nothing here imports the CLI: its value
+types (:mod:`celery_delayq.options`) are shared. It stays importable without pyspark: ``--help``
 is fast, and an empty or missing events directory is answered before any
 JVM starts; the PySpark job (:mod:`celery_delayq.analytics.job`) is imported
 only to run.
@@ -25,14 +27,21 @@ from typing import Any
 import click
 
 from ..glue.app_ladder import AppLadder, ladder_for
-from .base import app_name as named_app, named
-from .when import Moment
+from ..options import Moment
 from ..typing import CeleryApp
 
-__all__ = ["report_command", "main"]
+__all__ = ["report_command", "live_state", "main"]
+
 
 #: Report windows look back: ``--since 6h`` is six hours ago.
 _WINDOW = Moment("ago")
+
+
+def _operator_name(ctx: click.Context, app: Any) -> str:
+    """How the operator names the app: ``celery``'s ``-A`` when run under it, else the app's ``main``, else APP."""
+    given = ctx.find_root().params.get("app")
+    main = getattr(app, "main", None)
+    return given.strip() if isinstance(given, str) and given.strip() else main if main and main != "__main__" else "APP"
 
 
 def _parse_conf(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
@@ -148,17 +157,18 @@ def report_command(ctx: click.Context, events_dir: str | None, app_name: str | N
     except ImportError as exc:
         raise click.ClickException(f"the report needs pyspark: pip install 'celery_delayq[analytics]' ({exc})") from exc
     started = time.perf_counter()
-    now = live_state(app, app_name or named_app(ctx)) if (live and app is not None) else None
+    name = app_name or _operator_name(ctx, app)
+    now = live_state(app, name) if (live and app is not None) else None
     live_s = time.perf_counter() - started
     try:
         summary = run_report(events_dir, out_dir, master=master, conf=conf, since=since, until=until,
                              incremental=incremental, live=now, quiet=not verbose)
     except (AnalyticsError, EventsNotFoundError) as exc:
         raise click.ClickException(str(exc)) from exc
-    _echo_summary(ctx, summary, out_dir, live_s if now is not None else None)
+    _echo_summary(name, summary, out_dir, live_s if now is not None else None)
 
 
-def _echo_summary(ctx: click.Context, summary: dict[str, Any], out_dir: Path, live_s: float | None) -> None:
+def _echo_summary(name: str, summary: dict[str, Any], out_dir: Path, live_s: float | None) -> None:
     overall = summary["overall"]
 
     def ms(value: float | None) -> str:
@@ -171,7 +181,8 @@ def _echo_summary(ctx: click.Context, summary: dict[str, Any], out_dir: Path, li
         click.echo(f"now: waiting {totals['waiting']:,}, held {_n(totals.get('held'))}, parked {totals['parked']:,}, "
                    f"unroutable {totals['unroutable']:,} (from {now['broker']})")
     elif now:
-        click.echo(named(ctx, f"now: not shown, the broker did not answer ({now['error']})"))
+        click.echo(f"now: not shown, the broker did not answer ({now['error']})".replace("celery -A APP ",
+                                                                                         f"celery -A {name} "))
     click.echo("events: " + ", ".join(
         f"{k}={overall[k]}" for k in ("scheduled", "delivered", "succeeded", "retried", "failed", "parked",
                                       "exhausted", "replayed", "cancelled"))

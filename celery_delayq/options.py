@@ -1,4 +1,5 @@
-"""The click types of every value a ``delayq`` command reads: times, due times, delays and ids.
+"""The click types of every value a command reads (``delayq``'s, and the report's own): times, due times,
+delays and ids.
 
 One rule per kind of value, the same as the web page's API (:mod:`celery_delayq.inputs`):
 
@@ -30,9 +31,9 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import click
 
-from ..errors import DelayqError
-from ..inputs import DELAY_FORMS, DUE_FORMS, check_id, parse_delay, parse_due
-from ..ladder.moments import EARLIEST, FORMS, LATEST, Direction, parse_moment
+from .errors import DelayqError
+from .inputs import DELAY_FORMS, DUE_FORMS, check_id, parse_delay, parse_due
+from .ladder.moments import EARLIEST, FORMS, LATEST, Direction, parse_moment
 
 __all__ = ["Moment", "DueTime", "Delay", "Id"]
 
@@ -48,7 +49,7 @@ def _app_limit(ctx: click.Context | None) -> Callable[[float], None] | None:
     app = getattr(ctx.find_root().obj, "app", None) if ctx is not None else None
     if app is None:
         return None
-    from ..config import DelayqConfig
+    from .config import DelayqConfig
 
     return DelayqConfig.from_app(app).check_delay
 
