@@ -94,6 +94,21 @@ def test_without_the_api_the_doctor_says_so_and_how_to_turn_it_on(make_app: Any,
     assert found["broker"]["status"] == "ok"  # AMQP alone still answers
 
 
+
+def test_a_refused_password_is_named_as_such_not_as_an_unreachable_api(make_app: Any, uid: str) -> None:
+    """The API answered 401 (wrong password in delayq_management_url): "not reachable" sent the operator to
+    the network and the plugin; the doctor says what it answered and that the credentials are the fix."""
+    scheme, _, rest = management_url().partition("://")
+    wrong = f"wrong-{uid}"
+    app = make_app(delayq_prefix=f"doc{uid}", delayq_levels=3, delayq_unit_ms=1000,
+                   delayq_management_url=f"{scheme}://guest:{wrong}@{rest}")
+    found = findings(app)
+    for check in ("feature_flags", "leaders", "plugin_exchanges"):
+        assert found[check]["status"] == "warn", found[check]
+        assert "answered 401 for the user 'guest'" in found[check]["summary"], found[check]["summary"]
+        assert "not reachable" not in found[check]["summary"] and wrong not in str(found[check])
+        assert "user and password" in found[check]["next_step"], found[check]["next_step"]
+
 def test_an_api_of_another_broker_is_not_believed(make_app: Any, uid: str) -> None:
     # This machine runs two brokers: the default API port (15672) of a 4.3 node on 5673 is the 3.10 node's.
     host, _, port = BROKER_HOST.partition(":")
