@@ -35,6 +35,7 @@ from typing import Any, Sequence
 from ..config import DelayqConfig
 from ..errors import DelayqError
 from ..glue.app_ladder import index_of, ladder_for
+from ..glue.integration import install
 from ..index.cancel_log import record_passes
 from ..index.lookup import find_waiting
 from ..index.query import PendingTask, iso
@@ -117,9 +118,9 @@ def reschedule(app: CeleryApp, task_id: str, *, due: float | datetime | None, no
     """Move the waiting task ``task_id`` to ``due`` (epoch seconds or aware datetime; ``None``: run it now).
 
     The task keeps its id, name, destination, attempt and arguments; it runs once
-    (see the module docstring for the order and its one window). The app must have
-    the ladder installed (:func:`celery_delayq.install`; the CLI and the web page do
-    it), or a moved copy would wait in a worker's memory as a classic ETA task.
+    (see the module docstring for the order and its one window). A moved copy is
+    published through the ladder (installed here if it is not) whether or not this
+    process has ``delayq_enabled`` or has bound the task, as its first copy was.
 
     ``found``: its waiting pass, when the caller has just read it (a bulk move reads them all at once).
 
@@ -142,6 +143,10 @@ def reschedule(app: CeleryApp, task_id: str, *, due: float | datetime | None, no
         options.update(exchange=found.exchange, routing_key=found.routing_key)
     if when is not None:
         options["eta"] = datetime.fromtimestamp(when, tz=timezone.utc)
+        # The copy waited in the ladder, so the moved one waits there too, whatever this process knows of
+        # the task: `delayq web` and the CLI load the app but never bind its DelayedRetryTask tasks, and
+        # without delayq_enabled such a copy went to the task queue as a plain ETA (held by a worker).
+        install(app).tasks.add(found.task_name or "")
     app.send_task(found.task_name, args, kwargs, **options)
     cancel_passes(app, [found])
     log.info("delayq: task %s[%s] (due %s) %s", found.task_name, found.task_id, found.due_iso,

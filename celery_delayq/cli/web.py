@@ -3,7 +3,8 @@
 Binds to 127.0.0.1 by default (``--address``, or ``--host`` as uvicorn and
 Flower call it). Another address needs authentication
 (``DELAYQ_WEB_TOKEN``, or ``DELAYQ_WEB_USERNAME`` and ``DELAYQ_WEB_PASSWORD``,
-or the ``delayq_web_*`` settings): there is no option for a secret, since a
+or the ``delayq_web_*`` settings); an empty address (which uvicorn would read as
+every interface) is a usage error. There is no option for a secret, since a
 command line is visible to every user of the host. A token or password
 shorter than 16 characters is refused at start (``WeakSecret``, one line and
 exit status 1 through :class:`~celery_delayq.cli.base.DelayqGroup`), before
@@ -22,8 +23,16 @@ __all__ = ["web", "DEFAULT_PORT"]
 DEFAULT_PORT = 5580
 
 
+def _address(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """An address to bind; empty is refused: uvicorn reads it as every interface (an unset ``$HOST``)."""
+    if not value.strip():
+        raise click.BadParameter("empty; give 127.0.0.1 (this machine only), or 0.0.0.0 / :: (every "
+                                 "interface, with authentication)", ctx=ctx, param=param)
+    return value
+
+
 @click.command(name="web")
-@click.option("--address", "--host", "address", default="127.0.0.1", show_default=True,
+@click.option("--address", "--host", "address", default="127.0.0.1", show_default=True, callback=_address,
               help="Address to listen on (--host is the same option, as uvicorn and Flower name it).")
 @click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
               help="Port to listen on.")

@@ -60,6 +60,13 @@ def broker_finding(version: tuple[int, ...], queue_type: str) -> Finding:
 
 def feature_flags_finding(flags: list[dict[str, Any]] | None, api: ApiReach) -> Finding:
     """The broker's feature flags (``GET /api/feature-flags``), or why they cannot be read."""
+    if flags is None and api.usable:  # RabbitMQ 3.x lists them to the 'administrator' tag only
+        return Finding("feature_flags", WARN, f"feature flags not checked: the management API at {api.url} did "
+                       "not list them to this user (RabbitMQ 3.x shows them to users with the 'administrator' "
+                       "tag only); the other checks use the API.",
+                       f"Check them on a node: `rabbitmqctl list_feature_flags` (the ladder needs "
+                       f"{', '.join(REQUIRED_FLAGS)} enabled).",
+                       {"management_url": api.url, "api": api.state, "answered_for": api.answered_for})
     if flags is None or not api.usable:
         return Finding("feature_flags", WARN, f"feature flags not checked: {api.why_not()}; leaders and "
                        "plugin exchanges cannot be checked either.", api.how_to_fix(),

@@ -49,7 +49,8 @@ class ApiReach:
         url: The API's base URL (``None`` when switched off).
         state: ``ok``, ``off`` (``delayq_management_url = ""``), ``unreachable``,
             or ``other_broker`` (it answers, but for another broker than the AMQP one).
-        answered_for: ``"cluster_name RabbitMQ version"`` the API answered for, when it did.
+        answered_for: ``"cluster_name RabbitMQ version"`` the API answered for, when it did; for
+            ``unreachable``, what became of the request (no answer, or the HTTP status it answered).
     """
 
     url: str | None
@@ -67,12 +68,23 @@ class ApiReach:
             return "the management API is switched off (delayq_management_url = '')"
         if self.state == "other_broker":
             return f"the management API at {self.url} answers for another broker ({self.answered_for})"
+        if self.refused:
+            return f"RabbitMQ's management API at {self.url} refused the request: {self.answered_for}"
         return f"RabbitMQ's management API is not reachable at {self.url}"
+
+    @property
+    def refused(self) -> bool:
+        """Did the API answer, with an error (a wrong password: 401), rather than not answer at all?"""
+        return self.state == "unreachable" and (self.answered_for or "").startswith("it answered")
 
     def how_to_fix(self) -> str:
         """The next step that makes the API usable."""
         if self.state == "other_broker":
             return f"Set delayq_management_url to this broker's management API (now {self.url}, another broker's)."
+        if self.refused:
+            return ("Give delayq_management_url a user and password the API accepts "
+                    "(http://USER:PASSWORD@HOST:15672; percent-encode special characters), of a user with the "
+                    "'monitoring' tag.")
         return ("Enable it on the broker (`rabbitmq-plugins enable rabbitmq_management`) and set "
                 "delayq_management_url = 'http://HOST:15672' if it is not on the broker's host at port 15672; "
                 "the user needs the 'monitoring' tag.")

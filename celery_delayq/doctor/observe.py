@@ -90,7 +90,7 @@ def _reach(api: _DoctorAPI | None, raw: Connection) -> tuple[ApiReach, dict[str,
         return ApiReach(None, "off"), None
     found = api.identity()
     if found.state == "unreachable":
-        return ApiReach(api.base_url, "unreachable"), None
+        return ApiReach(api.base_url, "unreachable", found.how), None
     if found.state == "other_broker":
         return ApiReach(api.base_url, "other_broker", found.how), None
     return ApiReach(api.base_url, "ok", f"cluster {found.api_cluster} (matched by {found.how})"), \

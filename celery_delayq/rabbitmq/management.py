@@ -137,9 +137,9 @@ class ManagementAPI:
         asked for up to ``wait_s`` (it shows after the next statistics emission).
         Otherwise the API belongs to another broker.
         """
-        overview = self._request("/api/overview?columns=cluster_name,node,rabbitmq_version")
+        overview, failure = self._fetch("/api/overview?columns=cluster_name,node,rabbitmq_version")
         if not isinstance(overview, dict):
-            return Identity("unreachable", f"no answer from {self.base_url}")
+            return Identity("unreachable", failure or f"no usable answer from {self.base_url}")
         theirs = str(overview.get("cluster_name") or "")
         if not self.cluster_name or theirs == self.cluster_name:
             return Identity("ok", "cluster_name", theirs)
@@ -177,18 +177,25 @@ class ManagementAPI:
         return request
 
     def _request(self, path: str) -> Any:
+        return self._fetch(path)[0]
+
+    def _fetch(self, path: str) -> tuple[Any, str]:
+        """The decoded answer (``None``: unusable, ``_NOT_FOUND``: 404) and, when unusable, why, for the operator."""
         request = self._http(path)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - operator's URL
-                return json.load(response)
+                return json.load(response), ""
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
-                return _NOT_FOUND
+                return _NOT_FOUND, ""
             log.debug("delayq: management API %s answered %s", self.base_url, exc.code)
-            return None
+            if exc.code == 401:  # RabbitMQ's answer to a wrong password and to a user without a management tag
+                return None, (f"it answered 401 for the user {self.userid!r}: a wrong password, or a user "
+                              "without the 'monitoring' tag")
+            return None, f"it answered HTTP {exc.code}"
         except (OSError, ValueError) as exc:
             log.debug("delayq: management API %s not usable: %r", self.base_url, exc)
-            return None
+            return None, f"no answer from {self.base_url}"
 
     def _vhost_path(self, kind: str, name: str, suffix: str = "") -> str:
         q = urllib.parse.quote

@@ -9,10 +9,12 @@ from typing import Any
 from celery.bin.base import CLIContext
 from click.testing import CliRunner
 
-from celery_delayq import pending
+import amqp
+
+from celery_delayq import DelayedRetryTask, pending
 from celery_delayq.cli import delayq
 from cli_helpers import run_delayq
-from helpers import Collector, running_worker
+from helpers import BROKER_HOST, Collector, entity_exists, queue_depth, running_worker
 
 
 def _narrow(app: Any, *args: str) -> str:
@@ -139,3 +141,38 @@ def test_cancel_matching_needs_a_selection_and_the_count_it_confirms(make_app, c
         assert f'filter="--args {tag}"' in line
         assert pending(app, task=job.name) == []
     assert len([line for line in _audit_lines(caplog) if "action=cancel-matching" in line and "refused=" in line]) == 4
+
+
+def test_a_moved_task_waits_in_the_ladder_when_this_process_never_bound_it(make_app, uid: str, vhost: str) -> None:
+    """#31 by hand: an app without ``delayq_enabled`` whose ``DelayedRetryTask`` tasks are bound only where
+    they are published. ``celery -A proj delayq reschedule`` (and ``delayq web``) load the app but never
+    bind its tasks, so the moved copy went to the task queue as a plain Celery ETA message: out of the
+    waiting list, held in a worker's memory, no longer cancellable. It waits in the ladder again."""
+    publisher = make_app()
+
+    @publisher.task(base=DelayedRetryTask, name=f"{publisher.main}.remind")
+    def remind(tag: str) -> None:
+        pass
+
+    waiting = remind.apply_async(("moved",), countdown=300)
+    operator = make_app()  # the same settings, as the CLI loads them: its tasks are never bound
+    deadline = time.monotonic() + 15
+    while not pending(operator, task_id=waiting.id) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    moved_at = time.time()
+    out = run_delayq(operator, "reschedule", waiting.id, "10m", "--yes").output
+    assert f"task {waiting.id}" in out and "now due" in out
+    conn = amqp.Connection(BROKER_HOST, virtual_host=vhost)
+    conn.connect()
+    try:
+        queue = f"q.{uid}"  # nothing went to the task queue itself
+        assert not entity_exists(conn, "queue", queue) or queue_depth(conn, queue) == 0
+    finally:
+        conn.close()
+    listed = []
+    while not listed and time.monotonic() < deadline + 15:
+        listed = pending(operator, task_id=waiting.id)
+        time.sleep(0.2)
+    [moved] = listed
+    assert moved_at + 590 < moved.due < moved_at + 610
+    run_delayq(operator, "cancel", waiting.id)

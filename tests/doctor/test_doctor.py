@@ -94,6 +94,59 @@ def test_without_the_api_the_doctor_says_so_and_how_to_turn_it_on(make_app: Any,
     assert found["broker"]["status"] == "ok"  # AMQP alone still answers
 
 
+
+def test_a_refused_password_is_named_as_such_not_as_an_unreachable_api(make_app: Any, uid: str) -> None:
+    """The API answered 401 (wrong password in delayq_management_url): "not reachable" sent the operator to
+    the network and the plugin; the doctor says what it answered and that the credentials are the fix."""
+    scheme, _, rest = management_url().partition("://")
+    wrong = f"wrong-{uid}"
+    app = make_app(delayq_prefix=f"doc{uid}", delayq_levels=3, delayq_unit_ms=1000,
+                   delayq_management_url=f"{scheme}://guest:{wrong}@{rest}")
+    found = findings(app)
+    for check in ("feature_flags", "leaders", "plugin_exchanges"):
+        assert found[check]["status"] == "warn", found[check]
+        assert "answered 401 for the user 'guest'" in found[check]["summary"], found[check]["summary"]
+        assert "not reachable" not in found[check]["summary"] and wrong not in str(found[check])
+        assert "user and password" in found[check]["next_step"], found[check]["next_step"]
+
+
+def test_a_monitoring_user_that_cannot_list_feature_flags_is_not_told_the_api_is_unreachable(
+        make_app: Any, uid: str, vhost: str, amqp_conn: amqp.Connection) -> None:
+    """RabbitMQ 3.x lists feature flags to administrators only: with the 'monitoring' user the docs ask for,
+    the doctor said "the management API is not reachable" (and that leaders could not be checked) while it
+    had just used that API. It says what it could not read, and where else to read it."""
+    import base64
+    import urllib.parse
+
+    user, password = f"dqmon-{uid}", f"pw-{uid}-monitoring"
+    q = urllib.parse.quote
+
+    def admin(method: str, path: str, body: dict[str, Any] | None = None) -> None:
+        request = urllib.request.Request(management_url() + path, method=method,
+                                         data=json.dumps(body).encode() if body is not None else None)
+        request.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+        request.add_header("Content-Type", "application/json")
+        urllib.request.urlopen(request, timeout=10).close()
+
+    admin("PUT", f"/api/users/{user}", {"password": password, "tags": "monitoring"})
+    try:
+        admin("PUT", f"/api/permissions/{q(vhost, safe='')}/{user}", {"configure": "", "write": "", "read": ".*"})
+        scheme, _, rest = management_url().partition("://")
+        app = make_app(delayq_prefix=f"doc{uid}", delayq_levels=3, delayq_unit_ms=1000,
+                       delayq_management_url=f"{scheme}://{user}:{password}@{rest}")
+        found = findings(app)
+    finally:
+        admin("DELETE", f"/api/users/{user}")
+    flags = found["feature_flags"]
+    assert "not reachable" not in flags["summary"] and flags["details"]["api"] == "ok", flags
+    assert found["leaders"]["status"] == "ok", found["leaders"]
+    version = amqp_conn.server_properties["version"]
+    if (version.decode() if isinstance(version, bytes) else version).startswith("3."):
+        assert flags["status"] == "warn" and "'administrator' tag" in flags["summary"], flags
+        assert "rabbitmqctl list_feature_flags" in flags["next_step"] and password not in str(flags)
+    else:  # 4.x shows them to a monitoring user
+        assert flags["status"] == "ok", flags
+
 def test_an_api_of_another_broker_is_not_believed(make_app: Any, uid: str) -> None:
     # This machine runs two brokers: the default API port (15672) of a 4.3 node on 5673 is the 3.10 node's.
     host, _, port = BROKER_HOST.partition(":")

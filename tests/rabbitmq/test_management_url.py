@@ -113,6 +113,8 @@ def test_a_refused_password_is_warned_about_without_it(connection: kombu.Connect
         assert api is not None and api.identity().state == "unreachable"  # 401: cannot tell
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and f"not using the management API at {management_url()}:" in warnings[0]
+    # It answered: the warning says so and names the user (it read "no answer from URL", a network hunt).
+    assert f"it answered 401 for the user {user!r}" in warnings[0] and "no answer" not in warnings[0], warnings[0]
     assert wrong not in caplog.text
 
 
@@ -123,5 +125,5 @@ def test_an_unreachable_configured_url_is_warned_about_without_its_password(
     with caplog.at_level(logging.DEBUG, logger="celery_delayq"):
         api = ManagementAPI.for_broker(connection, connection.connection, "http://mon:hunter2secret@127.0.0.1:9")
         assert api is not None and api.identity().state == "unreachable"
-    assert "not using the management API at http://127.0.0.1:9:" in caplog.text
+    assert "not using the management API at http://127.0.0.1:9: no answer from http://127.0.0.1:9" in caplog.text
     assert "hunter2secret" not in caplog.text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import subprocess
 import sys
 from typing import Any
@@ -52,6 +53,22 @@ def test_cli_refuses_a_public_address_without_auth(tmp_path: Any) -> None:
     assert out.returncode == 1 and "refusing to serve the delayq page on 0.0.0.0" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
 
+
+
+def test_cli_refuses_an_empty_address_even_with_a_token(tmp_path: Any) -> None:
+    """``--host ''`` (an unset ``$HOST``) bound every interface, IPv4 and IPv6, and printed ``http://:5580/``:
+    a typo that opens the page to the network. It is a usage error now, before anything listens."""
+    (tmp_path / "webapp.py").write_text("from celery import Celery\napp = Celery('w', broker='amqp://127.0.0.1:1//')\n")
+    import celery_delayq  # this checkout's package, not whichever one the interpreter has installed
+
+    package_root = os.path.dirname(os.path.dirname(celery_delayq.__file__))
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join([str(tmp_path), package_root]),
+           "DELAYQ_WEB_TOKEN": TOKEN}
+    for empty in ("", "  "):
+        out = subprocess.run([sys.executable, "-m", "celery", "-A", "webapp", "delayq", "web", "--host", empty,
+                              "--port", "1"], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+        assert out.returncode == 2 and "Invalid value for '--address'" in out.stderr, out.stderr
+        assert "0.0.0.0" in out.stderr and "Traceback" not in out.stderr and "delayq web on" not in out.stdout
 
 # -- broker -------------------------------------------------------------------------------
 @pytest.fixture
