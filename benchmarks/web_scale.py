@@ -134,8 +134,8 @@ def _live(asgi: Any, svc: Any, counter: IndexReads, probe: str, search: str, sec
                         refetches[0] += 1
                 stop.wait(POLL_S)
 
-    clicks: dict[str, list[float]] = {"first page, API": [], "first page, HTML": [], "id lookup, API": [],
-                                      "argument search, API": []}
+    clicks: dict[str, list[tuple[float, float]]] = {  # (started, seconds), time.monotonic()
+        "first page, API": [], "first page, HTML": [], "id lookup, API": [], "argument search, API": []}
     with TestClient(asgi) as c:
         c.get("/api/changes")  # the signal exists (and the snapshot's ttl is the live one) before timing
         threads = [threading.Thread(target=poller, args=(k,), daemon=True) for k in range(pollers)]
@@ -148,9 +148,9 @@ def _live(asgi: Any, svc: Any, counter: IndexReads, probe: str, search: str, sec
                                ("first page, HTML", lambda: c.get("/waiting")),
                                ("id lookup, API", lambda: c.get(f"/api/waiting/{probe}")),
                                ("argument search, API", lambda: c.get("/api/waiting", params={"args": search}))):
-                t = time.perf_counter()
+                t = time.monotonic()
                 r = call()
-                clicks[name].append(time.perf_counter() - t)
+                clicks[name].append((t, time.monotonic() - t))
                 assert r.status_code == 200, (name, r.status_code, r.text[:300])
             time.sleep(0.5)
         stop.set()
@@ -161,10 +161,21 @@ def _live(asgi: Any, svc: Any, counter: IndexReads, probe: str, search: str, sec
     read_s = [s for _, s in reads]
     gaps = [b[0] - a[0] for a, b in zip(reads, reads[1:])]
     span = finished - start
+
+    def overlaps(click: tuple[float, float]) -> bool:  # did a whole-index read run during the click?
+        return any(r0 < click[0] + click[1] and click[0] < r0 + rs for r0, rs in counter.between(0, finished))
+
+    def split(vs: list[tuple[float, float]], during: bool) -> dict[str, Any] | None:
+        chosen = [v[1] * 1000 for v in vs if overlaps(v) == during]
+        return _stats(chosen, 1) if chosen else None
+
     return {
         "seconds": round(span, 1), "pollers": pollers, "poll_s": POLL_S, "signal_ttl_s": SIGNAL_TTL,
         "polls": len(polls), "refetches": refetches[0],
-        "clicks_ms": {k: _stats([v * 1000 for v in vs], 1) for k, vs in clicks.items()},
+        "clicks_ms": {k: _stats([v[1] * 1000 for v in vs], 1) for k, vs in clicks.items()},
+        # The same clicks, those that overlapped a whole-index read (the GIL shared with its threads) and the rest.
+        "clicks_during_read_ms": {k: split(vs, True) for k, vs in clicks.items()},
+        "clicks_between_reads_ms": {k: split(vs, False) for k, vs in clicks.items()},
         "poll_ms": _stats([v * 1000 for v in polls], 1),
         "signal_age_s": _stats(ages, 1),
         "index_reads": len(reads),
@@ -183,7 +194,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--live-seconds", type=float, default=30.0)
     parser.add_argument("--pollers", type=int, default=5)
+    parser.add_argument("--render", action="store_true", help="only write web.md again from web.json")
     opts = parser.parse_args()
+    if opts.render:
+        _write(json.loads((RESULTS_DIR / "web.json").read_text()))
+        return
 
     from celery import Celery
     from fastapi.testclient import TestClient
@@ -294,6 +309,11 @@ def main() -> None:
         kept = {"lines": {}}
     kept["lines"][line] = results
     path.write_text(json.dumps(kept, indent=2) + "\n")
+    _write(kept)
+
+
+def _write(kept: dict[str, Any]) -> None:
+    """``web.md`` from ``web.json``'s lines, keeping what follows its by-hand line."""
     text = render(kept["lines"])
     out = RESULTS_DIR / "web.md"
     old = out.read_text() if out.exists() else ""
@@ -323,18 +343,26 @@ def render(lines: dict[str, dict[str, Any]]) -> str:
         if lv:
             out += ["", f"### Live view: {lv['pollers']} pages polling `/api/changes` every {lv['poll_s']:g} s for "
                     f"{lv['seconds']:g} s, clicks timed meanwhile (1-min load {lv['host_load_1m_end']:.1f} at the end)",
-                    "", "| what | n | median ms | p95 ms | max ms |", "|---|---:|---:|---:|---:|"]
+                    "", "| what | n | median ms | p95 ms | max ms | while the index is read: n, median, max ms | "
+                    "between reads: n, median, max ms |", "|---|---:|---:|---:|---:|---:|---:|"]
+
+            def brief(split: str, k: str) -> str:
+                if split not in lv:
+                    return "not split"
+                st = lv[split][k]
+                return f"{st['n']}, {st['median']:.1f}, {st['max']:.1f}" if st else "0"
             for k, s in lv["clicks_ms"].items():
-                out.append(f"| {k} | {s['n']} | {s['median']:.1f} | {s['p95']:.1f} | {s['max']:.1f} |")
+                out.append(f"| {k} | {s['n']} | {s['median']:.1f} | {s['p95']:.1f} | {s['max']:.1f} | "
+                           f"{brief('clicks_during_read_ms', k)} | {brief('clicks_between_reads_ms', k)} |")
             s = lv["poll_ms"]
-            out.append(f"| `/api/changes` (a poll) | {s['n']} | {s['median']:.1f} | {s['p95']:.1f} | {s['max']:.1f} |")
+            out.append(f"| `/api/changes` (a poll) | {s['n']} | {s['median']:.1f} | {s['p95']:.1f} | {s['max']:.1f} | | |")
             a = lv["signal_age_s"]
             rs = lv["index_read_s"] or {"median": float("nan"), "max": float("nan")}
+            every = f"one every {lv['index_read_every_s']} s median; " if lv["index_read_every_s"] else ""
             out += ["", f"* Age of the list behind the signal (`now - read_at`): median {a['median']:.1f} s, "
                     f"p95 {a['p95']:.1f} s, max {a['max']:.1f} s ({a['n']} polls).",
                     f"* Whole-index reads during the polling: **{lv['index_reads']}** in {lv['seconds']:g} s "
-                    f"(one every {lv['index_read_every_s']} s median; each took {rs['median']:.2f} s median, "
-                    f"{rs['max']:.2f} s max), for {lv['polls']} polls by {lv['pollers']} pages: about one per "
+                    f"({every}each took {rs['median']:.2f} s median, {rs['max']:.2f} s max), for {lv['polls']} polls by {lv['pollers']} pages: about one per "
                     f"snapshot period (ttl {lv['snapshot_ttl_s']} s + the read: {lv['reads_expected']} expected), "
                     f"not one per page. Pages that fetched themselves again (the signal changed): {lv['refetches']}."]
     return "\n".join(out) + "\n"
