@@ -102,6 +102,13 @@ class Snapshot:
     and the next call gets it: stale while it revalidates, and the page says
     how old its list is. :meth:`forget` drops tasks an action has just
     cancelled or moved, and starts a new read.
+
+    However many callers ask at once, the index is read once: callers that find
+    no list wait for the read under way instead of starting their own, and a
+    second background read is not started while one is queued or running. A
+    read that was under way when an action was taken can still list what the
+    action removed: those tasks are dropped from it too, and the index is read
+    once more (the list is then as of a read that began after the action).
     """
 
     def __init__(self, app: CeleryApp, ttl: float = 5.0, *, reader: Callable[..., list[PendingTask]] = pending) -> None:
@@ -113,6 +120,8 @@ class Snapshot:
         self._taken: float = 0.0
         self._read_s: float = 0.0
         self._items: list[PendingTask] | None = None
+        self._refreshing = False  # a background read is queued or running
+        self._gone: set[str] | None = None  # forgotten while the read under way ran (None: no action since it began)
         self.error: BaseException | None = None
 
     def invalidate(self) -> None:
@@ -127,6 +136,7 @@ class Snapshot:
             if self._items is not None:
                 self._items = [t for t in self._items if t.task_id not in gone]
             self._taken = 0.0 if self._items is None else self._taken - self.ttl - 1
+            self._gone = gone if self._gone is None else self._gone | gone
         self._refresh_in_background()
 
     def get(self, now: float | None = None) -> tuple[list[PendingTask], float, float]:
@@ -134,7 +144,7 @@ class Snapshot:
         with self._lock:
             items, taken, read_s = self._items, self._taken, self._read_s
         if items is None:
-            self._read()  # the first read: nothing to show before it
+            self._read(unless_kept=True)  # the first read: nothing to show before it (or the one under way)
             with self._lock:
                 items, taken, read_s = self._items or [], self._taken, self._read_s
         age = time.monotonic() - taken
@@ -142,23 +152,40 @@ class Snapshot:
             self._refresh_in_background()
         return items, read_s, max(0.0, age)
 
-    def _read(self) -> None:
+    def _read(self, *, unless_kept: bool = False) -> None:
         with self._reading:
-            started = time.monotonic()
-            items = self._reader(self.app)
-            with self._lock:
-                self._items, self._taken, self._read_s = items, time.monotonic(), time.monotonic() - started
-                self.error = None
+            while True:
+                with self._lock:
+                    if unless_kept and self._items is not None:
+                        return  # another caller's read (this one waited for it) gave a list
+                    self._gone = set()  # an action from now on: this read may still list what it removed
+                started = time.monotonic()
+                items = self._reader(self.app)
+                with self._lock:
+                    gone = self._gone or set()
+                    again = bool(gone)
+                    if again:
+                        items = [t for t in items if t.task_id not in gone]
+                    self._items, self._taken, self._read_s = items, time.monotonic(), time.monotonic() - started
+                    self._gone, self.error = None, None
+                if not again:
+                    return
+                unless_kept = False  # read once more: the action's own effects are in the index now
 
     def _refresh_in_background(self) -> None:
-        if self._reading.locked():
-            return
+        with self._lock:
+            if self._refreshing or self._reading.locked():
+                return
+            self._refreshing = True
 
         def run() -> None:
             try:
                 self._read()
             except Exception as exc:  # noqa: BLE001 - kept for the page to show; the old list stays
                 self.error = exc
+            finally:
+                with self._lock:
+                    self._refreshing = False
         threading.Thread(target=run, name="delayq-web-index", daemon=True).start()
 
 

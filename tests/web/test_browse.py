@@ -47,6 +47,80 @@ def test_snapshot_serves_the_kept_list_and_refreshes_in_the_background() -> None
     assert len(snap.get()[0]) >= 20  # the re-read arrived (ttl 0: more may follow)
 
 
+def test_callers_that_find_no_list_share_one_read() -> None:
+    """`delayq web` starts a read in the background; the clicks that come before it ends wait for it instead
+    of each reading the whole index again (at 100,000 waiting a read takes seconds)."""
+    reads: list[int] = []
+
+    def reader(app: Any, **_: Any) -> list[PendingTask]:
+        reads.append(1)
+        time.sleep(0.3)
+        return [_task(i) for i in range(10)]
+
+    snap = Snapshot(None, reader=reader)
+    snap.forget(())  # what the CLI does at start
+    clicks = [threading.Thread(target=snap.get) for _ in range(4)]
+    for c in clicks:
+        c.start()
+    for c in clicks:
+        c.join()
+    assert len(reads) == 1 and len(snap.get()[0]) == 10
+
+
+def test_many_callers_of_a_stale_list_start_one_read() -> None:
+    reads: list[int] = []
+    gate = threading.Event()
+
+    def reader(app: Any, **_: Any) -> list[PendingTask]:
+        reads.append(1)
+        if len(reads) > 1:
+            gate.wait(5)
+        return [_task(i) for i in range(10)]
+
+    snap = Snapshot(None, ttl=0.0, reader=reader)
+    snap.get()
+    barrier = threading.Barrier(16)
+
+    def click() -> None:
+        barrier.wait()
+        snap.get()
+
+    clicks = [threading.Thread(target=click) for _ in range(16)]
+    for c in clicks:
+        c.start()
+    for c in clicks:
+        c.join()
+    time.sleep(0.2)
+    assert len(reads) == 2  # the first read, and one background re-read for all sixteen
+    gate.set()
+
+
+def test_a_read_under_way_when_an_action_is_taken_does_not_bring_its_tasks_back() -> None:
+    """A cancel while the background read runs: that read began before it and can still list the task; the
+    page must not show it again (as fresh), and the index is read once more."""
+    reads: list[int] = []
+    started, go_on = threading.Event(), threading.Event()
+
+    def reader(app: Any, **_: Any) -> list[PendingTask]:
+        reads.append(1)
+        if len(reads) == 2:
+            started.set()
+            go_on.wait(5)
+        return [_task(i) for i in range(10)]
+
+    snap = Snapshot(None, ttl=0.0, reader=reader)
+    snap.get()
+    snap.get()  # stale: the second read starts in the background
+    assert started.wait(5)
+    snap.forget(["id-00003"])  # the action, while that read runs
+    go_on.set()
+    deadline = time.monotonic() + 5
+    while len(reads) < 3 and time.monotonic() < deadline:
+        assert "id-00003" not in [t.task_id for t in snap.get()[0]]
+        time.sleep(0.005)
+    assert len(reads) >= 3  # read again after the action
+
+
 def test_page_of_cuts_the_sorted_list(monkeypatch: Any) -> None:
     every = [_task(i) for i in range(120)]
     snap = Snapshot(None, reader=lambda app, **_: every)
