@@ -122,6 +122,10 @@ class Soak:
         self.stop = threading.Event()
         self.errors: list[str] = []
         self.topology_left: list[str] = []
+        self.celery_own: list[str] = []
+        self.incidents: list[dict[str, Any]] = []
+        self.pending_raw: dict[str, Any] = {}
+        self.faulting: set[int] = set()
         self.operator_pid = 0
 
     # -- processes -----------------------------------------------------------
@@ -217,9 +221,24 @@ class Soak:
             _wait_rejoined(self.cluster, timeout=180)
         self.note(plan, start, node=node.nodename, outage_s=round(time.time() - start, 1))
 
+    def supervise(self) -> None:
+        """Restart a worker that exited by itself, as systemd's ``Restart=always`` would, and record why it exited."""
+        for i, proc in list(self.workers.items()):
+            if i in self.faulting or proc.poll() is None:
+                continue
+            log = (self.workdir / f"w{i + 1}.log").read_text(errors="replace")
+            why = [line.split("] ", 1)[-1] for line in log.splitlines() if "CRITICAL" in line or "Unrecoverable" in line]
+            with self.lock:
+                self.incidents.append({"t_s": round(time.time() - self.t0, 1), "worker": f"w{i + 1}",
+                                       "exit": proc.returncode, "why": why[-1][:400] if why else "?"})
+            self.say(f"  [{time.time() - self.t0:6.1f}s] worker w{i + 1} exited by itself ({proc.returncode}): "
+                     f"{why[-1][:200] if why else '?'}; restarted")
+            self.start_worker(i)
+
     def client_fault(self, plan: FaultPlan) -> None:
         self.say(f"  [{time.time() - self.t0:6.1f}s] {plan.describe()}")
         if plan.kind in ("worker_kill9", "worker_restart"):
+            self.faulting.add(plan.target)
             proc = self.workers[plan.target]
             start = time.time()
             if plan.kind == "worker_kill9":
@@ -234,6 +253,7 @@ class Soak:
                     proc.wait()
             time.sleep(plan.down_s)
             self.start_worker(plan.target)
+            self.faulting.discard(plan.target)
             self.note(plan, start, worker=f"w{plan.target + 1}", pid=proc.pid, exit=proc.returncode)
         elif plan.kind == "publisher_kill9":
             state = self.ledger / f"pub-{plan.target}.state"
@@ -296,10 +316,14 @@ class Soak:
         clients = threading.Thread(target=self.run_faults, args=([p for p in plans if not p.broker],), daemon=True)
         faults.start()
         clients.start()
+        next_say = time.time() + 30
         while time.time() < self.end:
-            time.sleep(min(30.0, max(0.1, self.end - time.time())))
-            runs = sum(1 for p in self.ledger.glob("run-*.jsonl") for _ in open(p))
-            self.say(f"  [{time.time() - self.t0:6.1f}s] runs recorded {runs}; load {os.getloadavg()[0]:.2f}")
+            time.sleep(min(2.0, max(0.1, self.end - time.time())))
+            self.supervise()
+            if time.time() >= next_say:
+                next_say += 30
+                runs = sum(1 for p in self.ledger.glob("run-*.jsonl") for _ in open(p))
+                self.say(f"  [{time.time() - self.t0:6.1f}s] runs recorded {runs}; load {os.getloadavg()[0]:.2f}")
         self.stop.set()
         faults.join()
         clients.join()
@@ -310,10 +334,7 @@ class Soak:
                 p.kill()
         self.say(f"  [{time.time() - self.t0:6.1f}s] load over; healing")
         _wait_rejoined(cl, timeout=300)
-        for i, p in self.workers.items():
-            if p.poll() is not None:
-                self.errors.append(f"worker w{i + 1} had exited ({p.returncode}); restarted")
-                self.start_worker(i)
+        self.supervise()
         pending_read = self.read_pending()
         last_due = max((json.loads(line).get("due", 0) for p in self.ledger.glob("pub-*.jsonl") for line in open(p)
                         if '"sent"' in line), default=time.time())
@@ -325,7 +346,9 @@ class Soak:
                             pending_read=None, leftover=[])
             if verdict["n_lost"] == 0 and time.time() > last_due + 10:
                 break
-            time.sleep(10.0)
+            for _ in range(5):
+                time.sleep(2.0)
+                self.supervise()
         time.sleep(10.0)  # late duplicates
         parked = self.read_parked()
         for p in self.workers.values():
@@ -352,7 +375,8 @@ class Soak:
         for _ in range(5):
             done = self.py(code)
             if done.returncode == 0:
-                return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+                self.pending_raw = dict(json.loads(done.stdout.strip().splitlines()[-1]))
+                return self.pending_raw
             self.errors.append(f"pending read failed: {done.stderr[-500:]}")
             time.sleep(10)
         return None
@@ -369,27 +393,41 @@ class Soak:
 
     def delete_everything(self) -> list[str]:
         """``delayq topology delete``, then the task queue; what queues remain on the cluster."""
-        done = self.cli("topology", "delete", "--discard-messages", "--yes")
+        done = self.cli("topology", "delete", "--discard-messages", "--parking", "--yes")
         if done.returncode != 0:
             self.errors.append(f"topology delete failed: {done.stderr[-500:]}")
         remaining = [str(q["name"]) for q in _api_any(self.cluster, "/api/queues/%2F?columns=name")]
         self.topology_left = [q for q in remaining if q.startswith(self.prefix + ".")]
+        # Celery's own (5.5) native delayed-delivery queues, declared by its workers for quorum task queues:
+        # not the ladder's, and empty here (every countdown goes through the ladder); reported, then removed.
+        rows = _api_any(self.cluster, "/api/queues/%2F?columns=name,messages")
+        self.celery_own = [f"{q['name']} ({q.get('messages', 0)} messages)" for q in rows
+                           if str(q["name"]).startswith("celery_delayed_")]
+        names = [str(q["name"]) for q in rows if str(q["name"]).startswith("celery_delayed_")]
         self.py("import soakapp\nwith soakapp.app.connection_for_write() as c:\n"
-                f"    c.default_channel.queue_delete({self.prefix + '-dest'!r})\n")
+                f"    for q in {[self.prefix + '-dest', *names]!r}:\n        c.default_channel.queue_delete(q)\n")
         time.sleep(2)
         return [str(q["name"]) for q in _api_any(self.cluster, "/api/queues/%2F?columns=name")]
 
 
-def run_soak(cfg: SoakSettings, *, workdir: Path, say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Start the cluster, run the soak, stop the cluster and remove its data; the result document."""
+def run_soak(cfg: SoakSettings, *, workdir: Path, say: Callable[[str], None] = print,
+             cluster: Cluster | None = None) -> dict[str, Any]:
+    """Start the cluster, run the soak, stop the cluster and remove its data; the result document.
+
+    ``cluster``: run on this one instead (a test session's; it must have ``pause_minority``), and leave it running.
+    """
     plans = draw_schedule(cfg.seed, cfg.minutes, workers=cfg.workers, publishers=cfg.publishers)
     say(f"soak {cfg.flavour}: seed {cfg.seed}, {cfg.minutes:g} min, {len(plans)} faults:")
     for p in plans:
         say(f"  {p.describe()}")
     advanced = f"{PAUSE_MINORITY}, {DLX_TIMEOUT_310}" if cfg.flavour == "host" else PAUSE_MINORITY
     started = time.time()
-    prefix = f"sk{cfg.flavour[0]}"
-    cluster = Cluster.start(cfg.flavour, size=3, base_port=cfg.base_port, prefix=prefix, rabbit_advanced=advanced)
+    own = cluster is None
+    if cluster is None:
+        cluster = Cluster.start(cfg.flavour, size=3, base_port=cfg.base_port, prefix=f"sk{cfg.flavour[0]}",
+                                rabbit_advanced=advanced)
+    else:
+        advanced = cluster.nodes[0].rabbit_advanced
     try:
         say(f"  cluster up in {time.time() - started:.0f} s: {', '.join(n.nodename for n in cluster.nodes)}")
         broker = _version(cluster.nodes[0])
@@ -399,14 +437,16 @@ def run_soak(cfg: SoakSettings, *, workdir: Path, say: Callable[[str], None] = p
         load.append(os.getloadavg())
         uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     finally:
-        cluster.shutdown()
-        for node in cluster.nodes:
-            shutil.rmtree(node.flavour.host_path(node._dir), ignore_errors=True)
+        if own:
+            cluster.shutdown()
+            for node in cluster.nodes:
+                shutil.rmtree(node.flavour.host_path(node._dir), ignore_errors=True)
     return {"flavour": cfg.flavour, "broker": broker, "seed": cfg.seed, "minutes": cfg.minutes,
             "settings": {k: v for k, v in vars(cfg).items()}, "ladder_span_s": ladder_span(cfg.levels),
             "rabbit_advanced": advanced, "schedule": [p.row() | {"what": p.describe()} for p in plans],
             "faults": soak.events, "fault_count": len(soak.events), "errors": soak.errors,
-            "topology_left_after_delete": soak.topology_left, "uptime_end": uptime,
+            "topology_left_after_delete": soak.topology_left, "celery_own_queues": soak.celery_own,
+            "incidents": soak.incidents, "pending_raw": soak.pending_raw, "uptime_end": uptime,
             "wall_s": round(time.time() - started), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
             **verdict}
 
@@ -442,6 +482,13 @@ def markdown(doc: dict[str, Any]) -> str:
         lines.append(f"| {f['n']} | {f['kind']} {f['target'] + 1 if f['kind'] != 'conn_cut' else ''} | {f['start_s']} |"
                      f" {f['took_s']} | {', '.join(f'{k}={v}' for k, v in did.items())} | {e['tasks_due']} |"
                      f" {e['late'].get('p50', '-')} / {e['late'].get('max', '-')} | {e['duplicates']} |")
+    for inc in doc.get("incidents", []):
+        lines += ["", f"Incident: worker {inc['worker']} exited by itself at t={inc['t_s']} s (status {inc['exit']}):"
+                      f" `{inc['why']}`; restarted by the soak's supervisor."]
+    if doc.get("celery_own_queues"):
+        lines += ["", f"Celery's own delayed-delivery queues (not the ladder's), deleted after: "
+                      f"{len(doc['celery_own_queues'])}, messages in them: "
+                      f"{sum(int(q.split('(')[1].split()[0]) for q in doc['celery_own_queues'])}."]
     if doc["errors"]:
         lines += ["", "Tooling errors: " + "; ".join(doc["errors"])]
     return "\n".join(lines) + "\n"
