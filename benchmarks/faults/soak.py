@@ -10,9 +10,9 @@ the setting of docs/clusters.md; ``rmq4`` = 4.3), both with ``pause_minority``:
   ladder's leaders spread, ``broker_url`` listing the three nodes, quorum task queues, a small ladder
   (7 levels = 164 s per pass for the short run, 8 = 655 s for the long one) so that laps happen;
 - two delayq workers (``celery worker`` subprocesses, solo pool, ``task_acks_late``);
-- two publishers and an operator in their own processes (:mod:`.soak_procs`): the mix of
+- two publishers and two operators in their own processes (:mod:`.soak_procs`): the mix of
   :data:`.soak_procs.MIX` at ``--rate`` tasks/s, countdowns 0.5 s to ``--top`` (120 s short, 600 s
-  long), singles and ``batch()`` blocks; the operator cancels the ``cancel`` tasks and runs the
+  long), singles and ``batch()`` blocks; the operators cancel the ``cancel`` tasks and run the
   ``runnow`` tasks now (the CLI's ``delayq run-now``) while they wait;
 - the faults of :func:`.soak_schedule.draw_schedule` (seeded): broker faults one at a time, client
   faults overlapping them;
@@ -126,7 +126,7 @@ class Soak:
         self.incidents: list[dict[str, Any]] = []
         self.pending_raw: dict[str, Any] = {}
         self.faulting: set[int] = set()
-        self.operator_pid = 0
+        self.operator_pids: set[int] = set()
 
     # -- processes -----------------------------------------------------------
     def start_worker(self, i: int) -> None:
@@ -159,10 +159,10 @@ class Soak:
              str(c.seed)], env=self.env, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT)
         log.close()
 
-    def start_operator(self) -> subprocess.Popen[bytes]:
-        log = open(self.workdir / "operator.log", "ab")  # noqa: SIM115 - the child keeps it
+    def start_operator(self, only: str) -> subprocess.Popen[bytes]:
+        log = open(self.workdir / f"operator-{only}.log", "ab")  # noqa: SIM115 - the child keeps it
         proc = subprocess.Popen([sys.executable, "-m", "benchmarks.faults.soak_procs", "operator", str(self.ledger),
-                                 str(self.end), str(self.workdir)], env=self.env, cwd=self.workdir, stdout=log,
+                                 str(self.end), str(self.workdir), only], env=self.env, cwd=self.workdir, stdout=log,
                                 stderr=subprocess.STDOUT)
         log.close()
         return proc
@@ -294,7 +294,7 @@ class Soak:
                 for i, p in self.publishers.items():
                     if p.pid == c.pid:
                         return c.pid, f"publisher {i + 1}"
-                return c.pid, "operator" if c.pid == getattr(self, "operator_pid", 0) else "other"
+                return c.pid, "operator" if c.pid in self.operator_pids else "other"
         return 0, "unknown"
 
     # -- the run -------------------------------------------------------------
@@ -310,8 +310,8 @@ class Soak:
         self.end = self.t0 + c.minutes * 60.0
         for i in range(c.publishers):
             self.start_publisher(i)
-        operator = self.start_operator()
-        self.operator_pid = operator.pid
+        operators = [self.start_operator("cancel"), self.start_operator("runnow")]
+        self.operator_pids = {p.pid for p in operators}
         faults = threading.Thread(target=self.run_faults, args=([p for p in plans if p.broker],), daemon=True)
         clients = threading.Thread(target=self.run_faults, args=([p for p in plans if not p.broker],), daemon=True)
         faults.start()
@@ -327,7 +327,7 @@ class Soak:
         self.stop.set()
         faults.join()
         clients.join()
-        for p in [*self.publishers.values(), operator]:
+        for p in [*self.publishers.values(), *operators]:
             try:
                 p.wait(timeout=120)
             except subprocess.TimeoutExpired:
@@ -503,16 +503,18 @@ def markdown(doc: dict[str, Any]) -> str:
 @click.option("--rate", type=float, default=10.0, help="Tasks per second over all publishers.")
 @click.option("--out", type=click.Path(path_type=Path), default=RESULTS / "soak",
               help="Writes <out>-<flavour>-<minutes>m-<seed>.json and appends its section to <out>.md.")
-def main(flavour: str, minutes: float, seed: int | None, base_port: int | None, rate: float, out: Path) -> None:
+@click.option("--keep", type=click.Path(path_type=Path), default=Path("/tmp/soak-ledgers"),
+              help="Where the run's directory (ledger files, worker and publisher logs) is copied.")
+def main(flavour: str, minutes: float, seed: int | None, base_port: int | None, rate: float, out: Path,
+         keep: Path) -> None:
     """Random faults under steady load on a private 3-node cluster; every task accounted for."""
     seed = random.SystemRandom().randrange(1, 10**6) if seed is None else seed
     cfg = SoakSettings(flavour, minutes, seed, base_port or DEFAULT_PORTS[flavour], rate=rate)
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
         doc = run_soak(cfg, workdir=Path(tmp), say=lambda s: print(s, flush=True))
-        keep = out.parent / "soak-ledgers" / f"{flavour}-{minutes:g}m-{seed}"
-        if not doc["ok"]:  # the evidence, for finding the cause
-            shutil.copytree(Path(tmp), keep, dirs_exist_ok=True)
-            doc["kept"] = str(keep)
+        kept = keep / f"{flavour}-{minutes:g}m-{seed}"  # the evidence, for finding a cause
+        shutil.copytree(Path(tmp), kept, dirs_exist_ok=True)
+        doc["kept"] = str(kept)
     out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}-{flavour}-{minutes:g}m-{seed}.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
     with open(f"{out}.md", "a") as f:

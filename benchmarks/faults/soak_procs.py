@@ -192,13 +192,17 @@ def publisher_main(index: int, ledger_dir: Path, end: float, rate: float, top: f
     say("done")
 
 
-def operator_main(ledger_dir: Path, end: float, workdir: Path) -> None:
-    """Cancel every confirmed ``cancel`` task and run every ``runnow`` task now, while they wait."""
+def operator_main(ledger_dir: Path, end: float, workdir: Path, only: str) -> None:
+    """Cancel every confirmed ``cancel`` task, or run every ``runnow`` task now (``only``), while they wait.
+
+    One operator process per kind: a run-now through the CLI takes seconds on a loaded machine, and
+    cancels must not wait behind them.
+    """
     import celery_delayq
     import soakapp  # type: ignore[import-not-found]
     from celery_delayq import TaskIdNotFound
 
-    ledger = _Ledger(ledger_dir / f"op-{os.getpid()}.jsonl")
+    ledger = _Ledger(ledger_dir / f"op-{only}-{os.getpid()}.jsonl")
     offsets: dict[Path, int] = {}
     kinds: dict[str, tuple[str, float]] = {}
     todo: dict[str, float] = {}  # task id -> when to try
@@ -213,7 +217,7 @@ def operator_main(ledger_dir: Path, end: float, workdir: Path) -> None:
                         break
                     offsets[path] = f.tell()
                     row = json.loads(line)
-                    if row["ev"] == "sent" and row["kind"] in ("cancel", "runnow"):
+                    if row["ev"] == "sent" and row["kind"] == only:
                         kinds[row["id"]] = (row["kind"], row["due"])
                     elif row["ev"] == "ok":
                         for i in row["ids"]:
@@ -264,8 +268,8 @@ def main(argv: list[str]) -> None:
         publisher_main(int(index), Path(ledger), float(end), float(rate), float(top), float(span), float(tail),
                        int(seed))
     elif role == "operator":
-        ledger, end, workdir = argv[1:4]
-        operator_main(Path(ledger), float(end), Path(workdir))
+        ledger, end, workdir, only = argv[1:5]
+        operator_main(Path(ledger), float(end), Path(workdir), only)
     else:
         raise SystemExit(f"unknown role {role!r} (publisher or operator)")
 

