@@ -369,7 +369,7 @@ class Topology:
         It is classic (see :meth:`entities`), so it lives on one node of a cluster, and while that
         node is down or stopped RabbitMQ answers its declare with a 404 ("home node ... is down or
         inaccessible" on 3.10 and 4.x, "process is stopped by supervisor" on 4.3 right after the
-        stop). In one pipeline with the rest, that 404 failed every worker and every new publishing
+        stop, "failed to perform operation on queue ... due to timeout" on 4.3 while it restarts). In one pipeline with the rest, that 404 failed every worker and every new publishing
         process of the app until the node was back (a worker exits at start: Celery's "Unrecoverable
         error"), seen in the chaos soak (``benchmarks/faults/soak.py``, a worker restarted while the
         node holding the laps queue was stopped). The queue exists (a 404 for a new one cannot
@@ -654,7 +654,8 @@ def _starting_elsewhere(exc: BaseException) -> bool:
 def _queue_unavailable(exc: BaseException) -> bool:
     """A 404 for a queue that exists but whose process is not running: its (classic) node is down or stopping."""
     text = str(getattr(exc, "reply_text", exc))
-    return isinstance(exc, amqp.NotFound) and ("down or inaccessible" in text or "stopped by supervisor" in text)
+    return isinstance(exc, amqp.NotFound) and any(
+        sign in text for sign in ("down or inaccessible", "stopped by supervisor", "due to timeout"))
 
 
 def _racing_declares() -> tenacity.Retrying:
