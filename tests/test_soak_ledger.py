@@ -71,7 +71,11 @@ def _run(task_id: str, t: float, attempt: int = 0, due: float | None = 100.0, en
             "arg_due": due}
 
 
-def _check(ledger: Ledger, *, parked: list[str] | None = None, faults: list[dict[str, Any]] | None = None,
+def _parked(*ids: str, reason: str = "exhausted", at: float = 104.0) -> list[dict[str, Any]]:
+    return [{"task_id": i, "reason": reason, "parked_at": at} for i in ids]
+
+
+def _check(ledger: Ledger, *, parked: list[dict[str, Any]] | None = None, faults: list[dict[str, Any]] | None = None,
            pending: dict[str, Any] | None = None, leftover: list[str] | None = None) -> dict[str, Any]:
     return check(ledger, parked=parked or [], faults=faults or [], span=164.0,
                  pending_read=pending if pending is not None else {"at": 10_000.0, "pending": {}, "page": []},
@@ -90,7 +94,7 @@ def test_a_clean_run_passes_and_counts_every_kind() -> None:
              {"ev": "runnow", "id": "e", "res": "ok", "t0": 97, "t1": 98}],
         runs=[_run("a", 100.2), _run("b", 100.1), _run("b", 102.5, 1, due=102.4, entry="e2"), _run("c", 100.3),
               _run("c", 101.5, 1, 101.4, "e3"), _run("c", 103.6, 2, 103.5, "e4"), _run("e", 97.5, due=None)])
-    out = _check(ledger, parked=["c"])
+    out = _check(ledger, parked=_parked("c"))
     assert out["ok"], out["checks"]
     assert out["totals"]["confirmed"] == 5 and out["totals"]["unconfirmed"] == 1
     assert out["totals"]["kinds"] == {"plain": 1, "flaky": 1, "doomed": 1, "cancel": 1, "runnow": 1, "lap": 0}
@@ -162,3 +166,24 @@ def test_read_dir_skips_a_line_cut_by_a_kill(tmp_path: Path) -> None:
     (tmp_path / "run-w1-42.jsonl").write_text('{"id": "a", "t": 2, "attempt": 0}\n')
     ledger = read_dir(tmp_path)
     assert len(ledger.pubs) == 1 and ledger.runs[0]["pid"] == "42"
+
+
+def test_a_retry_parked_after_its_publish_failed_is_explained_only_by_a_broker_fault() -> None:
+    ledger = Ledger(pubs=[_sent("b", "flaky", succeed_at=1), {"ev": "ok", "ids": ["b"], "t": 91}],
+                    runs=[_run("b", 100.1), _run("b", 140.0, 1, due=139.0, entry="e2")])
+    during = _check(ledger, parked=_parked("b", reason="retry-failed", at=131.0),
+                    faults=[_fault(1, "partition", 95.0, 125.0)])
+    assert during["checks"]["parked_listed"] and during["totals"]["parked_retry_failed"] == 1
+    assert during["parked_retry_failed"][0]["why"].startswith("#1 partition")
+    alone = _check(ledger, parked=_parked("b", reason="retry-failed", at=131.0))
+    assert alone["parked_unexpected"] == ["b"] and not alone["checks"]["parked_listed"]
+    exhausted = _check(ledger, parked=_parked("b", at=131.0), faults=[_fault(1, "partition", 95.0, 125.0)])
+    assert exhausted["parked_unexpected"] == ["b"]
+
+
+def test_a_task_whose_cancel_ended_in_an_error_may_be_listed_by_pending_or_not() -> None:
+    ledger = Ledger(pubs=[_sent("c", "cancel", due=500), {"ev": "ok", "ids": ["c"], "t": 91}],
+                    ops=[{"ev": "cancel", "id": "c", "res": "unknown", "t0": 95, "t1": 96}],
+                    runs=[_run("c", 500.1, due=500)])
+    for listed in ({"c": 500.0}, {}):
+        assert _check(ledger, pending={"at": 100.0, "pending": listed, "page": list(listed)})["checks"]["pending_agrees"]

@@ -128,6 +128,7 @@ class Soak:
         self.celery_own: list[str] = []
         self.incidents: list[dict[str, Any]] = []
         self.pending_raw: dict[str, Any] = {}
+        self.parked: list[dict[str, Any]] = []
         self.faulting: set[int] = set()
         self.operator_pids: set[int] = set()
 
@@ -397,6 +398,7 @@ class Soak:
                 self.supervise()
         time.sleep(10.0)  # late duplicates
         parked = self.read_parked()
+        self.parked = parked
         for p in self.workers.values():
             p.terminate()
         for p in self.workers.values():
@@ -427,10 +429,11 @@ class Soak:
             time.sleep(10)
         return None
 
-    def read_parked(self) -> list[str]:
+    def read_parked(self) -> list[dict[str, Any]]:
         code = ("import json\nimport soakapp\nfrom celery_delayq import ParkingQueue\n"
                 "with ParkingQueue.for_app(soakapp.app) as q:\n"
-                "    print(json.dumps([m.task_id for m in q.list()]))\n")
+                "    print(json.dumps([{'task_id': m.task_id, 'reason': m.reason, 'parked_at': m.parked_at}"
+                " for m in q.list()]))\n")
         done = self.py(code)
         if done.returncode != 0:
             self.errors.append(f"parking read failed: {done.stderr[-500:]}")
@@ -492,7 +495,7 @@ def run_soak(cfg: SoakSettings, *, workdir: Path, say: Callable[[str], None] = p
             "rabbit_advanced": advanced, "schedule": [p.row() | {"what": p.describe()} for p in plans],
             "faults": soak.events, "fault_count": len(soak.events), "errors": soak.errors,
             "topology_left_after_delete": soak.topology_left, "celery_own_queues": soak.celery_own,
-            "incidents": soak.incidents, "pending_raw": soak.pending_raw, "uptime_end": uptime,
+            "incidents": soak.incidents, "pending_raw": soak.pending_raw, "parked_read": soak.parked, "uptime_end": uptime,
             "wall_s": round(time.time() - started), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
             **verdict}
 
@@ -511,7 +514,8 @@ def markdown(doc: dict[str, Any]) -> str:
               f" PublishError-named {t['publish_failed']}, unconfirmed {t['unconfirmed']} (of which ran anyway "
               f"{t['unconfirmed_ran']}); runs {t['runs']}; cancels {t['cancels_ok']} (not found {t['cancels_notfound']}),"
               f" run-nows {t['runnows_ok']}, operations left open by an error {t['ops_unknown']}, skipped "
-              f"{t['ops_skipped']}; parked {t['parked']}; runs after a lap {t['laps_seen']}; lost {doc['n_lost']}, "
+              f"{t['ops_skipped']}; parked {t['parked']} (of which retries parked after a publish failed in a fault: "
+              f"{t.get('parked_retry_failed', 0)}); runs after a lap {t['laps_seen']}; lost {doc['n_lost']}, "
               f"early {doc['n_early']}, cancelled and run {len(doc['cancelled_run'])}, duplicates {t['duplicates']}"
               f" ({', '.join(f'{k}: {v}' for k, v in doc['duplicates_by_cause'].items()) or 'none'}).", "",
               f"Pending once healthy: {json.dumps(doc['pending'])}; queues left after `topology delete`: "

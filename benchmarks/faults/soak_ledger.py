@@ -13,7 +13,10 @@ The checks (none is loosened for a fault):
   publisher computed (which is earlier than the real one) unless it was run now;
 - cancelled and run: any run of a task whose cancel was confirmed;
 - run-now: a task moved by a confirmed run-now runs exactly once, after the run-now started;
-- parked: every task that exhausted its retries is in the parking queue, and nothing else is;
+- parked: every task that exhausted its retries is in the parking queue; anything else there must be a
+  retry whose publish failed or was not confirmed (the worker parks the attempt rather than lose it,
+  reason ``retry-failed``) during a broker fault: a copy that may run again if replayed, counted
+  apart like a duplicate;
 - duplicates: a second run of one (task, attempt), each attributed to a fault (:func:`attribute`);
   one that no fault explains fails the run;
 - pending: once the cluster is healthy, ``pending`` and the page list exactly the confirmed tasks
@@ -127,11 +130,11 @@ def attribute(dup: dict[str, Any], before: dict[str, Any], faults: list[dict[str
     return "unexplained"
 
 
-def check(ledger: Ledger, *, parked: list[str], faults: list[dict[str, Any]], span: float,
+def check(ledger: Ledger, *, parked: list[dict[str, Any]], faults: list[dict[str, Any]], span: float,
           pending_read: dict[str, Any] | None, leftover: list[str]) -> dict[str, Any]:
     """The run's totals and checks; ``ok`` is true only when every check holds.
 
-    ``faults``: what ran (``n``, ``kind``, ``broker``, ``target``, ``start``, ``end``, and ``worker``/``pid``
+    ``parked``: the parking queue's messages (``task_id``, ``reason``, ``parked_at``). ``faults``: what ran (``n``, ``kind``, ``broker``, ``target``, ``start``, ``end``, and ``worker``/``pid``
     for client faults). ``pending_read``: ``{"at": t, "pending": {id: due}, "page": [ids]}`` read once
     healthy, or ``None`` when it could not be read (a failed check).
     """
@@ -189,10 +192,21 @@ def check(ledger: Ledger, *, parked: list[str], faults: list[dict[str, Any]], sp
         by_cause[d["why"].split(":")[0]] += 1
 
     must_park = {i for i in confirmed if sent.get(i, {}).get("kind") == "doomed"} - cancelled_ok
-    parked_set = set(parked)
+    parked_set = {str(p["task_id"]) for p in parked}
     parked_missing = sorted(i for i in must_park if (i, 2) in runs_by and i not in parked_set)
     parked_missing += sorted(i for i in must_park if (i, 2) not in runs_by and i not in parked_set and i not in lost)
-    parked_unexpected = sorted(parked_set - {i for i, s in sent.items() if s["kind"] == "doomed"})
+    doomed = {i for i, s in sent.items() if s["kind"] == "doomed"}
+    parked_retry_failed, parked_unexpected = [], []
+    for p in parked:
+        if p["task_id"] in doomed:
+            continue
+        at = float(p.get("parked_at") or 0)
+        near = [f for f in faults if f["broker"] and f["start"] - 60.0 <= at <= f["end"] + 60.0]
+        if p.get("reason") == "retry-failed" and near:
+            parked_retry_failed.append({"id": p["task_id"], "why": f"#{near[0]['n']} {near[0]['kind']}: its retry's "
+                                        "publish failed or was not confirmed; parked rather than lost"})
+        else:
+            parked_unexpected.append(str(p["task_id"]))
 
     pending_check: dict[str, Any] = {"read": pending_read is not None}
     if pending_read is not None:
@@ -209,8 +223,10 @@ def check(ledger: Ledger, *, parked: list[str], faults: list[dict[str, Any]], sp
             missing=sorted(expected - listed)[:20], n_missing=len(expected - listed),
             unknown=sorted(listed - known)[:20], cancelled_listed=sorted(listed & cancelled_ok)[:20],
             page_differs=len(page ^ set(pending_read["pending"])))
-        # a task listed that the ledger says will not wait there (ran, or moved) is a disagreement too
-        extra = {i for i in listed - expected if i in known and sent[i]["kind"] in ("plain", "lap", "cancel", "runnow")
+        # a task listed that the ledger says will not wait there (ran, or moved) is a disagreement too;
+        # one whose cancel or run-now ended in an error may be listed or not
+        extra = {i for i in listed - expected - open_ops
+                 if i in known and sent[i]["kind"] in ("plain", "lap", "cancel", "runnow")
                  and float(sent[i]["due"]) > at + PENDING_MARGIN_S + 2.0}
         pending_check.update(n_extra=len(extra), extra=sorted(extra)[:20])
 
@@ -250,12 +266,13 @@ def check(ledger: Ledger, *, parked: list[str], faults: list[dict[str, Any]], sp
             "cancels_notfound": sum(1 for r in cancels.values() if r["res"] == "notfound"),
             "runnows_ok": len(runnow_ok), "ops_unknown": len(open_ops),
             "ops_skipped": sum(1 for r in {**cancels, **runnows}.values() if r["res"] == "skipped"),
-            "parked": len(parked), "laps_seen": sum(1 for r in ledger.runs if r.get("laps")),
+            "parked": len(parked), "parked_retry_failed": len(parked_retry_failed), "laps_seen": sum(1 for r in ledger.runs if r.get("laps")),
             "duplicates": len(duplicates),
         },
         "lost": lost[:50], "n_lost": len(lost), "early": early[:50], "n_early": len(early),
         "cancelled_run": cancelled_run, "runnow_bad": runnow_bad, "parked_missing": parked_missing,
-        "parked_unexpected": parked_unexpected, "duplicates_by_cause": dict(by_cause),
+        "parked_unexpected": parked_unexpected, "parked_retry_failed": parked_retry_failed,
+        "duplicates_by_cause": dict(by_cause),
         "duplicates": duplicates[:200], "pending": pending_check, "leftover": leftover,
         "lateness": {"all": percentiles(late), "no_fault": percentiles(p["late"] for p in per_task if not p["faults"]),
                      "broker_fault": percentiles(p["late"] for p in per_task if p["broker"]),
