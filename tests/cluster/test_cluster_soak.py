@@ -1,14 +1,14 @@
 """The chaos soak's 5-minute version (``python -m benchmarks.faults.soak --minutes 5``) on RabbitMQ 4.3.
 
 The session's private 4.3 cluster (``pause_minority``; the soak kills, stops and partitions its
-nodes and heals them before it returns), two workers, two publishers and an operator, the faults of a fixed seed (so a
+nodes and heals them before it returns), two workers, two publishers and two operators, the faults of a fixed seed (so a
 failure replays: ``python -m benchmarks.faults.soak --flavour rmq4 --minutes 5 --seed 36``). Every
 check of the ledger must hold: nothing confirmed lost, nothing early, no cancelled task run, run-nows
 once, every parked task listed, each duplicate explained by a fault, ``pending`` and the page agreeing
 with the ledger once healthy, no queue left after ``delayq topology delete``. Wall time: 14 min 8 s
 measured here (2026-11-27, this 2-core machine at load 30-36 from other sessions: the cluster's start
 105 s, the soak 712 s); on an idle machine the 5 minutes of load, the 2-minute tail of countdowns and
-the settle make about 9 minutes.
+the settle should make about 9 minutes (not measured).
 """
 
 from __future__ import annotations
