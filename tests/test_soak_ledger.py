@@ -187,3 +187,12 @@ def test_a_task_whose_cancel_ended_in_an_error_may_be_listed_by_pending_or_not()
                     runs=[_run("c", 500.1, due=500)])
     for listed in ({"c": 500.0}, {}):
         assert _check(ledger, pending={"at": 100.0, "pending": listed, "page": list(listed)})["checks"]["pending_agrees"]
+
+
+def test_a_retry_parked_because_its_publish_timed_out_is_accounted_for_not_lost() -> None:
+    ledger = Ledger(pubs=[_sent("c", "doomed"), {"ev": "ok", "ids": ["c"], "t": 91}],
+                    runs=[_run("c", 100.3), _run("c", 101.5, 1, 101.4, "e3")])
+    fault = [_fault(1, "partition", 95.0, 125.0)]
+    assert _check(ledger, faults=fault)["lost"] == ["c"]
+    out = _check(ledger, parked=_parked("c", reason="retry-failed", at=110.0), faults=fault)
+    assert out["checks"]["lost"] and out["checks"]["parked_listed"] and out["totals"]["parked_retry_failed"] == 1

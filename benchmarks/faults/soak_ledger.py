@@ -148,6 +148,11 @@ def check(ledger: Ledger, *, parked: list[dict[str, Any]], faults: list[dict[str
     runnow_ok = {i: r for i, r in runnows.items() if r["res"] == "ok"}
     open_ops = {i for i, r in {**cancels, **runnows}.items() if r["res"] == "unknown"}
 
+    retry_failed = {str(p["task_id"]) for p in parked if p.get("reason") == "retry-failed"}
+
+    def parked_retry(task_id: str) -> bool:
+        return task_id in retry_failed
+
     lost, early, cancelled_run, runnow_bad = [], [], [], []
     for task_id in sorted(confirmed):
         s = sent.get(task_id)
@@ -162,8 +167,8 @@ def check(ledger: Ledger, *, parked: list[dict[str, Any]], faults: list[dict[str
             if s["kind"] == "runnow" and task_id not in ran_ids:
                 lost.append(task_id)  # whatever the run-now did, the task runs (moved or where it was)
             continue
-        if (task_id, last) not in runs_by:
-            lost.append(task_id)
+        if (task_id, last) not in runs_by and not parked_retry(task_id):
+            lost.append(task_id)  # (a retry parked because its publish failed waits in the parking queue)
         if task_id in runnow_ok:
             got = runs_by.get((task_id, 0), [])
             if len(got) != 1 or float(got[0]["t"]) < float(runnow_ok[task_id]["t0"]):
@@ -198,7 +203,7 @@ def check(ledger: Ledger, *, parked: list[dict[str, Any]], faults: list[dict[str
     doomed = {i for i, s in sent.items() if s["kind"] == "doomed"}
     parked_retry_failed, parked_unexpected = [], []
     for p in parked:
-        if p["task_id"] in doomed:
+        if p["task_id"] in doomed and p.get("reason") != "retry-failed":
             continue
         at = float(p.get("parked_at") or 0)
         near = [f for f in faults if f["broker"] and f["start"] - 60.0 <= at <= f["end"] + 60.0]
