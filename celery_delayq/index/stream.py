@@ -38,7 +38,7 @@ from typing import Any, Collection, Iterator, Sequence
 import kombu
 
 from ..rabbitmq.confirms import ConfirmChannel, Tracker
-from ..rabbitmq.client import Channel, Connection, Message
+from ..rabbitmq.client import Channel, Connection, Message, attempts
 from ..errors import DelayqError, PublishError, TopologyMissing
 from ..ladder.headers import ENTRY
 from .frames import BASIC_DELIVER, HeaderReader, delivery_tag
@@ -317,14 +317,15 @@ def reader_connection(connection: kombu.Connection, *, retries: int = 1) -> Iter
     """A py-amqp connection of its own to ``connection``'s broker, without heartbeats (a long read cannot
     serve them) and without ``confirm_publish`` (:func:`~celery_delayq.rabbitmq.owned.dedicated_copy`).
 
-    ``retries``: further attempts (0.5 s apart, growing to 5 s) after a failed connect.
+    ``retries``: further rounds of every failover host (0.5 s apart, growing to 5 s) after a failed one.
 
     Raises:
         IndexUnavailable: the broker has no streams (before RabbitMQ 3.9): no index, no cancel log.
     """
     conn = dedicated_copy(connection, "index reader").clone(heartbeat=0)
     try:
-        conn.ensure_connection(max_retries=retries, interval_start=0.5, interval_step=1.0, interval_max=5.0)
+        conn.ensure_connection(max_retries=attempts(conn, retries) - 1, interval_start=0.5, interval_step=1.0,
+                               interval_max=5.0)
         version = broker_version(conn.connection)
         if version < STREAM_VERSION:
             raise IndexUnavailable(f"RabbitMQ {'.'.join(map(str, version))} has no streams (3.9 and later do), "

@@ -16,7 +16,7 @@ from amqp.exceptions import AMQPError, ConnectionError as AMQPConnectionError, R
 
 from ..errors import UnsupportedTransport
 
-__all__ = ["Connection", "Channel", "Message", "NotFound", "PreconditionFailed", "AccessRefused", "AMQPError",
+__all__ = ["attempts", "Connection", "Channel", "Message", "NotFound", "PreconditionFailed", "AccessRefused", "AMQPError",
            "RecoverableConnectionError", "CONNECTION_ERRORS", "raw_connection", "connected", "nack", "declare_queue"]
 
 #: Failures to reach or log in to the broker, whichever layer (socket, kombu, py-amqp) raises them.
@@ -24,7 +24,12 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (OSError, kombu.exceptions.
 
 
 def raw_connection(connection: kombu.Connection, *, retries: int = 0) -> Connection:
-    """``connection`` connected (``retries`` more tries), as its py-amqp connection.
+    """``connection`` connected (every failover host once, then ``retries`` more rounds), as its py-amqp connection.
+
+    One try of each host of a failover ``broker_url`` before giving up, as the ladder's own
+    connection does (:class:`~celery_delayq.rabbitmq.owned.OwnedConnection`): with kombu's
+    ``max_retries=0`` only the first host was tried, so ``cancel``, ``pending``, the parking queue
+    and every CLI command failed while the first node of a cluster was down (the chaos soak).
 
     Raises:
         UnsupportedTransport: the broker transport is not AMQP 0-9-1 (RabbitMQ).
@@ -34,9 +39,17 @@ def raw_connection(connection: kombu.Connection, *, retries: int = 0) -> Connect
         raise UnsupportedTransport(
             f"the delay ladder lives on RabbitMQ (AMQP 0-9-1), but the broker transport is "
             f"{driver!r}; use an amqp:// broker_url or set delayq_broker_url")
-    connection.ensure_connection(max_retries=retries)
+    connection.ensure_connection(max_retries=attempts(connection, retries) - 1)
     raw: Connection = connection.connection
     return raw
+
+
+def attempts(connection: kombu.Connection, retries: int) -> int:
+    """Connection attempts for one try of every failover host, then ``retries`` more rounds (pure).
+
+    kombu switches host after each failed attempt and sleeps only when a round of the hosts is over.
+    """
+    return (retries + 1) * max(1, len(connection.alt or ()))
 
 
 @contextlib.contextmanager

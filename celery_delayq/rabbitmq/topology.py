@@ -346,7 +346,7 @@ class Topology:
         for attempt in _racing_declares():
             with attempt, _pipelined(connection, "the ladder") as ch:
                 for kind, name, args in self.entities():
-                    if name not in streams:
+                    if name not in streams and name != s.laps_queue:
                         _declare(ch, kind, name, args, nowait=True)
                 ch.queue_bind(s.unroutable_queue, s.unroutable_exchange, "", nowait=True)
                 for b in s.bindings():
@@ -357,10 +357,36 @@ class Topology:
                 # The barrier: replies come in order, so once this one is back every
                 # declare above has been applied (or the channel was closed with why).
                 ch.exchange_declare(s.delivery_exchange, "topic", passive=True)
+        self._declare_laps_queue(connection)
         # The index and cancel-log streams come after the ladder, so they never slow it down.
         self._streams_on = connection if self.index is not None else None
         if not defer_streams:
             self.streams_ready()
+
+    def _declare_laps_queue(self, connection: amqp.Connection) -> None:
+        """The laps queue, on a channel of its own: an existing one whose node is down is no reason to stop.
+
+        It is classic (see :meth:`entities`), so it lives on one node of a cluster, and while that
+        node is down or stopped RabbitMQ answers its declare with a 404 ("home node ... is down or
+        inaccessible" on 3.10 and 4.x, "process is stopped by supervisor" on 4.3 right after the
+        stop, "failed to perform operation on queue ... due to timeout" on 4.3 while it restarts). In one pipeline with the rest, that 404 failed every worker and every new publishing
+        process of the app until the node was back (a worker exits at start: Celery's "Unrecoverable
+        error"), seen in the chaos soak (``benchmarks/faults/soak.py``, a worker restarted while the
+        node holding the laps queue was stopped). The queue exists (a 404 for a new one cannot
+        happen): laps ending meanwhile wait in the exit queue's at-least-once dead-lettering, and
+        the lap relay consumes again once the node is back.
+        """
+        name = self.spec.laps_queue
+        try:
+            for attempt in _racing_declares():
+                with attempt, _pipelined(connection, f"the laps queue {name}") as ch:
+                    _declare(ch, "queue", name, {"x-queue-type": "classic"})
+        except amqp.NotFound as exc:
+            if not _queue_unavailable(exc):
+                raise
+            log.warning("delayq: the laps queue %s is unavailable (%s): its node is down or restarting. Delays "
+                        "longer than the ladder wait until it is back; everything else goes on.", name,
+                        getattr(exc, "reply_text", exc))
 
     def missing_quorum_queues(self, connection: amqp.Connection) -> list[str]:
         """The ladder's quorum queues (levels, unroutable) a declare would add; ``[]`` for an existing ladder.
@@ -623,6 +649,13 @@ def _delete_named(connection: amqp.Connection, queues: Sequence[str], exchanges:
 def _starting_elsewhere(exc: BaseException) -> bool:
     """RabbitMQ 4.x's 404 'home node … is down or inaccessible': another declare is still starting the queue."""
     return isinstance(exc, amqp.NotFound) and "down or inaccessible" in str(getattr(exc, "reply_text", exc))
+
+
+def _queue_unavailable(exc: BaseException) -> bool:
+    """A 404 for a queue that exists but whose process is not running: its (classic) node is down or stopping."""
+    text = str(getattr(exc, "reply_text", exc))
+    return isinstance(exc, amqp.NotFound) and any(
+        sign in text for sign in ("down or inaccessible", "stopped by supervisor", "due to timeout"))
 
 
 def _racing_declares() -> tenacity.Retrying:

@@ -255,3 +255,30 @@ def test_stopped_broker_apply_async_fails_fast(make_app, uid) -> None:
     took = time.monotonic() - start
     assert took < 2.0, f"took {took:.2f} s"
     assert "s3cret" not in str(err.value)
+
+
+def test_every_failover_host_is_tried_before_an_operators_connection_gives_up() -> None:
+    """``cancel``, ``pending``, the parking queue and the CLI connect through these two: with the first
+    node of a failover ``broker_url`` down, the next host serves (the chaos soak saw them fail instead)."""
+    from celery_delayq.index.stream import reader_connection
+    from celery_delayq.rabbitmq.client import attempts, raw_connection
+
+    dead = []
+    for _ in range(2):  # two ports nothing listens on
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            dead.append(s.getsockname()[1])
+    url = ";".join([f"amqp://guest:guest@127.0.0.1:{p}//" for p in dead] + [f"amqp://guest:guest@{BROKER_HOST}//"])
+    assert attempts(kombu.Connection(url), 0) == 3 and attempts(kombu.Connection(url), 1) == 6
+    assert attempts(kombu.Connection(f"amqp://guest:guest@{BROKER_HOST}//"), 0) == 1
+    conn = kombu.Connection(url)
+    started = time.monotonic()
+    try:
+        assert raw_connection(conn).connected
+    finally:
+        conn.release()
+    with reader_connection(kombu.Connection(url)) as raw:
+        assert raw.connected
+    assert time.monotonic() - started < 5.0  # no sleep between the hosts of one round
+    with pytest.raises(OperationalError):  # and a list of dead hosts still fails, after one try each
+        raw_connection(kombu.Connection(";".join(f"amqp://guest:guest@127.0.0.1:{p}//" for p in dead)))
