@@ -32,8 +32,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
+import kombu
+
 from ..config import DelayqConfig
-from ..errors import DelayqError
+from ..errors import DelayqError, PublishError
 from ..glue.app_ladder import index_of, ladder_for
 from ..glue.integration import install
 from ..index.cancel_log import record_passes
@@ -113,6 +115,29 @@ def arguments_of(task: PendingTask) -> tuple[tuple[Any, ...], dict[str, Any]]:
     return _literal(task.argsrepr, tuple, task), _literal(task.kwargsrepr, dict, task)
 
 
+def _send_confirmed(app: CeleryApp, found: PendingTask, args: Any, kwargs: Any, options: dict[str, Any]) -> None:
+    """Publish a run-now copy straight to its destination, confirmed by the broker, before the old copy is cancelled.
+
+    A plain ``send_task`` is confirmed only where the app sets ``confirm_publish``: during a partition
+    the broker could drop the new copy while the cancel of the old one was confirmed, and the task was
+    lost (the chaos soak found two). Nothing changes when this raises: the old copy still waits.
+
+    Raises:
+        PublishError: the broker did not confirm the copy (named by its task id).
+    """
+    timeout = DelayqConfig.from_app(app).confirm_timeout
+    try:
+        with app.connection_for_write(transport_options={"confirm_publish": True}) as conn:
+            conn.ensure_connection(max_retries=1)
+            producer = kombu.Producer(conn)
+            app.send_task(found.task_name, args, kwargs, producer=producer, retry=False,
+                          timeout=timeout, confirm_timeout=timeout, **options)
+    except Exception as exc:  # noqa: BLE001 - whatever it was, the copy may not be on the broker
+        raise PublishError(f"the copy of task {found.task_id} that would run now was not confirmed by the broker "
+                           f"({type(exc).__name__}: {exc}); nothing was changed: it still waits, due {found.due_iso}",
+                           failed=[found.task_id]) from exc
+
+
 def reschedule(app: CeleryApp, task_id: str, *, due: float | datetime | None, now: float | None = None,
                found: PendingTask | None = None) -> Rescheduled:
     """Move the waiting task ``task_id`` to ``due`` (epoch seconds or aware datetime; ``None``: run it now).
@@ -141,13 +166,15 @@ def reschedule(app: CeleryApp, task_id: str, *, due: float | datetime | None, no
         options["queue"] = found.queue
     else:
         options.update(exchange=found.exchange, routing_key=found.routing_key)
-    if when is not None:
+    if when is not None:  # the ladder's publish is confirmed (and mandatory)
         options["eta"] = datetime.fromtimestamp(when, tz=timezone.utc)
         # The copy waited in the ladder, so the moved one waits there too, whatever this process knows of
         # the task: `delayq web` and the CLI load the app but never bind its DelayedRetryTask tasks, and
         # without delayq_enabled such a copy went to the task queue as a plain ETA (held by a worker).
         install(app).tasks.add(found.task_name or "")
-    app.send_task(found.task_name, args, kwargs, **options)
+        app.send_task(found.task_name, args, kwargs, **options)
+    else:
+        _send_confirmed(app, found, args, kwargs, options)
     cancel_passes(app, [found])
     log.info("delayq: task %s[%s] (due %s) %s", found.task_name, found.task_id, found.due_iso,
              "run now" if when is None else f"rescheduled to {iso(when)}")

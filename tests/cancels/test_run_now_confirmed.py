@@ -1,0 +1,53 @@
+"""A run-now's new copy is confirmed by the broker before the waiting copy is cancelled (real broker, worker).
+
+The chaos soak (``benchmarks/faults/soak.py``) lost two tasks this way during a partition: the new copy
+went out unconfirmed and was dropped, while the cancel of the old copy was confirmed. Here the broker
+refuses the copy outright (a ``max-length 0``, ``reject-publish`` policy on the destination queue):
+``reschedule(..., due=None)`` must raise naming the task and change nothing, so the task still waits and
+runs once, on time.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from typing import Any
+
+import pytest
+
+from celery_delayq import PublishError, pending
+from celery_delayq.cancels.reschedule import reschedule
+from helpers import Collector, running_worker
+
+
+def test_a_run_now_the_broker_refuses_changes_nothing(make_app, collector: Collector, vhost: str, uid: str) -> None:
+    app = make_app(delayq_enabled=True)
+
+    @app.task(name=f"{app.main}.job")
+    def job(tag: str) -> None:
+        collector.add(tag=tag, at=time.time())
+
+    queue = app.conf.task_default_queue
+    due = time.time() + 8.0
+    waiting = job.apply_async(("waiting",), countdown=8.0)
+    deadline = time.time() + 10
+    while not pending(app, task_id=waiting.id) and time.time() < deadline:
+        time.sleep(0.2)
+    policy = f"full{uid}"
+    subprocess.run(["rabbitmqctl", "set_policy", "-p", vhost, "--apply-to", "queues", "--priority", "900", policy,
+                    f"^{queue.replace('.', '[.]')}$", json.dumps({"max-length": 0, "overflow": "reject-publish"})],
+                   check=True, capture_output=True, timeout=60)
+    try:
+        time.sleep(1.0)  # policies apply asynchronously
+        with pytest.raises(PublishError, match=f"{waiting.id}.*not confirmed.*still waits") as refused:
+            reschedule(app, waiting.id, due=None)
+        assert refused.value.failed == [waiting.id]
+    finally:
+        subprocess.run(["rabbitmqctl", "clear_policy", "-p", vhost, policy], capture_output=True, timeout=60)
+    assert [t.task_id for t in pending(app, task_id=waiting.id)] == [waiting.id]  # not cancelled, not moved
+    with running_worker(app):
+        collector.wait_for(1, timeout=30)
+        time.sleep(1.0)
+    runs: list[dict[str, Any]] = collector.items
+    assert [r["tag"] for r in runs] == ["waiting"] and runs[0]["at"] >= due
