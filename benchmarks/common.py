@@ -37,6 +37,16 @@ BROKER_PASSWORD = os.environ.get("DELAYQ_BENCH_BROKER_PASSWORD", "guest")
 
 
 # -- broker management ------------------------------------------------------------
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 60.0) -> None:
+    """SIGTERM (a warm shutdown), then SIGKILL if it is still running after ``timeout`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def rabbitmqctl(*args: str, timeout: float = 120.0) -> str:
     """Run ``rabbitmqctl -q ARGS`` and return its stdout (raises on failure)."""
     out = subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True,

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..common import stop_process
 from .nodes import Cluster
 from .scenario import Arrivals, _version
 
@@ -245,11 +246,7 @@ def run_load_fault(cluster: Cluster, *, n: int = 5000, delays: tuple[float, floa
         arrivals.stop.set()
         survived = worker.poll() is None
     finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
+        stop_process(worker, 30)
     said = [line for line in worker_log.read_text(errors="replace").splitlines()
             if "held" in line or "management API" in line]
     late = sorted(arrived - due for due, arrived in arrivals.seen.values())

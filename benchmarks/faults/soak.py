@@ -46,6 +46,7 @@ from typing import Any, Callable
 
 import click
 
+from ..common import stop_process
 from .nodes import Cluster, Node
 from .scenario import _version, _wait_rejoined
 from .soak_ledger import check, read_dir
@@ -289,12 +290,7 @@ class Soak:
                 proc.kill()
                 proc.wait()
             else:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+                stop_process(proc, 60)
             time.sleep(plan.down_s)
             self.start_worker(plan.target)
             self.faulting.discard(plan.target)
