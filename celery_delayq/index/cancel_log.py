@@ -33,7 +33,8 @@ from ..ladder.headers import ENTRY
 from ..ladder.index_layout import IndexLayout
 from ..rabbitmq.confirms import combine
 from .cancel_book import CancelBook
-from .stream import StreamReader, append, reader_connection, stream_exists
+from ..rabbitmq.probe import queue_exists
+from .stream import StreamReader, append, reader_connection
 
 if TYPE_CHECKING:  # pragma: no cover
     import kombu
@@ -117,7 +118,7 @@ def read_cancel_book(connection: kombu.Connection, layout: IndexLayout, *, now: 
 
 def still_there(raw: Connection, layout: IndexLayout) -> list[IndexLayout]:
     """The layouts of ``layout``'s previous shapes whose cancel log is still on the broker (oldest first)."""
-    return [old for old in layout.previous if stream_exists(raw, old.cancel_queue)]
+    return [old for old in layout.previous if queue_exists(raw, old.cancel_queue)]
 
 
 def load(raw: Connection, layout: IndexLayout, book: CancelBook, *, now: float | None = None,

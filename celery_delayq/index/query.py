@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ..ladder.formats import FORMAT, check_format
 from ..ladder.index_layout import IndexLayout
-from .stream import BODY, IndexUnavailable, StreamReader, reader_connection, stream_exists
+from ..rabbitmq.probe import queue_exists
+from .stream import BODY, IndexUnavailable, StreamReader, reader_connection
 from .writer import ENTRIES, decode_entries, flush_buffers
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -188,7 +189,7 @@ def read_index(connection: kombu.Connection, layout: IndexLayout, *, task_ids: I
 
 def _still_there(raw: Any, layout: IndexLayout) -> list[IndexLayout]:
     """The layouts of previous shapes whose index is still on the broker (oldest first)."""
-    return [old for old in layout.previous if stream_exists(raw, old.shard_queue(0))]
+    return [old for old in layout.previous if queue_exists(raw, old.shard_queue(0))]
 
 
 def _require_index(layout: IndexLayout) -> None:

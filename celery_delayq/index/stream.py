@@ -297,21 +297,6 @@ def append(raw: Connection, queue: str, entries: Sequence[tuple[dict[str, Any], 
             confirm.channel.close()
 
 
-def stream_exists(raw: Connection, name: str) -> bool:
-    """Does the stream (or any queue) ``name`` exist? A passive declare on a channel of its own (a 404 closes it)."""
-    ch = raw.channel()
-    try:
-        ch.queue_declare(name, passive=True)
-        return True
-    except Exception as exc:  # amqp.NotFound
-        if getattr(exc, "code", None) != 404:
-            raise
-        return False
-    finally:
-        if ch.is_open:
-            ch.close()
-
-
 @contextlib.contextmanager
 def reader_connection(connection: kombu.Connection, *, retries: int = 1) -> Iterator[Connection]:
     """A py-amqp connection of its own to ``connection``'s broker, without heartbeats (a long read cannot
