@@ -43,6 +43,7 @@ from ..index.lookup import find_waiting
 from ..index.query import PendingTask, iso
 from ..index.stream import reader_connection
 from ..inputs import parse_due
+from ..rabbitmq.client import attempts
 from ..ladder.index_layout import MARGIN_S
 from ..index.writer import ARGS_CUT
 from ..typing import CeleryApp
@@ -128,7 +129,7 @@ def _send_confirmed(app: CeleryApp, found: PendingTask, args: Any, kwargs: Any, 
     timeout = DelayqConfig.from_app(app).confirm_timeout
     try:
         with app.connection_for_write(transport_options={"confirm_publish": True}) as conn:
-            conn.ensure_connection(max_retries=1)
+            conn.ensure_connection(max_retries=attempts(conn, 0) - 1)  # every failover host once, as reads do
             producer = kombu.Producer(conn)
             app.send_task(found.task_name, args, kwargs, producer=producer, retry=False,
                           timeout=timeout, confirm_timeout=timeout, **options)
