@@ -12,7 +12,9 @@ drops that one delivery without revoking the id
 (:func:`~celery_delayq.cancels.worker.drop_if_superseded`).
 
 Order: the new copy is published (and confirmed) first, the pass cancel
-second. A crash between the two leaves both copies, so the task may run
+second (recorded in the cancel log, confirmed, then broadcast to the running
+workers as Celery's ``revoke`` of the pass id, so a worker whose log follower
+is behind drops the old copy all the same). A crash between the two leaves both copies, so the task may run
 twice: the documented at-least-once, never lost.
 
 Limits: the new copy is rebuilt from the index entry: task name,
@@ -47,6 +49,7 @@ from ..rabbitmq.client import attempts
 from ..ladder.index_layout import MARGIN_S
 from ..index.writer import ARGS_CUT
 from ..typing import CeleryApp
+from .revoke import TOLD_WITHIN_S, tell_workers
 
 __all__ = ["CannotReschedule", "Rescheduled", "cancel_passes", "reschedule", "arguments_of"]
 
@@ -86,9 +89,13 @@ def cancel_passes(app: CeleryApp, passes: Sequence[PendingTask], *, reason: str 
         raise CannotReschedule(f"no ladder pass id for {', '.join(missing)} in the index (listed by an older "
                                "celery_delayq); cancel it with `delayq cancel` and publish it again yourself")
     connection, layout = index_of(app)
+    timeout = ladder_for(app).config.confirm_timeout
     with reader_connection(connection) as raw:
         record_passes(raw, layout, [(p.task_id, p.entry, p.due + MARGIN_S) for p in passes if p.entry],
-                      reason=reason, timeout=ladder_for(app).config.confirm_timeout)
+                      reason=reason, timeout=timeout)
+    soon = time.time() + TOLD_WITHIN_S
+    tell_workers(app, [p.entry for p in sorted(passes, key=lambda p: p.due) if p.entry and p.due <= soon],
+                 timeout=timeout)
 
 
 def _literal(text: str | None, kind: type, task: PendingTask) -> Any:

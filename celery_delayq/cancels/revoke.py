@@ -11,17 +11,30 @@ process that revokes: that is where the revoke is known for certain, even
 when no worker runs. The hook is given what records the revoke
 (:func:`~celery_delayq.cancels.requests.record_cancels`, by the extension):
 this module reads no index itself.
+
+The other way round, :func:`tell_workers` sends Celery's ``revoke`` for a cancel
+this package recorded (``delayq cancel``, the page, a run-now's or a move's pass
+cancel): the log is what holds, the broadcast reaches running workers even when
+their log follower is behind (reconnecting, or reading a replica cut off by a
+partition), as Celery's own revoke does for a revoked id.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Iterable, Protocol
+import threading
+from typing import Any, Iterable, Protocol, Sequence
 
 from ..typing import CeleryApp
 
-__all__ = ["hook_revoke", "unhook_revoke", "RecordCancels"]
+__all__ = ["hook_revoke", "unhook_revoke", "RecordCancels", "tell_workers", "TOLD_WITHIN_S", "TOLD_MAX"]
+
+#: Only cancels of deliveries due within this many seconds are broadcast: a follower is behind for
+#: seconds to minutes, and Celery's workers keep a revoked id for 3 hours (``REVOKE_EXPIRES``).
+TOLD_WITHIN_S = 3600.0
+#: At most this many ids per broadcast (a worker keeps the last 50,000 revoked ids, ``REVOKES_MAX``).
+TOLD_MAX = 10_000
 
 _ORIGINAL = "_delayq_original"
 
@@ -68,3 +81,36 @@ def unhook_revoke(app: CeleryApp) -> None:
     original = getattr(control.__dict__.get("broadcast"), _ORIGINAL, None)
     if original is not None:
         del control.broadcast
+
+
+def tell_workers(app: CeleryApp, ids: Sequence[str], *, timeout: float) -> bool:
+    """Broadcast Celery's ``revoke`` of ``ids`` (task ids, or ladder pass ids) to the running workers.
+
+    A second, faster path beside the cancel log (which must already hold the
+    cancels): a worker whose log follower is behind drops the delivery all the
+    same. A pass id in the revoked set names no task, so only
+    :func:`~celery_delayq.cancels.worker.drop_if_superseded` reads it. Best effort,
+    bounded by ``timeout``; returns whether the broadcast went out.
+    """
+    ids = list(ids)[:TOLD_MAX]
+    if not ids:
+        return True
+    control = app.control
+    send = getattr(control.broadcast, _ORIGINAL, control.broadcast)  # not recorded again by the hook
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            send("revoke", arguments={"task_id": ids, "terminate": False, "signal": None})
+        except Exception as exc:  # noqa: BLE001 - said below; the log still holds the cancels
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="delayq-tell-workers", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive() or failed:
+        log.warning("delayq: running workers were not told at once of %d cancel(s) (%s); they drop them "
+                    "once their cancel log follower has read them", len(ids),
+                    repr(failed[0]) if failed else f"no broker answer in {timeout:.0f} s")
+        return False
+    return True

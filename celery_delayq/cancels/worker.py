@@ -20,8 +20,11 @@
   log keeps it (docs/cancel.md, "How long a cancel holds").
 
 A cancel takes effect in a worker once its follower has read it, within
-milliseconds while connected; a task due within that time of the cancel,
-or while the follower reconnects, may still run.
+milliseconds while connected, or once Celery's ``revoke`` broadcast that follows
+each cancel due within the hour has reached it (:func:`~celery_delayq.cancels.revoke.tell_workers`):
+the broadcast covers a follower that is behind (reconnecting, or reading a
+stream replica a partition cut off), the log covers a worker that was not
+running. A task due within milliseconds of its cancel may still run.
 """
 
 from __future__ import annotations
@@ -211,7 +214,7 @@ def drop_if_superseded(request: Any, follower: CancelFollower | None = None) -> 
     if follower is None:
         follower = follower_for(request.app)
     entry = (getattr(request, "request_dict", None) or {}).get(ENTRY)
-    if follower is None or not follower.book.pass_cancelled(entry):
+    if not entry or not (_told(entry) or (follower is not None and follower.book.pass_cancelled(entry))):
         return False
     log.info("delayq: dropped %s[%s]: this copy (pass %s) was replaced by a reschedule or run-now",
              getattr(request, "name", ""), request.id, entry)
@@ -219,6 +222,13 @@ def drop_if_superseded(request: Any, follower: CancelFollower | None = None) -> 
     request._already_revoked = True  # Celery asks again before executing: the answer stays "drop"
     _announce(request, "superseded")
     return True
+
+
+def _told(entry: str) -> bool:
+    """Whether this worker was told of the pass's cancel by broadcast (:func:`~celery_delayq.cancels.revoke.tell_workers`)."""
+    from celery.worker.state import revoked
+
+    return entry in revoked
 
 
 class CancelStep(bootsteps.StartStopStep):
