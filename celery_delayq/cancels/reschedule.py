@@ -28,11 +28,12 @@ Workers older than this module ignore pass cancels and would run both copies.
 from __future__ import annotations
 
 import ast
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import kombu
 
@@ -51,7 +52,7 @@ from ..index.writer import ARGS_CUT
 from ..typing import CeleryApp
 from .revoke import TOLD_WITHIN_S, tell_workers
 
-__all__ = ["CannotReschedule", "Rescheduled", "cancel_passes", "reschedule", "arguments_of"]
+__all__ = ["CannotReschedule", "Rescheduled", "cancel_passes", "reschedule", "reschedule_many", "arguments_of"]
 
 log = logging.getLogger(__name__)
 
@@ -123,27 +124,51 @@ def arguments_of(task: PendingTask) -> tuple[tuple[Any, ...], dict[str, Any]]:
     return _literal(task.argsrepr, tuple, task), _literal(task.kwargsrepr, dict, task)
 
 
-def _send_confirmed(app: CeleryApp, found: PendingTask, args: Any, kwargs: Any, options: dict[str, Any]) -> None:
-    """Publish a run-now copy straight to its destination, confirmed by the broker, before the old copy is cancelled.
+@contextlib.contextmanager
+def _confirmed_sender(app: CeleryApp) -> Iterator[Callable[[PendingTask, Any, Any, dict[str, Any]], None]]:
+    """One connection with publisher confirms that publishes run-now copies straight to their destination.
 
     A plain ``send_task`` is confirmed only where the app sets ``confirm_publish``: during a partition
     the broker could drop the new copy while the cancel of the old one was confirmed, and the task was
-    lost (the chaos soak found two). Nothing changes when this raises: the old copy still waits.
+    lost (the chaos soak found two). Nothing changes for a task whose copy raises: its old copy still waits.
 
-    Raises:
+    Raises (from the function it gives):
         PublishError: the broker did not confirm the copy (named by its task id).
     """
     timeout = DelayqConfig.from_app(app).confirm_timeout
-    try:
-        with app.connection_for_write(transport_options={"confirm_publish": True}) as conn:
-            conn.ensure_connection(max_retries=attempts(conn, 0) - 1)  # every failover host once, as reads do
-            producer = kombu.Producer(conn)
-            app.send_task(found.task_name, args, kwargs, producer=producer, retry=False,
-                          timeout=timeout, confirm_timeout=timeout, **options)
-    except Exception as exc:  # noqa: BLE001 - whatever it was, the copy may not be on the broker
-        raise PublishError(f"the copy of task {found.task_id} that would run now was not confirmed by the broker "
-                           f"({type(exc).__name__}: {exc}); nothing was changed: it still waits, due {found.due_iso}",
-                           failed=[found.task_id]) from exc
+    with app.connection_for_write(transport_options={"confirm_publish": True}) as conn:
+
+        def send(found: PendingTask, args: Any, kwargs: Any, options: dict[str, Any]) -> None:
+            try:
+                conn.ensure_connection(max_retries=attempts(conn, 0) - 1)  # every failover host once, as reads do
+                app.send_task(found.task_name, args, kwargs, producer=kombu.Producer(conn), retry=False,
+                              timeout=timeout, confirm_timeout=timeout, **options)
+            except Exception as exc:  # noqa: BLE001 - whatever it was, the copy may not be on the broker
+                raise PublishError(
+                    f"the copy of task {found.task_id} that would run now was not confirmed by the broker "
+                    f"({type(exc).__name__}: {exc}); nothing was changed: it still waits, due {found.due_iso}",
+                    failed=[found.task_id]) from exc
+
+        yield send
+
+
+def _options(found: PendingTask, when: float | None) -> dict[str, Any]:
+    """``send_task`` options that give the copy the task's id, attempt, destination and (moved) due time."""
+    options: dict[str, Any] = {"task_id": found.task_id, "retries": found.attempt}
+    if found.queue and not found.exchange:
+        options["queue"] = found.queue
+    else:
+        options.update(exchange=found.exchange, routing_key=found.routing_key)
+    if when is not None:
+        options["eta"] = datetime.fromtimestamp(when, tz=timezone.utc)
+    return options
+
+
+def _when(app: CeleryApp, due: float | datetime | None, now: float) -> float | None:
+    if due is None:
+        return None
+    return parse_due(due.timestamp() if isinstance(due, datetime) else due, now=now,
+                     check_delay=DelayqConfig.from_app(app).check_delay)
 
 
 def reschedule(app: CeleryApp, task_id: str, *, due: float | datetime | None, now: float | None = None,
@@ -155,7 +180,7 @@ def reschedule(app: CeleryApp, task_id: str, *, due: float | datetime | None, no
     published through the ladder (installed here if it is not) whether or not this
     process has ``delayq_enabled`` or has bound the task, as its first copy was.
 
-    ``found``: its waiting pass, when the caller has just read it (a bulk move reads them all at once).
+    ``found``: its waiting pass, when the caller has just read it.
 
     Raises:
         TaskNotWaiting: ``task_id`` is not waiting in the ladder (unknown, due, or cancelled).
@@ -163,27 +188,49 @@ def reschedule(app: CeleryApp, task_id: str, *, due: float | datetime | None, no
         IndexUnavailable: the ladder has no index.
         BadInput: ``due`` is not in the future (a past due time never means "now": pass ``None``).
         DelayTooLong: ``due`` is later than the app accepts.
+        PublishError: the new copy, or the cancel of the old one, was not confirmed (the message says which).
     """
     now = time.time() if now is None else now
-    when = None if due is None else parse_due(due.timestamp() if isinstance(due, datetime) else due, now=now,
-                                              check_delay=DelayqConfig.from_app(app).check_delay)
+    when = _when(app, due, now)
     found = found or find_waiting(*index_of(app), [task_id], now=now)[task_id]
-    args, kwargs = arguments_of(found)
-    options: dict[str, Any] = {"task_id": found.task_id, "retries": found.attempt}
-    if found.queue and not found.exchange:
-        options["queue"] = found.queue
-    else:
-        options.update(exchange=found.exchange, routing_key=found.routing_key)
-    if when is not None:  # the ladder's publish is confirmed (and mandatory)
-        options["eta"] = datetime.fromtimestamp(when, tz=timezone.utc)
-        # The copy waited in the ladder, so the moved one waits there too, whatever this process knows of
-        # the task: `delayq web` and the CLI load the app but never bind its DelayedRetryTask tasks, and
-        # without delayq_enabled such a copy went to the task queue as a plain ETA (held by a worker).
-        install(app).tasks.add(found.task_name or "")
-        app.send_task(found.task_name, args, kwargs, **options)
-    else:
-        _send_confirmed(app, found, args, kwargs, options)
-    cancel_passes(app, [found])
-    log.info("delayq: task %s[%s] (due %s) %s", found.task_name, found.task_id, found.due_iso,
-             "run now" if when is None else f"rescheduled to {iso(when)}")
-    return Rescheduled(found, when)
+    return reschedule_many(app, [found], due=when, now=now)[0]
+
+
+def reschedule_many(app: CeleryApp, tasks: Sequence[PendingTask], *, due: float | datetime | None,
+                    now: float | None = None) -> list[Rescheduled]:
+    """Move waiting tasks (as :func:`reschedule` moves one) with one connection and one cancel of their old passes.
+
+    Every task's arguments are checked before anything is published. The new copies go out first (each
+    confirmed), then the passes they replace are cancelled in one confirmed write and one broadcast. When a
+    copy is refused, the passes of the copies already out are still cancelled (those tasks moved) and the
+    :class:`PublishError` names the task that did not move; the tasks after it were not touched.
+
+    Raises:
+        CannotReschedule: a task's arguments cannot be rebuilt from the index (nothing was moved).
+        BadInput, DelayTooLong: as :func:`reschedule`.
+        PublishError: a copy or the cancel of the old passes was not confirmed (the message says which).
+    """
+    now = time.time() if now is None else now
+    when = _when(app, due, now)
+    arguments = [arguments_of(t) for t in tasks]
+    moved: list[PendingTask] = []
+    try:
+        if when is None:
+            with _confirmed_sender(app) as send:
+                for found, (args, kwargs) in zip(tasks, arguments):
+                    send(found, args, kwargs, _options(found, None))
+                    moved.append(found)
+        else:  # the ladder's publish is confirmed (and mandatory)
+            # The copy waited in the ladder, so the moved one waits there too, whatever this process knows of
+            # the task: `delayq web` and the CLI load the app but never bind its DelayedRetryTask tasks, and
+            # without delayq_enabled such a copy went to the task queue as a plain ETA (held by a worker).
+            install(app).tasks.update(t.task_name or "" for t in tasks)
+            for found, (args, kwargs) in zip(tasks, arguments):
+                app.send_task(found.task_name, args, kwargs, **_options(found, when))
+                moved.append(found)
+    finally:
+        cancel_passes(app, moved)  # the copies that went out replace their old passes, even when a later one failed
+    for found in moved:
+        log.info("delayq: task %s[%s] (due %s) %s", found.task_name, found.task_id, found.due_iso,
+                 "run now" if when is None else f"rescheduled to {iso(when)}")
+    return [Rescheduled(found, when) for found in moved]

@@ -23,7 +23,7 @@ from fastapi import Depends, Request
 from ..telemetry.lasthour import last_hour
 from ..audit import audit
 from ..cancels.requests import CancelResult, cancel
-from ..cancels.reschedule import Rescheduled, arguments_of, reschedule
+from ..cancels.reschedule import Rescheduled, arguments_of, reschedule, reschedule_many
 from ..doctor.finding import Finding
 from ..doctor.observe import diagnose
 from ..error_groups import ErrorGroup, group_errors, split_error
@@ -295,8 +295,7 @@ class Service:
             arguments_of(t)
         if found:
             self._acting()
-        for t in found:
-            reschedule(self.app, t.task_id, due=when, found=t)
+        reschedule_many(self.app, found, due=when)
         return Bulk.of([t.task_id for t in found], len(found), dry_run=False)
 
     def parked_filter(self, *, task: str | None = None, exception: str | None = None, message: str | None = None,

@@ -51,3 +51,45 @@ def test_a_run_now_the_broker_refuses_changes_nothing(make_app, collector: Colle
         time.sleep(1.0)
     runs: list[dict[str, Any]] = collector.items
     assert [r["tag"] for r in runs] == ["waiting"] and runs[0]["at"] >= due
+
+
+def test_a_bulk_run_now_stops_at_the_copy_the_broker_refuses(make_app, collector: Collector, vhost: str,
+                                                            uid: str) -> None:
+    """The tasks before the refused one moved (their old passes cancelled), it and the ones after it still wait."""
+    from celery_delayq.cancels.reschedule import reschedule_many
+
+    app = make_app(delayq_enabled=True)
+    full = f"{app.conf.task_default_queue}.full"
+
+    @app.task(name=f"{app.main}.job")
+    def job(tag: str) -> None:
+        collector.add(tag=tag, at=time.time())
+
+    due = time.time() + 8.0  # no copy is due before this
+    first = job.apply_async(("first",), countdown=8.0)
+    refused = job.apply_async(("refused",), countdown=8.0, queue=full)
+    last = job.apply_async(("last",), countdown=8.0)
+    ids = [first.id, refused.id, last.id]
+    deadline = time.time() + 10
+    while len(waiting := {t.task_id: t for t in pending(app, task=f"{app.main}.*")}) < 3 and time.time() < deadline:
+        time.sleep(0.2)
+    policy = f"full{uid}"
+    subprocess.run(["rabbitmqctl", "set_policy", "-p", vhost, "--apply-to", "queues", "--priority", "900", policy,
+                    f"^{full.replace('.', '[.]')}$", json.dumps({"max-length": 0, "overflow": "reject-publish"})],
+                   check=True, capture_output=True, timeout=60)
+    try:
+        time.sleep(1.0)  # policies apply asynchronously
+        with pytest.raises(PublishError, match=f"{refused.id}.*not confirmed.*still waits") as stopped:
+            reschedule_many(app, [waiting[i] for i in ids], due=None)
+        assert stopped.value.failed == [refused.id]
+    finally:
+        subprocess.run(["rabbitmqctl", "clear_policy", "-p", vhost, policy], capture_output=True, timeout=60)
+    assert {t.task_id for t in pending(app, task=f"{app.main}.*")} == {refused.id, last.id}
+    with running_worker(app, queues=[app.conf.task_default_queue, full]):
+        collector.wait_for(3, timeout=30)
+        time.sleep(1.5)
+    runs: dict[str, list[float]] = {}
+    for r in collector.items:
+        runs.setdefault(r["tag"], []).append(r["at"])
+    assert sorted(runs) == ["first", "last", "refused"] and all(len(v) == 1 for v in runs.values()), runs
+    assert runs["first"][0] < due and runs["refused"][0] >= due and runs["last"][0] >= due

@@ -14,7 +14,6 @@ the settle should make about 9 minutes (not measured).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -26,9 +25,6 @@ SEED = 36
 
 
 @pytest.mark.timeout(1500)
-@pytest.mark.skipif(not os.environ.get("DELAYQ_SOAK_TESTS"), reason=(
-    "the soak's CI version runs with DELAYQ_SOAK_TESTS=1: it is kept out of CI until its 30-minute runs pass "
-    "(a superseded run-now copy ran twice in a 4.3 partition, not traced yet; and it takes 9-14 minutes)"))
 def test_a_five_minute_soak_accounts_for_every_task(cluster: Cluster, tmp_path: Path) -> None:
     if not cluster.nodes[0].flavour.root:
         pytest.skip("the soak's CI version runs on 4.3 only (python -m benchmarks.faults.soak --flavour host for 3.10)")
