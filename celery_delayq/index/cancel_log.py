@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..rabbitmq.client import Connection
 
 __all__ = ["CANCEL", "CANCEL_PASS", "UNTIL", "REASON", "AT", "DUE", "FIELDS", "record", "record_passes", "load", "add",
-           "read_cancel_book", "still_there"]
+           "read_cancel_book", "cancel_book_on", "still_there"]
 
 #: Header: the cancelled task id.
 CANCEL = "x-delayq-cancel"
@@ -109,10 +109,15 @@ def read_cancel_book(connection: kombu.Connection, layout: IndexLayout, *, now: 
     Raises:
         IndexUnavailable: the broker has no streams (before RabbitMQ 3.9).
     """
-    book = CancelBook()
     with reader_connection(connection) as raw:
-        for where in (*still_there(raw, layout), layout):  # a previous shape's cancels hold as well
-            load(raw, where, book, now=now)
+        return cancel_book_on(raw, layout, now=now)
+
+
+def cancel_book_on(raw: Connection, layout: IndexLayout, *, now: float | None = None) -> CancelBook:
+    """:func:`read_cancel_book` on an open reader connection (a lookup's: its shard, then the log)."""
+    book = CancelBook()
+    for where in (*still_there(raw, layout), layout):  # a previous shape's cancels hold as well
+        load(raw, where, book, now=now)
     return book
 
 

@@ -20,18 +20,21 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from ..ladder.formats import FORMAT, check_format
 from ..ladder.index_layout import IndexLayout
 from ..rabbitmq.probe import queue_exists
+from .priority import Pause
 from .stream import BODY, IndexUnavailable, StreamReader, reader_connection
 from .writer import ENTRIES, decode_entries, flush_buffers
 
 if TYPE_CHECKING:  # pragma: no cover
     import kombu
 
-__all__ = ["PendingTask", "read_index", "read_passes", "iso"]
+    from ..rabbitmq.client import Connection
+
+__all__ = ["PendingTask", "read_index", "read_passes", "passes_on", "iso"]
 
 #: Connections read in parallel when all shards are read (2 cores here; the broker needs them too).
 _PARALLEL = 4
@@ -152,7 +155,9 @@ def read_index(connection: kombu.Connection, layout: IndexLayout, *, task_ids: I
     """The latest pass of every task id in the index of ``layout`` on ``connection``'s broker
     (due or not, cancelled or not).
 
-    With ``task_ids``, only their shards are read and only their entries parsed.
+    With ``task_ids``, only their shards are read and only their entries parsed. Without, the whole
+    index is read, and its shard readers pause while a lookup of this process runs
+    (:mod:`.priority`: a person waits for that one).
 
     Raises:
         IndexUnavailable: the index is off, the broker has no streams, or the index is not declared.
@@ -168,11 +173,12 @@ def read_index(connection: kombu.Connection, layout: IndexLayout, *, task_ids: I
     prefilter = re.compile(b"|".join(re.escape(i.encode()) for i in ids)) if ids else None
     wanted = set(ids)
     latest: dict[str, PendingTask] = {}
+    pause = None if ids else Pause()  # made here: a read begun in an urgent block never pauses
 
     def one(job: tuple[IndexLayout, int]) -> dict[str, PendingTask]:
         where, shard = job
         found: dict[str, PendingTask] = {}
-        for task in _passes(connection, where, shard, _start(where, now), prefilter):
+        for task in _passes(connection, where, shard, _start(where, now), prefilter, pause):
             if not wanted or task.task_id in wanted:
                 found[task.task_id] = task  # offsets increase: a later pass replaces an earlier one
         return found
@@ -206,12 +212,18 @@ def _start(layout: IndexLayout, now: float) -> datetime:
 
 
 def _passes(connection: kombu.Connection, layout: IndexLayout, shard: int, start: datetime,
-            prefilter: re.Pattern[bytes] | None) -> Iterator[PendingTask]:
-    """Every pass in one shard of the index from ``start``, oldest first."""
+            prefilter: re.Pattern[bytes] | None, pause: Callable[[], None] | None = None) -> Iterator[PendingTask]:
+    """Every pass in one shard of the index from ``start``, oldest first (on a connection of its own)."""
     with reader_connection(connection) as raw:
-        reader = StreamReader(raw, layout.shard_queue(shard))
-        for _offset, headers, _message_id in reader.read(start, (ENTRIES, FORMAT), prefilter=prefilter):
-            yield from tasks_of(headers)
+        yield from _passes_on(raw, layout, shard, start, prefilter, pause)
+
+
+def _passes_on(raw: Connection, layout: IndexLayout, shard: int, start: datetime,
+               prefilter: re.Pattern[bytes] | None, pause: Callable[[], None] | None = None) -> Iterator[PendingTask]:
+    """:func:`_passes` on an open reader connection."""
+    reader = StreamReader(raw, layout.shard_queue(shard))
+    for _offset, headers, _message_id in reader.read(start, (ENTRIES, FORMAT), prefilter=prefilter, pause=pause):
+        yield from tasks_of(headers)
 
 
 def read_passes(connection: kombu.Connection, layout: IndexLayout, task_id: str,
@@ -223,11 +235,20 @@ def read_passes(connection: kombu.Connection, layout: IndexLayout, task_id: str,
         IndexUnavailable: as :func:`read_index`.
     """
     _require_index(layout)
-    shard = layout.shard_of(task_id)
     with reader_connection(connection) as raw:
-        _check_exists(raw, layout, [layout.shard_queue(shard)])
-        layouts = [*_still_there(raw, layout), layout]
+        return passes_on(raw, layout, task_id, now)
+
+
+def passes_on(raw: Connection, layout: IndexLayout, task_id: str, now: float | None = None) -> list[PendingTask]:
+    """:func:`read_passes` on an open reader connection (:func:`~.stream.reader_connection`'s): a lookup
+    reads the shard and the cancel log on one connection. The last pass is the latest, as
+    :func:`read_index` with this id finds it."""
+    _require_index(layout)
+    flush_buffers()  # this process's own publishes are listed at once
+    shard = layout.shard_of(task_id)
+    _check_exists(raw, layout, [layout.shard_queue(shard)])
+    layouts = [*_still_there(raw, layout), layout]
     prefilter = re.compile(re.escape(task_id.encode()))
     now = time.time() if now is None else now
-    return [t for where in layouts for t in _passes(connection, where, shard, _start(where, now), prefilter)
+    return [t for where in layouts for t in _passes_on(raw, where, shard, _start(where, now), prefilter)
             if t.task_id == task_id]

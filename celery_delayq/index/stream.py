@@ -33,7 +33,7 @@ import socket
 import struct
 import uuid
 from datetime import datetime
-from typing import Any, Collection, Iterator, Sequence
+from typing import Any, Callable, Collection, Iterator, Sequence
 
 import kombu
 
@@ -104,12 +104,15 @@ class StreamReader:
         return token
 
     def read(self, start: int | str | datetime, fields: Collection[str], *,
-             prefilter: re.Pattern[bytes] | None = None) -> Iterator[StreamEntry]:
+             prefilter: re.Pattern[bytes] | None = None,
+             pause: Callable[[], None] | None = None) -> Iterator[StreamEntry]:
         """Yield ``(offset, headers, message_id)`` of each message from ``start`` to the stream's end.
 
         ``start`` is an offset, ``"first"`` or a datetime (the first chunk
         written at or after it). Only ``fields`` of the headers are decoded;
         with ``prefilter``, only messages whose header frame matches it are.
+        ``pause`` is called before each read of the socket (a bulk read's
+        :class:`~celery_delayq.index.priority.Pause`: it may wait there).
         """
         token = self.write_marker()
         wanted = set(fields) | {MARKER, OFFSET, ENTRIES}
@@ -128,7 +131,7 @@ class StreamReader:
                     return
                 if entry[1].get(MARKER) is None:
                     yield entry
-            yield from self._frames(ch, token, headers_of, prefilter)
+            yield from self._frames(ch, token, headers_of, prefilter, pause)
         finally:
             with contextlib.suppress(Exception):
                 if ch.is_open:
@@ -136,11 +139,11 @@ class StreamReader:
 
     # -- the fast path ------------------------------------------------------------
     def _frames(self, ch: Channel, token: str, headers_of: HeaderReader,
-                prefilter: re.Pattern[bytes] | None) -> Iterator[StreamEntry]:
+                prefilter: re.Pattern[bytes] | None, pause: Callable[[], None] | None) -> Iterator[StreamEntry]:
         transport = self.connection.transport
         sock = getattr(transport, "sock", None)
         if sock is None or not hasattr(transport, "_read_buffer"):
-            yield from self._slow(ch, token, headers_of)
+            yield from self._slow(ch, token, headers_of, pause)
             return
         token_b = token.encode()
         batch_key = b"%c%s" % (len(ENTRIES), ENTRIES.encode())  # the key as encoded in a header table
@@ -214,6 +217,8 @@ class StreamReader:
                     del buf[:msg_start]
                     pos -= msg_start
                     msg_start = 0
+                if pause is not None:
+                    pause()  # the broker waits too: nothing is read from it meanwhile
                 try:
                     chunk = sock.recv(_RECV)
                 except socket.timeout:
@@ -235,12 +240,15 @@ class StreamReader:
         """Give py-amqp the bytes read past the last frame handled here."""
         transport._read_buffer = bytes(buf[pos:]) + transport._read_buffer
 
-    def _slow(self, ch: Channel, token: str, headers_of: HeaderReader) -> Iterator[StreamEntry]:
+    def _slow(self, ch: Channel, token: str, headers_of: HeaderReader,
+              pause: Callable[[], None] | None = None) -> Iterator[StreamEntry]:
         """py-amqp's own reading, for transports whose socket is not reachable."""
         got: list[Message] = []
         ch.callbacks = {tag: got.append for tag in ch.callbacks}
         wanted = set(headers_of.wanted.values())
         while True:
+            if pause is not None:
+                pause()
             self.connection.drain_events(timeout=self.stall_timeout)
             for message in got:
                 offset, headers, message_id = _entry_of(message, wanted)

@@ -20,6 +20,7 @@ from typing import Callable, Iterable
 
 from .listing import pending
 from ..error_groups import message_matches, split_error
+from ..index.priority import urgent
 from ..index.query import PendingTask
 from ..typing import CeleryApp
 
@@ -196,7 +197,8 @@ def matching(app: CeleryApp, match: WaitingFilter, *, snapshot: Snapshot | None 
     started = time.monotonic()
     age = 0.0
     if match.id_prefix and len(match.id_prefix) >= FULL_ID_LENGTH:
-        every = pending(app, task_id=match.id_prefix, now=now)
+        with urgent():  # a lookup: a background read of the whole index pauses meanwhile
+            every = pending(app, task_id=match.id_prefix, now=now)
         read_s = time.monotonic() - started
     elif snapshot is not None:
         every, read_s, age = snapshot.get()

@@ -166,7 +166,7 @@ def retries_page(request: Request, svc: ServiceDep, q: Annotated[WaitingQuery, D
 @router.get("/waiting/{task_id}", response_class=HTMLResponse, name="waiting_detail")
 def waiting_detail(request: Request, svc: ServiceDep, task_id: str) -> Response:
     try:
-        t, passes = svc.waiting_one(task_id), svc.passes(task_id)
+        t, passes = svc.detail(task_id)
     except (TaskNotWaiting, BadInput) as exc:
         gone = isinstance(exc, TaskNotWaiting)
         return _render(request, svc, "waiting_detail.html", t=None, tab="waiting", error=(

@@ -34,9 +34,10 @@ from ..inputs import BadInput, check_id, check_selection, parse_delay, parse_due
 from ..ladder.moments import parse_moment
 from ..parking.queue import ParkingQueue
 from ..parking.record import ParkedFilter, ParkedMessage
-from ..index.lookup import find_waiting
+from ..index.lookup import find_waiting, waiting_with_passes
+from ..index.priority import urgent
 from ..pending.browse import Page, Snapshot, WaitingFilter, matching, page_of
-from ..index.query import PendingTask, read_passes
+from ..index.query import PendingTask
 from ..index.stream import IndexUnavailable
 from ..rabbitmq.status import ladder_status
 from .schemas import Bulk, DueSoon, Overview
@@ -102,14 +103,14 @@ class Service:
         """One page of waiting tasks."""
         return page_of(self.app, match, offset=offset, limit=limit, snapshot=self.snapshot)
 
-    def waiting_one(self, task_id: str) -> PendingTask:
-        """The waiting task of this id (one index shard is read), or :class:`TaskNotWaiting`."""
+    # A lookup by id is what a person waits for: it runs urgent(), and the kept list's background read of the
+    # whole index pauses meanwhile (celery_delayq.index.priority). So do the actions on chosen ids below.
+    def detail(self, task_id: str) -> tuple[PendingTask, list[PendingTask]]:
+        """The waiting task of this id and every pass of it the index still holds, oldest first (its shard and
+        the cancel log are read once, on one connection), or :class:`TaskNotWaiting`."""
         task_id = check_id(task_id, what="task_id")
-        return find_waiting(*index_of(self.app), [task_id], now=time.time())[task_id]
-
-    def passes(self, task_id: str) -> list[PendingTask]:
-        """Every pass of this task through the ladder the index still holds, oldest first (one shard is read)."""
-        return read_passes(*index_of(self.app), check_id(task_id, what="task_id"))
+        with urgent():
+            return waiting_with_passes(*index_of(self.app), task_id, now=time.time())
 
     def error_groups(self, match: WaitingFilter) -> list[ErrorGroup]:
         """The waiting tasks that match grouped by their last error (from the kept list, as a page is; the
@@ -194,7 +195,8 @@ class Service:
                 raise BadInput("task_id: give at least one task id")
             ids = [check_id(i, what="task_id") for i in task_ids]
             self._acting()
-            return cancel(self.app, *ids, only_waiting=True)
+            with urgent():
+                return cancel(self.app, *ids, only_waiting=True)
 
     def waiting_filter(self, *, task: str | None = None, queue: str | None = None, id: str | None = None,
                        args: str | None = None, due_after: str | None = None, due_before: str | None = None,
@@ -253,7 +255,8 @@ class Service:
             task_id = check_id(task_id, what="task_id")
             when = self._due(record, due)
             self._acting()
-            return reschedule(self.app, task_id, due=when)
+            with urgent():
+                return reschedule(self.app, task_id, due=when)
 
     def move(self, task_ids: Sequence[str], due: str | float | None, *, who: str, via: str) -> Bulk:
         """Run now (``due`` None) or move these waiting tasks (the rows an operator selected).
@@ -268,8 +271,9 @@ class Service:
                 raise BadInput("task_id: select at least one task")
             ids = [check_id(i, what="task_id") for i in task_ids]
             when = self._due(record, due)
-            found = find_waiting(*index_of(self.app), ids, now=time.time())
-            return self._move_each([found[i] for i in dict.fromkeys(ids)], when)
+            with urgent():
+                found = find_waiting(*index_of(self.app), ids, now=time.time())
+                return self._move_each([found[i] for i in dict.fromkeys(ids)], when)
 
     def move_matching(self, fields: Mapping[str, Any], due: str | float | None, *, everything: bool,
                       dry_run: bool, expect: int | None, who: str, via: str) -> Bulk:

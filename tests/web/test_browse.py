@@ -126,3 +126,24 @@ def test_page_of_cuts_the_sorted_list(monkeypatch: Any) -> None:
     snap = Snapshot(None, reader=lambda app, **_: every)
     page = page_of(None, WaitingFilter(id_prefix="id-001"), offset=5, limit=3, snapshot=snap, now=0.0)
     assert page.total == 20 and [t.task_id for t in page.items] == ["id-00105", "id-00106", "id-00107"]
+
+
+def test_a_whole_id_is_looked_up_as_urgent_and_a_page_is_not(monkeypatch: Any) -> None:
+    """A lookup by whole id goes before the kept list's background read (which pauses: index/priority.py); a page
+    cut from the kept list reads nothing and is not urgent."""
+    from celery_delayq.index.priority import urgent_now
+    from celery_delayq.pending import browse
+
+    seen: list[int] = []
+
+    whole = "0" * browse.FULL_ID_LENGTH
+
+    def pending(app: Any, **kwargs: Any) -> list[PendingTask]:
+        seen.append(urgent_now())
+        return [PendingTask(whole, "proj.job", "", "q", "q", 1e10, 0)]
+
+    monkeypatch.setattr(browse, "pending", pending)
+    assert page_of(None, WaitingFilter(id_prefix=whole), now=0.0).total == 1
+    assert seen == [1]
+    page_of(None, WaitingFilter(id_prefix="id-0"), snapshot=Snapshot(None, reader=pending), now=0.0)
+    assert seen == [1, 0] and urgent_now() == 0

@@ -217,7 +217,7 @@ def test_a_retrys_detail_shows_its_last_traceback(api: TestClient, fake: FakeSer
 
     assert "No traceback recorded for this retry" in api.get("/waiting/t-1").text  # an entry written before 1.0
     trace = 'Traceback (most recent call last):\n  File "shop/billing.py", line 12, in charge\nValueError: <no>'
-    monkeypatch.setattr(fake, "waiting_one", lambda task_id: dataclasses.replace(TASK, last_traceback=trace))
+    monkeypatch.setattr(fake, "detail", lambda task_id: (dataclasses.replace(TASK, last_traceback=trace), [TASK]))
     page = api.get("/waiting/t-1").text
     assert "Last traceback" in page and 'File "shop/billing.py", line 12, in charge' in page.replace("&#34;", '"')
     assert "ValueError: &lt;no&gt;" in page  # escaped, never markup

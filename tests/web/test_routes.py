@@ -81,9 +81,9 @@ class FakeService:
         self._call("waiting", match, offset=offset, limit=limit)
         return Page([TASK], 1, offset, limit, 0.01234)
 
-    def waiting_one(self, task_id: str) -> PendingTask:
-        self._call("waiting_one", task_id)
-        return TASK
+    def detail(self, task_id: str) -> tuple[PendingTask, list[PendingTask]]:
+        self._call("detail", task_id)
+        return TASK, [TASK]
 
     def cancel(self, task_ids: list[str], *, who: str, via: str) -> list[CancelResult]:
         self._call("cancel", task_ids, who=who, via=via)
@@ -100,10 +100,6 @@ class FakeService:
     def parked(self, match: ParkedFilter, *, offset: int = 0, limit: int = 50) -> ParkedPage:
         self._call("parked", match, offset=offset, limit=limit)
         return ParkedPage([PARKED], 1, 2, offset, limit, group_errors([("ValueError", "no")]))
-
-    def passes(self, task_id: str) -> list[PendingTask]:
-        self._call("passes", task_id)
-        return [TASK]
 
     def error_groups(self, match: WaitingFilter) -> list[ErrorGroup]:
         self._call("error_groups", match)
@@ -149,7 +145,7 @@ ROUTES: list[tuple[str, str, dict[str, Any] | None, str]] = [
     ("get", "/api/overview", None, "overview"),
     ("get", "/api/doctor", None, "findings"),
     ("get", "/api/waiting?task=proj.*&retries=true&offset=5&limit=10", None, "waiting"),
-    ("get", "/api/waiting/t-1", None, "waiting_one"),
+    ("get", "/api/waiting/t-1", None, "detail"),
     ("post", "/api/waiting/cancel", {"task": "proj.*"}, "cancel_matching"),
     ("get", "/api/waiting/groups?task=proj.*", None, "error_groups"),
     ("post", "/api/waiting/move", {"error": "ValueError", "dry_run": False, "expect": 1, "due": "10m"}, "move_matching"),
@@ -254,7 +250,7 @@ def test_each_exception_is_answered_with_its_status(api: TestClient, fake: FakeS
 
 def test_each_status_a_route_can_answer_is_in_its_openapi_responses(api: TestClient) -> None:
     """What each route's service call can raise (by what it does), and that the route documents it."""
-    can_raise = {"overview": {503}, "findings": {503}, "waiting": {400, 503}, "waiting_one": {400, 404, 503},
+    can_raise = {"overview": {503}, "findings": {503}, "waiting": {400, 503}, "detail": {400, 404, 503},
                  "cancel": {400, 404, 503}, "reschedule": {400, 404, 409, 422, 503},
                  "cancel_matching": {400, 409, 503}, "error_groups": {400, 503},
                  "move_matching": {400, 409, 422, 503}, "move": {400, 404, 409, 422, 503}, "parked": {400, 409, 503}, "parked_one": {400, 404, 409, 503},

@@ -56,10 +56,10 @@ def move_selected(svc: ServiceDep, who: Who, body: MoveSelected) -> Bulk:
 @router.get("/{task_id}", responses=READ_ONE, summary="One waiting task, with its passes through the ladder")
 def waiting_one(svc: ServiceDep, task_id: TaskId) -> WaitingDetail:
     """The waiting task of this id and every pass of it the index still holds (one index shard is read)."""
-    found = svc.waiting_one(task_id)
+    found, passes = svc.detail(task_id)
     one = Waiting.of(found, body_max=svc.settings.body_max)
     return WaitingDetail(**one.model_dump(), last_traceback=found.last_traceback,
-                         passes=[Pass.of(t) for t in svc.passes(task_id)])
+                         passes=[Pass.of(t) for t in passes])
 
 
 @router.post("/{task_id}/cancel", responses=WRITE, summary="Cancel one task")

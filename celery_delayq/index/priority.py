@@ -1,0 +1,94 @@
+"""Reads a person waits for go first: a whole-index read pauses while a lookup of this process runs.
+
+The web page keeps the whole waiting list and reads it again in the background (at 100,000
+waiting: 1-2 s, four shard readers at once, each parsing frames in Python). A lookup by id
+reads one shard and the cancel log: a few dozen round trips to the broker, each of which
+then waited for the readers' threads to hand back the GIL (and for a broker busy feeding
+them): 0.9-1.5 s instead of 0.1 s. So a lookup runs in :func:`urgent`, and a whole-index
+read (:func:`~celery_delayq.index.query.read_index` without ids) calls its
+:class:`Pause` between two socket reads: while an urgent read is under way in this process
+it waits (holding neither the GIL nor, since it stops reading its socket, the broker's
+attention), at most :data:`MAX_PAUSE_S` in all per read, so that a stream of lookups slows
+the whole read down but never stops it.
+
+Process-wide and in memory: nothing here talks to the broker. A read inside :func:`urgent`
+never pauses for urgent reads (a bulk action's fresh read of the whole index, or a lookup's
+own reads, must not wait for themselves).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+import time
+from typing import Iterator
+
+__all__ = ["urgent", "Pause", "MAX_PAUSE_S", "urgent_now"]
+
+#: The most one read of the whole index pauses for lookups, in seconds (wall time, over the whole read).
+MAX_PAUSE_S = 1.5
+
+_cond = threading.Condition()
+_urgent = 0  # urgent blocks under way in this process
+_inside: contextvars.ContextVar[bool] = contextvars.ContextVar("delayq_urgent_read", default=False)
+
+
+@contextlib.contextmanager
+def urgent() -> Iterator[None]:
+    """Reads in this block go before this process's whole-index reads (those pause until it ends)."""
+    global _urgent
+    if _inside.get():  # nested: counted once
+        yield
+        return
+    token = _inside.set(True)
+    with _cond:
+        _urgent += 1
+    try:
+        yield
+    finally:
+        with _cond:
+            _urgent -= 1
+            if not _urgent:
+                _cond.notify_all()
+        _inside.reset(token)
+
+
+def urgent_now() -> int:
+    """How many urgent blocks are under way in this process."""
+    return _urgent
+
+
+class Pause:
+    """What one bulk read's shard readers call between two socket reads: wait while an urgent read runs.
+
+    One per read of the whole index, shared by its shard readers. Made in the thread that starts the
+    read (a read begun inside :func:`urgent` never waits; the pool threads that read the shards do not
+    inherit the block's context, so it is taken here). ``budget``: the most the read waits in all, in
+    seconds of wall time while any of its readers waits (default :data:`MAX_PAUSE_S`).
+    """
+
+    def __init__(self, budget: float | None = None) -> None:
+        self.budget = 0.0 if _inside.get() else MAX_PAUSE_S if budget is None else budget
+        #: Seconds of wall time at least one reader of this read has waited so far.
+        self.waited = 0.0
+        self._waiting = 0
+        self._since = 0.0
+
+    def _spent(self, now: float) -> float:
+        return self.waited + (now - self._since if self._waiting else 0.0)
+
+    def __call__(self) -> None:
+        if not _urgent or self.waited >= self.budget:  # the usual case: two unlocked reads
+            return
+        with _cond:
+            if not self._waiting:
+                self._since = time.monotonic()
+            self._waiting += 1
+            try:
+                while _urgent and (remaining := self.budget - self._spent(time.monotonic())) > 0:
+                    _cond.wait(remaining)
+            finally:
+                self._waiting -= 1
+                if not self._waiting:
+                    self.waited += time.monotonic() - self._since
