@@ -48,6 +48,7 @@ def test_the_actions_on_chosen_ids_look_them_up_urgent(svc: Service, monkeypatch
     monkeypatch.setattr(service_module, "cancel", lambda app, *ids, **kw: seen.setdefault("cancel", urgent_now()) and [])
     monkeypatch.setattr(service_module, "reschedule",
                         lambda app, task_id, **kw: seen.setdefault("reschedule", urgent_now()))
+    monkeypatch.setattr(service_module, "reschedule_many", lambda app, tasks, **kw: [])
     monkeypatch.setattr(service_module, "arguments_of", lambda t: None)
     monkeypatch.setattr(Service, "_acting", lambda self: None)
     monkeypatch.setattr(service_module, "audit", lambda *a, **kw: None)
