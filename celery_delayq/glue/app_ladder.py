@@ -24,7 +24,7 @@ from ..ladder.index_layout import IndexLayout
 from ..ladder.spec import check_name
 from ..rabbitmq import client
 from ..rabbitmq.management import ManagementAPI, key_matches
-from ..rabbitmq.owned import dedicated_copy
+from ..rabbitmq.confirms import dedicated_copy
 from ..ladder.plugin_compat import DELAY_HEADER, delay_of, plain_entities
 from ..rabbitmq.publisher import LadderPublisher, publisher_for, topology_for
 from ..scheduling import Scheduler

@@ -49,14 +49,12 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from kombu.connection import Connection
 
-from ..rabbitmq.client import Message, RecoverableConnectionError
+from ..rabbitmq.client import Message, RecoverableConnectionError, broker_version
 from ..ladder import headers as H
 from ..ladder.formats import FORMAT, VERSIONS
 from ..ladder.index_layout import ENTRIES, IndexLayout, index_layout
-from ..rabbitmq.confirms import ConfirmChannel, Tracker
-from ..rabbitmq.owned import OwnedConnection
+from ..rabbitmq.confirms import ConfirmChannel, OwnedConnection, Tracker
 from ..rabbitmq.registry import ProcessRegistry
-from ..rabbitmq.topology import broker_version
 from ..typing import Receipt
 
 if TYPE_CHECKING:  # pragma: no cover - only named: the scheduler passes the app's settings

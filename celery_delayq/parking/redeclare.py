@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ..rabbitmq.client import Connection, Message, declare_queue
-from ..rabbitmq.topology import broker_version
+from ..rabbitmq.client import Connection, Message, broker_version, declare_queue
 from .errors import ParkingError
 from ..rabbitmq.delivery_limit import declare_arguments
 from .record import LOOK_HEADERS

@@ -18,26 +18,14 @@ import tenacity
 
 from ..errors import BrokerTooOld, TopologyError, TopologyMismatch, TopologyMissing, UnroutableDestination
 from ..ladder.spec import LadderSpec, check_name, destination_token
+from .client import broker_version
 
-__all__ = ["Topology", "resolve_queue_type", "broker_version", "Destination", "EntityState", "LadderState",
+__all__ = ["Topology", "resolve_queue_type", "Destination", "EntityState", "LadderState",
            "Owned", "OwnedSelection", "ladder_role", "select_owned", "ROLES"]
 
 log = logging.getLogger(__name__)
 
 QUORUM_TTL_VERSION = (3, 10)
-
-
-def broker_version(connection: amqp.Connection) -> tuple[int, ...]:
-    """RabbitMQ's version from the connection's server properties, e.g. ``(3, 10, 8)``."""
-    raw = connection.server_properties.get("version", b"0")
-    text = raw.decode() if isinstance(raw, bytes) else str(raw)
-    parts = []
-    for piece in text.split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts) or (0,)
 
 
 def resolve_queue_type(requested: str, version: tuple[int, ...]) -> str:
