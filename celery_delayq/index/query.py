@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ..ladder.formats import FORMAT, check_format
 from ..ladder.index_layout import IndexLayout
+from ..ladder.moments import iso
 from ..rabbitmq.probe import queue_exists
 from .stream import BODY, IndexUnavailable, StreamReader, reader_connection
 from .writer import ENTRIES, decode_entries, flush_buffers
@@ -37,12 +38,6 @@ __all__ = ["PendingTask", "read_index", "read_passes", "iso"]
 _PARALLEL = 4
 #: Read from this long before ``now - max delay`` (clock skew between hosts).
 _SLACK_S = 60.0
-
-
-def iso(epoch: float) -> str:
-    """ISO 8601 UTC with milliseconds, e.g. ``2026-11-23T08:00:00.000Z``."""
-    stamp = datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="milliseconds")
-    return stamp.replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)
