@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 from ..ladder.formats import FORMAT, check_format
 from ..ladder.index_layout import IndexLayout
 from ..ladder.moments import iso
+from ..rabbitmq.client import throwaway_channel
 from ..rabbitmq.probe import queue_exists
 from .stream import BODY, IndexUnavailable, StreamReader, reader_connection
 from .writer import ENTRIES, decode_entries, flush_buffers
@@ -124,8 +125,7 @@ def tasks_of(headers: dict[str, Any]) -> list[PendingTask]:
 
 
 def _check_exists(raw: Any, layout: IndexLayout, names: Iterable[str]) -> None:
-    ch = raw.channel()
-    try:
+    with throwaway_channel(raw) as ch:
         for name in names:
             try:
                 ch.queue_declare(name, passive=True)
@@ -137,9 +137,6 @@ def _check_exists(raw: Any, layout: IndexLayout, names: Iterable[str]) -> None:
                     f"(no stream {name!r}). It is declared with the ladder: start a worker, or run "
                     "`celery -A APP delayq topology declare`. Tasks scheduled before it existed are not "
                     "listed.") from None
-    finally:
-        if ch.is_open:
-            ch.close()
 
 
 def read_index(connection: kombu.Connection, layout: IndexLayout, *, task_ids: Iterable[str] = (),

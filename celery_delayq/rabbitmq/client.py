@@ -18,7 +18,7 @@ from ..errors import UnsupportedTransport
 
 __all__ = ["attempts", "Connection", "Channel", "Message", "NotFound", "PreconditionFailed", "AccessRefused", "AMQPError",
            "RecoverableConnectionError", "CONNECTION_ERRORS", "raw_connection", "connected", "nack", "declare_queue",
-           "broker_version"]
+           "broker_version", "throwaway_channel"]
 
 #: Failures to reach or log in to the broker, whichever layer (socket, kombu, py-amqp) raises them.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (OSError, kombu.exceptions.OperationalError, AMQPConnectionError)
@@ -68,14 +68,22 @@ def nack(channel: Channel, delivery_tag: int, *, multiple: bool = False) -> None
     channel.send_method(amqp.spec.Basic.Nack, "Lbb", (delivery_tag, multiple, True))
 
 
-def declare_queue(raw: Connection, queue: str, arguments: dict[str, object]) -> None:
-    """Declare the durable ``queue`` on a throwaway channel (a refused declare closes its channel)."""
+@contextlib.contextmanager
+def throwaway_channel(raw: Connection) -> Iterator[Channel]:
+    """A channel of its own for a few calls, closed afterwards (a refused declare or a 404 closes a channel:
+    the probes and declares that may be refused each take one of these)."""
     ch = raw.channel()
     try:
-        ch.queue_declare(queue, durable=True, auto_delete=False, arguments=arguments)
+        yield ch
     finally:
         with contextlib.suppress(Exception):
             ch.close()
+
+
+def declare_queue(raw: Connection, queue: str, arguments: dict[str, object]) -> None:
+    """Declare the durable ``queue`` on a throwaway channel."""
+    with throwaway_channel(raw) as ch:
+        ch.queue_declare(queue, durable=True, auto_delete=False, arguments=arguments)
 
 
 def broker_version(connection: Connection) -> tuple[int, ...]:

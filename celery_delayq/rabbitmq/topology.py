@@ -18,7 +18,7 @@ import tenacity
 
 from ..errors import BrokerTooOld, TopologyError, TopologyMismatch, TopologyMissing, UnroutableDestination
 from ..ladder.spec import LadderSpec, check_name, destination_token
-from .client import broker_version
+from .client import broker_version, throwaway_channel
 
 __all__ = ["Topology", "resolve_queue_type", "Destination", "EntityState", "LadderState",
            "Owned", "OwnedSelection", "ladder_role", "select_owned", "ROLES"]
@@ -711,15 +711,11 @@ class _Channels:
 @contextlib.contextmanager
 def _pipelined(connection: amqp.Connection, what: str) -> Iterator[amqp.Channel]:
     """A channel for ``nowait`` declares ending in one synchronous call; a refusal raises :class:`TopologyMismatch`."""
-    ch = connection.channel()
-    try:
-        yield ch
-    except amqp.PreconditionFailed as exc:
-        raise _mismatch(what, exc) from None
-    finally:
-        with contextlib.suppress(Exception):
-            if ch.is_open:
-                ch.close()
+    with throwaway_channel(connection) as ch:
+        try:
+            yield ch
+        except amqp.PreconditionFailed as exc:
+            raise _mismatch(what, exc) from None
 
 
 def _mismatch(what: str, exc: amqp.PreconditionFailed) -> TopologyMismatch:
