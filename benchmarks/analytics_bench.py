@@ -84,7 +84,7 @@ class EventCount(click.ParamType):
 
 def _generate_all(sizes: list[int], work: Path, master: str) -> dict[int, float]:
     from celery_delayq.analytics.session import create_session
-    from celery_delayq.analytics.synthetic import generate
+    from benchmarks.synthetic import generate
 
     spark = create_session(master, app_name="celery-delayq-bench-generate")
     seconds = {}

@@ -23,13 +23,12 @@ from .errors import (
 )
 from .inputs import BadInput
 from .glue.integration import install, is_installed, ladder_for, uninstall
-from .glue.app_ladder import AppLadder
+from .glue.app_ladder import AppLadder, batch
 from .ladder.spec import LadderSpec
 from .glue.producer import LadderProducer
 from .rabbitmq.publisher import LadderPublisher, LadderReceipt, publisher_for
 from .scheduling import Scheduler
 from .glue.task import DelayedRetryTask
-from .glue.batching import batch
 from .parking import ParkedMessage, ParkedMessageNotFound, ParkingError, ParkingFailed, ParkingQueue, UnsafeToBrowse
 from .policies import RetryAfter, RetryPolicy
 from .glue.queue_delays import DelayedQueue

@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from ..ladder.index_layout import index_layout
-from ..rabbitmq.topology import Topology, broker_version, resolve_queue_type
+from ..rabbitmq.topology import Topology, resolve_queue_type
+from ..rabbitmq.client import broker_version
 from ..glue.app_ladder import AppLadder
 from .base import app_context
 from .topology import parse_destinations

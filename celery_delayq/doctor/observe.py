@@ -19,9 +19,9 @@ from ..glue.app_ladder import AppLadder
 from ..ladder.spec import LadderSpec
 from ..rabbitmq.management import ManagementAPI
 from ..ladder.plugin_compat import PLUGIN_TYPE
-from ..rabbitmq.topology import LadderState, Topology, broker_version, resolve_queue_type
+from ..rabbitmq.topology import LadderState, Topology, resolve_queue_type
+from ..rabbitmq.client import Connection, broker_version
 from ..rabbitmq.budget import RESERVATIONS_GONE_FROM
-from ..rabbitmq.client import Connection
 from ..rabbitmq.probe import exchange_exists, queue_depth
 from .checks import (
     NATIVE_DELIVERY_EXCHANGE, activation_finding, broker_finding, feature_flags_finding,

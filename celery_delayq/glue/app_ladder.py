@@ -24,7 +24,7 @@ from ..ladder.index_layout import IndexLayout
 from ..ladder.spec import check_name
 from ..rabbitmq import client
 from ..rabbitmq.management import ManagementAPI, key_matches
-from ..rabbitmq.owned import dedicated_copy
+from ..rabbitmq.confirms import dedicated_copy
 from ..ladder.plugin_compat import DELAY_HEADER, delay_of, plain_entities
 from ..rabbitmq.publisher import LadderPublisher, publisher_for, topology_for
 from ..scheduling import Scheduler
@@ -33,7 +33,7 @@ from .extensions import Extensions
 from .queue_delays import default_delay, queue_delays_of
 from ..typing import CeleryApp, DelayBackend, Diversion
 
-__all__ = ["AppLadder", "ladder_for", "index_of", "ladder_if_any", "forget_ladder", "refresh_ladder", "native_unwrap",
+__all__ = ["AppLadder", "ladder_for", "index_of", "batch", "ladder_if_any", "forget_ladder", "refresh_ladder", "native_unwrap",
            "exchange_name"]
 
 #: Celery's native ladder: 28 levels, top exchange ``[prefix_]celery_delayed_27``.
@@ -305,6 +305,17 @@ def index_of(app: CeleryApp) -> tuple[Connection, IndexLayout]:
     """The connection and the layout the index readers take, for ``app``'s ladder."""
     ladder = ladder_for(app)
     return ladder.connection(), ladder.config.layout
+
+
+def batch(app: CeleryApp) -> ContextManager[None]:
+    """``with batch(app):`` pipelines the publisher confirms of ``app``'s delayed publishes in the block.
+
+    Inside it ``apply_async(countdown=...)`` returns as soon as the message is written; the confirms are
+    awaited together when the block ends (the app's :meth:`~celery_delayq.scheduling.Scheduler.batch`), which
+    raises :class:`~celery_delayq.errors.PublishError` if any message was refused. Confirms are never
+    switched off, only awaited together.
+    """
+    return ladder_for(app).scheduler.batch()
 
 
 def ladder_if_any(app: CeleryApp) -> AppLadder | None:

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, ClassVar, Generic, Iterator, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Iterator, Mapping, TypeVar
 
 from ..errors import DelayqError
-from ..policies.resolve import RetryOptions
+
+if TYPE_CHECKING:  # the parking hook's argument, handed on untouched
+    from ..policies.resolve import RetryOptions
 
 __all__ = ["Extension", "Extensions", "EXTENSIONS", "ExtensionMissing", "enabled_extensions"]
 

@@ -71,11 +71,6 @@ class CancelBook:
         until = self._passes.get(entry) if entry else None
         return until is not None and until > (time.time() if now is None else now)
 
-    def live_passes(self, now: float | None = None) -> set[str]:
-        """Every pass entry cancelled at ``now``."""
-        now = time.time() if now is None else now
-        return {entry for entry, until in list(self._passes.items()) if until > now}
-
     def cancelled(self, task_id: str, now: float | None = None) -> bool:
         """Is ``task_id`` cancelled at ``now``?"""
         until = self._until.get(task_id)

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from ..ladder.formats import FORMAT, check_format
 from ..ladder.index_layout import IndexLayout
+from ..ladder.moments import iso
+from ..rabbitmq.client import throwaway_channel
 from ..rabbitmq.probe import queue_exists
 from .priority import Pause
 from .stream import BODY, IndexUnavailable, StreamReader, reader_connection
@@ -40,12 +42,6 @@ __all__ = ["PendingTask", "read_index", "read_passes", "passes_on", "iso"]
 _PARALLEL = 4
 #: Read from this long before ``now - max delay`` (clock skew between hosts).
 _SLACK_S = 60.0
-
-
-def iso(epoch: float) -> str:
-    """ISO 8601 UTC with milliseconds, e.g. ``2026-11-23T08:00:00.000Z``."""
-    stamp = datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="milliseconds")
-    return stamp.replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)
@@ -132,8 +128,7 @@ def tasks_of(headers: dict[str, Any]) -> list[PendingTask]:
 
 
 def _check_exists(raw: Any, layout: IndexLayout, names: Iterable[str]) -> None:
-    ch = raw.channel()
-    try:
+    with throwaway_channel(raw) as ch:
         for name in names:
             try:
                 ch.queue_declare(name, passive=True)
@@ -145,9 +140,6 @@ def _check_exists(raw: Any, layout: IndexLayout, names: Iterable[str]) -> None:
                     f"(no stream {name!r}). It is declared with the ladder: start a worker, or run "
                     "`celery -A APP delayq topology declare`. Tasks scheduled before it existed are not "
                     "listed.") from None
-    finally:
-        if ch.is_open:
-            ch.close()
 
 
 def read_index(connection: kombu.Connection, layout: IndexLayout, *, task_ids: Iterable[str] = (),

@@ -37,14 +37,12 @@ from typing import Any, Callable, Collection, Iterator, Sequence
 
 import kombu
 
-from ..rabbitmq.confirms import ConfirmChannel, Tracker
-from ..rabbitmq.client import Channel, Connection, Message, attempts
+from ..rabbitmq.confirms import ConfirmChannel, Tracker, dedicated_copy
+from ..rabbitmq.client import Channel, Connection, Message, attempts, broker_version
 from ..errors import DelayqError, PublishError, TopologyMissing
 from ..ladder.headers import ENTRY
 from .frames import BASIC_DELIVER, HeaderReader, delivery_tag
 from ..ladder.index_layout import ENTRIES, MARKER, STREAM_VERSION
-from ..rabbitmq.owned import dedicated_copy
-from ..rabbitmq.topology import broker_version
 
 __all__ = ["StreamReader", "StreamEntry", "StreamReadError", "IndexUnavailable", "OFFSET", "BODY",
            "reader_connection", "append"]
@@ -308,7 +306,7 @@ def append(raw: Connection, queue: str, entries: Sequence[tuple[dict[str, Any], 
 @contextlib.contextmanager
 def reader_connection(connection: kombu.Connection, *, retries: int = 1) -> Iterator[Connection]:
     """A py-amqp connection of its own to ``connection``'s broker, without heartbeats (a long read cannot
-    serve them) and without ``confirm_publish`` (:func:`~celery_delayq.rabbitmq.owned.dedicated_copy`).
+    serve them) and without ``confirm_publish`` (:func:`~celery_delayq.rabbitmq.confirms.dedicated_copy`).
 
     ``retries``: further rounds of every failover host (0.5 s apart, growing to 5 s) after a failed one.
 

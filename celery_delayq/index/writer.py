@@ -49,14 +49,12 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from kombu.connection import Connection
 
-from ..rabbitmq.client import Message, RecoverableConnectionError
+from ..rabbitmq.client import Message, RecoverableConnectionError, broker_version, throwaway_channel
 from ..ladder import headers as H
 from ..ladder.formats import FORMAT, VERSIONS
 from ..ladder.index_layout import ENTRIES, IndexLayout, index_layout
-from ..rabbitmq.confirms import ConfirmChannel, Tracker
-from ..rabbitmq.owned import OwnedConnection
+from ..rabbitmq.confirms import ConfirmChannel, OwnedConnection, Tracker
 from ..rabbitmq.registry import ProcessRegistry
-from ..rabbitmq.topology import broker_version
 from ..typing import Receipt
 
 if TYPE_CHECKING:  # pragma: no cover - only named: the scheduler passes the app's settings
@@ -228,14 +226,10 @@ class IndexWriter:
             raw = self._link.raw
             self._layout = index_layout(self.config.spec, index=self.config.index, version=broker_version(raw))
             if self._layout is not None and self.config.declare:
-                ch = raw.channel()
-                try:  # one round trip: the streams without waiting, then a barrier
+                with throwaway_channel(raw) as ch:  # one round trip: the streams without waiting, then a barrier
                     for _kind, name, args in self._layout.entities():
                         ch.queue_declare(name, durable=True, auto_delete=False, arguments=args, nowait=True)
                     ch.queue_declare(self._layout.cancel_queue, passive=True)
-                finally:
-                    if ch.is_open:
-                        ch.close()
             self._ready = True
         return confirm
 

@@ -1,4 +1,4 @@
-"""The one way every time an operator types is read: :func:`parse_moment` (pure).
+"""The one way every time an operator types is read: :func:`parse_moment` (pure); and :func:`iso`, how one is written.
 
 The rule, for every time option of every ``delayq`` command and for the web page's API:
 
@@ -22,7 +22,7 @@ import time
 from datetime import datetime, timezone
 from typing import Literal
 
-__all__ = ["parse_moment", "FORMS", "Direction", "EARLIEST", "LATEST"]
+__all__ = ["parse_moment", "iso", "FORMS", "Direction", "EARLIEST", "LATEST"]
 
 _DURATION = re.compile(r"^([+-]?)\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)$", re.IGNORECASE)
 _SECONDS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -66,3 +66,8 @@ def parse_moment(text: str, *, direction: Direction, now: float | None = None) -
 def _quoted(text: str) -> str:
     shown = repr(text)
     return shown if len(shown) <= 60 else shown[:57] + "...'"
+
+
+def iso(epoch: float) -> str:
+    """ISO 8601 UTC with milliseconds, e.g. ``2026-11-23T08:00:00.000Z`` (how every time is written out)."""
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -10,10 +10,9 @@ and a queue declared with a limit earlier is refused before a look, naming
 
 from __future__ import annotations
 
-import contextlib
 import re
 
-from ..rabbitmq.client import AccessRefused, Connection, PreconditionFailed
+from ..rabbitmq.client import AccessRefused, Connection, PreconditionFailed, throwaway_channel
 from ..rabbitmq.delivery_limit import DEFAULT_LIMIT_FROM, NACK_UNCOUNTED_FROM, declare_arguments
 from .errors import UnsafeToBrowse
 
@@ -31,18 +30,15 @@ def browse_risk(connection: Connection, queue: str, version: tuple[int, ...]) ->
     if version >= NACK_UNCOUNTED_FROM:
         return None
     expected = declare_arguments("quorum", version)
-    ch = connection.channel()
-    try:
-        ch.queue_declare(queue, durable=True, auto_delete=False, arguments=expected)
-        return None
-    except PreconditionFailed as exc:
-        found = _INEQUIVALENT.search(str(exc))
-        arg = found.group(1) if found else None
-    except AccessRefused:
-        arg = "permission"  # a read-only user cannot declare: the limit is unknown
-    finally:
-        with contextlib.suppress(Exception):
-            ch.close()
+    with throwaway_channel(connection) as ch:
+        try:
+            ch.queue_declare(queue, durable=True, auto_delete=False, arguments=expected)
+            return None
+        except PreconditionFailed as exc:
+            found = _INEQUIVALENT.search(str(exc))
+            arg = found.group(1) if found else None
+        except AccessRefused:
+            arg = "permission"  # a read-only user cannot declare: the limit is unknown
     shown = ".".join(map(str, version))
     if arg == "x-queue-type":
         return None

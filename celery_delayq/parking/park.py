@@ -15,14 +15,13 @@ import kombu
 from ..ladder import headers as H
 from ..ladder.formats import PARKED_FORMAT, VERSIONS
 from .. import signals
-from ..rabbitmq.client import Connection, Message, RecoverableConnectionError, declare_queue
-from ..rabbitmq.confirms import ConfirmChannel
+from ..rabbitmq.client import Connection, Message, RecoverableConnectionError, broker_version, declare_queue
+from ..rabbitmq.confirms import ConfirmChannel, OwnedConnection
 from ..rabbitmq.probe import queue_exists
-from ..rabbitmq.owned import OwnedConnection
 from ..rabbitmq.registry import ProcessRegistry
 from ..errors import BrokerUnavailable, PublishError
 from .errors import ParkingFailed
-from ..rabbitmq.topology import broker_version, resolve_queue_type
+from ..rabbitmq.topology import resolve_queue_type
 from . import record as R
 from ..glue.raw import RawMessage
 from ..rabbitmq.delivery_limit import declare_arguments

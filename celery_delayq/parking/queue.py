@@ -8,7 +8,7 @@ from typing import Callable
 import kombu
 
 from ..glue.app_ladder import ladder_for
-from ..rabbitmq.client import Connection, raw_connection
+from ..rabbitmq.client import Connection, raw_connection, throwaway_channel
 from ..rabbitmq.probe import queue_depth
 from ..rabbitmq.publisher import LadderPublisher
 from .errors import ParkedMessageNotFound
@@ -91,12 +91,8 @@ class ParkingQueue:
         if match.everything:
             if queue_depth(self.connection, self.name) is None:
                 return 0
-            ch = self.connection.channel()
-            try:
+            with throwaway_channel(self.connection) as ch:
                 return int(ch.queue_purge(self.name) or 0)
-            finally:
-                with contextlib.suppress(Exception):
-                    ch.close()
         deleted = pending = seen = 0
         with Scan(self.connection, self.name, transactional=True) as scan:
             for message, parked in scan:

@@ -8,10 +8,8 @@ no worker is parking.
 
 from __future__ import annotations
 
-import contextlib
 
-from ..rabbitmq.client import Connection, Message, declare_queue
-from ..rabbitmq.topology import broker_version
+from ..rabbitmq.client import Connection, Message, broker_version, declare_queue, throwaway_channel
 from .errors import ParkingError
 from ..rabbitmq.delivery_limit import declare_arguments
 from .record import LOOK_HEADERS
@@ -51,12 +49,8 @@ def _drain_and_delete(connection: Connection, source: str, target: str, batch_si
         moved += _move(connection, source, target, batch_size)
         if queue_depth(connection, source):
             continue  # something was parked meanwhile: move it too
-        ch = connection.channel()
-        try:
+        with throwaway_channel(connection) as ch:
             dropped = ch.queue_delete(source) or 0
-        finally:
-            with contextlib.suppress(Exception):
-                ch.close()
         if dropped:
             raise ParkingError(f"{dropped} message(s) parked into {source!r} in the instant before it was "
                                "deleted were lost; every other message is kept. Run redeclare when no "

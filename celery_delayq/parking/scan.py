@@ -17,9 +17,8 @@ import time
 from collections import deque
 from typing import Iterator
 
-from ..rabbitmq.client import Connection, Message, nack
+from ..rabbitmq.client import Connection, Message, broker_version, nack
 from ..rabbitmq.probe import queue_depth
-from ..rabbitmq.topology import broker_version
 from .limits import check_browsable
 from .record import ParkedMessage
 

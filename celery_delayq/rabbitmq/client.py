@@ -17,7 +17,8 @@ from amqp.exceptions import AMQPError, ConnectionError as AMQPConnectionError, R
 from ..errors import UnsupportedTransport
 
 __all__ = ["attempts", "Connection", "Channel", "Message", "NotFound", "PreconditionFailed", "AccessRefused", "AMQPError",
-           "RecoverableConnectionError", "CONNECTION_ERRORS", "raw_connection", "connected", "nack", "declare_queue"]
+           "RecoverableConnectionError", "CONNECTION_ERRORS", "raw_connection", "connected", "nack", "declare_queue",
+           "broker_version", "throwaway_channel"]
 
 #: Failures to reach or log in to the broker, whichever layer (socket, kombu, py-amqp) raises them.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (OSError, kombu.exceptions.OperationalError, AMQPConnectionError)
@@ -27,7 +28,7 @@ def raw_connection(connection: kombu.Connection, *, retries: int = 0) -> Connect
     """``connection`` connected (every failover host once, then ``retries`` more rounds), as its py-amqp connection.
 
     One try of each host of a failover ``broker_url`` before giving up, as the ladder's own
-    connection does (:class:`~celery_delayq.rabbitmq.owned.OwnedConnection`): with kombu's
+    connection does (:class:`~celery_delayq.rabbitmq.confirms.OwnedConnection`): with kombu's
     ``max_retries=0`` only the first host was tried, so ``cancel``, ``pending``, the parking queue
     and every CLI command failed while the first node of a cluster was down (the chaos soak).
 
@@ -67,11 +68,32 @@ def nack(channel: Channel, delivery_tag: int, *, multiple: bool = False) -> None
     channel.send_method(amqp.spec.Basic.Nack, "Lbb", (delivery_tag, multiple, True))
 
 
-def declare_queue(raw: Connection, queue: str, arguments: dict[str, object]) -> None:
-    """Declare the durable ``queue`` on a throwaway channel (a refused declare closes its channel)."""
+@contextlib.contextmanager
+def throwaway_channel(raw: Connection) -> Iterator[Channel]:
+    """A channel of its own for a few calls, closed afterwards (a refused declare or a 404 closes a channel:
+    the probes and declares that may be refused each take one of these)."""
     ch = raw.channel()
     try:
-        ch.queue_declare(queue, durable=True, auto_delete=False, arguments=arguments)
+        yield ch
     finally:
         with contextlib.suppress(Exception):
             ch.close()
+
+
+def declare_queue(raw: Connection, queue: str, arguments: dict[str, object]) -> None:
+    """Declare the durable ``queue`` on a throwaway channel."""
+    with throwaway_channel(raw) as ch:
+        ch.queue_declare(queue, durable=True, auto_delete=False, arguments=arguments)
+
+
+def broker_version(connection: Connection) -> tuple[int, ...]:
+    """RabbitMQ's version from the connection's server properties, e.g. ``(3, 10, 8)``."""
+    raw = connection.server_properties.get("version", b"0")
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    parts = []
+    for piece in text.split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts) or (0,)

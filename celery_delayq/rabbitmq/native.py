@@ -28,10 +28,9 @@ from ..config import DelayqConfig
 from ..errors import BrokerTooOld, PublishError
 from ..ladder import headers as H
 from ..typing import Scheduling, WorkerService
-from .confirms import Tracker, confirm_block
-from .owned import OwnedConnection
+from .confirms import OwnedConnection, Tracker, confirm_block
 from .registry import ProcessRegistry
-from .topology import broker_version
+from .client import broker_version
 
 __all__ = ["NativeDelays", "NativeReceipt", "NATIVE_DELAY_VERSION", "DELIVERY_TIME"]
 

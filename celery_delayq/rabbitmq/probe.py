@@ -5,24 +5,22 @@ Each on a throwaway channel (a 404 closes its channel); an exchange is probed wh
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Callable
 
 import amqp
+
+from .client import throwaway_channel
 
 __all__ = ["queue_depth", "queue_counts", "queue_exists", "exchange_exists", "destination_exists"]
 
 
 def _passive(raw: amqp.Connection, declare: Callable[[amqp.Channel], Any]) -> tuple[Any] | None:
     """``(the declare's answer,)``, or ``None`` when the entity does not exist; on a throwaway channel."""
-    ch = raw.channel()
-    try:
-        return (declare(ch),)
-    except amqp.NotFound:
-        return None
-    finally:
-        with contextlib.suppress(Exception):
-            ch.close()
+    with throwaway_channel(raw) as ch:
+        try:
+            return (declare(ch),)
+        except amqp.NotFound:
+            return None
 
 
 def queue_depth(raw: amqp.Connection, queue: str) -> int | None:

@@ -26,15 +26,15 @@ from kombu.connection import Connection
 
 from ..ladder import headers as H
 from ..config import DelayqConfig
-from .confirms import ConfirmChannel, Pending, Tracker, combine, confirm_block, fail
+from .confirms import ConfirmChannel, OwnedConnection, Pending, Tracker, combine, confirm_block, fail
 from ..errors import BrokerUnavailable, PublishError, PublishTimeout
 from ..ladder.spec import LadderSpec
-from .owned import OwnedConnection
 from .registry import ProcessRegistry
 from .budget import BudgetCheck
 from .management import ManagementAPI
 from .placement import LeaderPlacement
-from .topology import Destination, Topology, broker_version, resolve_queue_type
+from .topology import Destination, Topology, resolve_queue_type
+from .client import broker_version
 from ..ladder.index_layout import index_layout
 from .worker import LadderWorker
 from ..typing import Scheduling

@@ -12,20 +12,20 @@ Counts are *ready* messages (AMQP cannot see expiring ones). Exit status 1: no l
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
 from typing import Any, Protocol
 
 import amqp
 
 from ..config import DelayqConfig
 from ..ladder.humanize import human_duration
+from ..ladder.moments import iso
 from ..ladder.spec import LadderSpec
 from .management import ManagementAPI
 from .placement import leader_counts, owned_leaders
 from .recovery import held_on_two_looks
 from .topology import LadderState, Topology
 
-__all__ = ["ladder_status", "LadderView", "SCHEMA", "iso"]
+__all__ = ["ladder_status", "LadderView", "SCHEMA"]
 
 
 class LadderView(Protocol):
@@ -43,12 +43,6 @@ class LadderView(Protocol):
 
 #: Version of the ``--json`` document.
 SCHEMA = 1
-
-
-def iso(epoch: float | None) -> str | None:
-    if epoch is None:
-        return None
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _due_within_s(spec: LadderSpec, k: int, digit: int) -> float:

@@ -18,26 +18,14 @@ import tenacity
 
 from ..errors import BrokerTooOld, TopologyError, TopologyMismatch, TopologyMissing, UnroutableDestination
 from ..ladder.spec import LadderSpec, check_name, destination_token
+from .client import broker_version, throwaway_channel
 
-__all__ = ["Topology", "resolve_queue_type", "broker_version", "Destination", "EntityState", "LadderState",
+__all__ = ["Topology", "resolve_queue_type", "Destination", "EntityState", "LadderState",
            "Owned", "OwnedSelection", "ladder_role", "select_owned", "ROLES"]
 
 log = logging.getLogger(__name__)
 
 QUORUM_TTL_VERSION = (3, 10)
-
-
-def broker_version(connection: amqp.Connection) -> tuple[int, ...]:
-    """RabbitMQ's version from the connection's server properties, e.g. ``(3, 10, 8)``."""
-    raw = connection.server_properties.get("version", b"0")
-    text = raw.decode() if isinstance(raw, bytes) else str(raw)
-    parts = []
-    for piece in text.split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts) or (0,)
 
 
 def resolve_queue_type(requested: str, version: tuple[int, ...]) -> str:
@@ -723,15 +711,11 @@ class _Channels:
 @contextlib.contextmanager
 def _pipelined(connection: amqp.Connection, what: str) -> Iterator[amqp.Channel]:
     """A channel for ``nowait`` declares ending in one synchronous call; a refusal raises :class:`TopologyMismatch`."""
-    ch = connection.channel()
-    try:
-        yield ch
-    except amqp.PreconditionFailed as exc:
-        raise _mismatch(what, exc) from None
-    finally:
-        with contextlib.suppress(Exception):
-            if ch.is_open:
-                ch.close()
+    with throwaway_channel(connection) as ch:
+        try:
+            yield ch
+        except amqp.PreconditionFailed as exc:
+            raise _mismatch(what, exc) from None
 
 
 def _mismatch(what: str, exc: amqp.PreconditionFailed) -> TopologyMismatch:

@@ -6,19 +6,22 @@ on RabbitMQ < 4.3, queues a restart left holding set moving (:class:`~.recovery.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import amqp
 from kombu.connection import Connection
 
-from ..config import DelayqConfig
 from ..ladder.humanize import describe_ladder
-from ..ladder.spec import LadderSpec
 from .laps import LapRelay
 from .management import ManagementAPI
 from .recovery import HeldWatcher, Recovery
-from .topology import Topology, broker_version
+from .client import broker_version
 from ..typing import DelayBackend, Scheduling
+
+if TYPE_CHECKING:  # only the publisher's members, as its Protocol below names them
+    from ..config import DelayqConfig
+    from ..ladder.spec import LadderSpec
+    from .topology import Topology
 
 __all__ = ["LadderWorker"]
 

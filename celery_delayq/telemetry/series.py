@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
 from .files import EventsNotFoundError, list_event_files
@@ -107,10 +107,8 @@ class Series:
     generated_at: float = field(default_factory=time.time)
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON form (the API's ``/api/series``)."""
-        return {"window": self.window, "step_s": self.step_s, "t": self.t, "counts": self.counts,
-                "lateness_p50_s": self.lateness_p50_s, "lateness_p99_s": self.lateness_p99_s,
-                "files": self.files, "truncated": self.truncated, "generated_at": self.generated_at}
+        """JSON form (the API's ``/api/series``): every field, by name."""
+        return asdict(self)
 
 
 def series(root: str, window: str = "1h", *, now: float | None = None) -> Series | None:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: benchmarks.synthetic makes the events
 
 _MISSING = [name for name in ("pyspark", "matplotlib") if importlib.util.find_spec(name) is None]
 if _MISSING:

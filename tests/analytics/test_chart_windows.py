@@ -15,7 +15,7 @@ import pytest
 from matplotlib import dates as mdates
 
 from celery_delayq.analytics import plots, run_report
-from celery_delayq.analytics.synthetic import DEFAULT_START_TS, generate
+from benchmarks.synthetic import DEFAULT_START_TS, generate
 
 #: The narrowest time axis a chart draws (a 1-minute window is widened to it, centred).
 MIN_SPAN_S = 300

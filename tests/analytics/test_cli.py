@@ -19,7 +19,7 @@ import celery_delayq.analytics
 from celery_delayq.analytics.command import report_command
 from celery_delayq.analytics.plots import CHARTS
 from celery_delayq.analytics.schema import EVENT_TYPES
-from celery_delayq.analytics.synthetic import generate
+from benchmarks.synthetic import generate
 from celery_delayq.analytics.tables import TABLE_NAMES
 from celery_delayq.options import Moment
 

@@ -17,7 +17,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from celery_delayq.analytics import build_tables, read_events, run_report
 from celery_delayq.analytics.lateness import HAS_SKETCHES
-from celery_delayq.analytics.synthetic import generate
+from benchmarks.synthetic import generate
 from celery_delayq.analytics.tables import MIN_DELAY_BUCKET_EXP, delay_bucket
 from celery_delayq.telemetry import TelemetryRecorder, make_event
 

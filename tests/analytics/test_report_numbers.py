@@ -21,7 +21,7 @@ from typing import Any
 from retry_helpers import parking_name_fixture  # noqa: F401  (fixture)
 
 from celery_delayq.analytics import build_tables, read_events, run_report
-from celery_delayq.analytics.synthetic import generate
+from benchmarks.synthetic import generate
 from celery_delayq.analytics.tables import RUN_FAILURES
 
 Event = dict[str, Any]

@@ -24,7 +24,8 @@ from celery_delayq import doctor as D
 from celery_delayq.cli import delayq
 from celery_delayq.doctor import ApiReach
 from celery_delayq.ladder.spec import LadderSpec
-from celery_delayq.rabbitmq.topology import Topology, broker_version
+from celery_delayq.rabbitmq.topology import Topology
+from celery_delayq.rabbitmq.client import broker_version
 from helpers import BROKER_HOST, management_url, running_worker
 
 pytestmark = pytest.mark.timeout(120)
@@ -220,7 +221,7 @@ def test_parking_queue_where_and_what(small_app: Any, amqp_conn: amqp.Connection
     name = f"{small_app.conf.delayq_prefix}.parking"
     assert "does not exist yet" in findings(small_app)["parking"]["summary"]
     from celery_delayq.rabbitmq.delivery_limit import declare_arguments
-    from celery_delayq.rabbitmq.topology import broker_version
+    from celery_delayq.rabbitmq.client import broker_version
 
     version = broker_version(amqp_conn)
     ch = amqp_conn.channel()
@@ -234,7 +235,7 @@ def test_parking_queue_where_and_what(small_app: Any, amqp_conn: amqp.Connection
 
 
 def test_parking_queue_with_a_delivery_limit_is_a_warning(small_app: Any, amqp_conn: amqp.Connection) -> None:
-    from celery_delayq.rabbitmq.topology import broker_version
+    from celery_delayq.rabbitmq.client import broker_version
 
     if broker_version(amqp_conn) >= (4, 3):
         pytest.skip("on 4.3 a look never counts as a delivery: no limit is a risk (the pure test covers the text)")

@@ -19,7 +19,7 @@ from celery_delayq.parking import ParkedFilter, ParkingQueue, UnsafeToBrowse
 from celery_delayq.rabbitmq.delivery_limit import declare_arguments
 from celery_delayq.glue.request import RawMessage
 from celery_delayq.parking.park import Parker, failure_headers, parking_message
-from celery_delayq.rabbitmq.topology import broker_version
+from celery_delayq.rabbitmq.client import broker_version
 from helpers import queue_depth
 
 pytestmark = pytest.mark.timeout(120)

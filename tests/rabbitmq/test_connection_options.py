@@ -26,7 +26,7 @@ from kombu.exceptions import OperationalError
 import celery_delayq
 from celery_delayq.config import DelayqConfig
 from celery_delayq.errors import BrokerUnavailable, PublishError
-from celery_delayq.rabbitmq.owned import USER_TIMEOUT_MS, dedicated_copy
+from celery_delayq.rabbitmq.confirms import USER_TIMEOUT_MS, dedicated_copy
 from celery_delayq.rabbitmq.publisher import LadderPublisher
 from helpers import Collector, drain, running_worker, scheduler_of
 

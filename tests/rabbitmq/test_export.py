@@ -321,7 +321,7 @@ def iac_app(tmp_path: Path, fresh_vhost: str) -> Any:
 
 
 def _broker_version() -> tuple[int, ...]:
-    from celery_delayq.rabbitmq.topology import broker_version
+    from celery_delayq.rabbitmq.client import broker_version
 
     conn = _connect("/")
     try:

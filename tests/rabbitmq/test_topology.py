@@ -9,7 +9,8 @@ import pytest
 
 from celery_delayq.errors import BrokerTooOld, TopologyError, TopologyMismatch, TopologyMissing
 from celery_delayq.ladder.spec import LadderSpec
-from celery_delayq.rabbitmq.topology import Topology, broker_version, resolve_queue_type
+from celery_delayq.rabbitmq.topology import Topology, resolve_queue_type
+from celery_delayq.rabbitmq.client import broker_version
 from helpers import BROKER_HOST, entity_exists
 
 

@@ -1,4 +1,5 @@
-"""Realistic synthetic telemetry, built by Spark from ``spark.range`` (tests, benchmark, README screenshots).
+"""Realistic synthetic telemetry, built by Spark from ``spark.range`` (the analytics tests, benchmark, README screenshots;
+not shipped: no part of the package uses it).
 
 Model (per *chain* = one task id):
 
