@@ -20,6 +20,9 @@ from celery_delayq import PublishError, pending
 from celery_delayq.cancels.reschedule import reschedule
 from helpers import Collector, running_worker
 
+#: Seconds the tasks wait: long enough that a loaded machine still finds them waiting when it acts.
+DUE_IN = 20.0
+
 
 def test_a_run_now_the_broker_refuses_changes_nothing(make_app, collector: Collector, vhost: str, uid: str) -> None:
     app = make_app(delayq_enabled=True)
@@ -29,9 +32,9 @@ def test_a_run_now_the_broker_refuses_changes_nothing(make_app, collector: Colle
         collector.add(tag=tag, at=time.time())
 
     queue = app.conf.task_default_queue
-    due = time.time() + 8.0
-    waiting = job.apply_async(("waiting",), countdown=8.0)
-    deadline = time.time() + 10
+    due = time.time() + DUE_IN
+    waiting = job.apply_async(("waiting",), countdown=DUE_IN)
+    deadline = time.time() + DUE_IN - 5
     while not pending(app, task_id=waiting.id) and time.time() < deadline:
         time.sleep(0.2)
     policy = f"full{uid}"
@@ -65,12 +68,12 @@ def test_a_bulk_run_now_stops_at_the_copy_the_broker_refuses(make_app, collector
     def job(tag: str) -> None:
         collector.add(tag=tag, at=time.time())
 
-    due = time.time() + 8.0  # no copy is due before this
-    first = job.apply_async(("first",), countdown=8.0)
-    refused = job.apply_async(("refused",), countdown=8.0, queue=full)
-    last = job.apply_async(("last",), countdown=8.0)
+    due = time.time() + DUE_IN  # no copy is due before this
+    first = job.apply_async(("first",), countdown=DUE_IN)
+    refused = job.apply_async(("refused",), countdown=DUE_IN, queue=full)
+    last = job.apply_async(("last",), countdown=DUE_IN)
     ids = [first.id, refused.id, last.id]
-    deadline = time.time() + 10
+    deadline = time.time() + DUE_IN - 5
     while len(waiting := {t.task_id: t for t in pending(app, task=f"{app.main}.*")}) < 3 and time.time() < deadline:
         time.sleep(0.2)
     policy = f"full{uid}"

@@ -18,6 +18,9 @@ from celery_delayq.cancels.revoke import TOLD_WITHIN_S, tell_workers
 from celery_delayq.cancels.worker import follower_for
 from helpers import Collector, running_worker
 
+#: Seconds the tasks wait: long enough that a loaded machine still finds them waiting when it acts.
+DUE_IN = 15.0
+
 
 def _wait_listed(app: Any, ids: list[str], timeout: float = 10.0) -> None:
     deadline = time.time() + timeout
@@ -38,9 +41,9 @@ def test_a_worker_whose_follower_reads_nothing_drops_a_cancel_and_a_superseded_p
         follower = follower_for(app)
         assert follower is not None
         follower.stop()  # behind for good: no cancel written from now on reaches the worker through the log
-        moved, doomed, kept = (job.apply_async((tag,), countdown=4.0) for tag in ("moved", "doomed", "kept"))
-        due = time.time() + 4.0
-        _wait_listed(app, [moved.id, doomed.id, kept.id])
+        moved, doomed, kept = (job.apply_async((tag,), countdown=DUE_IN) for tag in ("moved", "doomed", "kept"))
+        due = time.time() + DUE_IN
+        _wait_listed(app, [moved.id, doomed.id, kept.id], timeout=DUE_IN - 5)
         reschedule(app, moved.id, due=None)  # runs now; the old pass must not run at its due time
         cancel(app, doomed.id)
         assert not follower.book.pass_cancelled(pending(app, task_id=kept.id)[0].entry)
