@@ -9,16 +9,31 @@ runs once, on time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
 from celery_delayq import PublishError, pending
 from celery_delayq.cancels.reschedule import reschedule
 from helpers import Collector, running_worker
+
+@contextlib.contextmanager
+def refusing(vhost: str, queue: str, uid: str) -> Iterator[None]:
+    """The broker refuses every publish to ``queue`` meanwhile (a ``max-length 0``, ``reject-publish`` policy)."""
+    policy = f"full{uid}"
+    subprocess.run(["rabbitmqctl", "set_policy", "-p", vhost, "--apply-to", "queues", "--priority", "900", policy,
+                    f"^{queue.replace('.', '[.]')}$", json.dumps({"max-length": 0, "overflow": "reject-publish"})],
+                   check=True, capture_output=True, timeout=60)
+    try:
+        time.sleep(1.0)  # policies apply asynchronously
+        yield
+    finally:
+        subprocess.run(["rabbitmqctl", "clear_policy", "-p", vhost, policy], capture_output=True, timeout=60)
+
 
 #: Seconds the tasks wait: long enough that a loaded machine still finds them waiting when it acts.
 DUE_IN = 20.0
@@ -37,17 +52,10 @@ def test_a_run_now_the_broker_refuses_changes_nothing(make_app, collector: Colle
     deadline = time.time() + DUE_IN - 5
     while not pending(app, task_id=waiting.id) and time.time() < deadline:
         time.sleep(0.2)
-    policy = f"full{uid}"
-    subprocess.run(["rabbitmqctl", "set_policy", "-p", vhost, "--apply-to", "queues", "--priority", "900", policy,
-                    f"^{queue.replace('.', '[.]')}$", json.dumps({"max-length": 0, "overflow": "reject-publish"})],
-                   check=True, capture_output=True, timeout=60)
-    try:
-        time.sleep(1.0)  # policies apply asynchronously
+    with refusing(vhost, queue, uid):
         with pytest.raises(PublishError, match=f"{waiting.id}.*not confirmed.*still waits") as refused:
             reschedule(app, waiting.id, due=None)
         assert refused.value.failed == [waiting.id]
-    finally:
-        subprocess.run(["rabbitmqctl", "clear_policy", "-p", vhost, policy], capture_output=True, timeout=60)
     assert [t.task_id for t in pending(app, task_id=waiting.id)] == [waiting.id]  # not cancelled, not moved
     with running_worker(app):
         collector.wait_for(1, timeout=30)
@@ -76,17 +84,10 @@ def test_a_bulk_run_now_stops_at_the_copy_the_broker_refuses(make_app, collector
     deadline = time.time() + DUE_IN - 5
     while len(waiting := {t.task_id: t for t in pending(app, task=f"{app.main}.*")}) < 3 and time.time() < deadline:
         time.sleep(0.2)
-    policy = f"full{uid}"
-    subprocess.run(["rabbitmqctl", "set_policy", "-p", vhost, "--apply-to", "queues", "--priority", "900", policy,
-                    f"^{full.replace('.', '[.]')}$", json.dumps({"max-length": 0, "overflow": "reject-publish"})],
-                   check=True, capture_output=True, timeout=60)
-    try:
-        time.sleep(1.0)  # policies apply asynchronously
+    with refusing(vhost, full, uid):
         with pytest.raises(PublishError, match=f"{refused.id}.*not confirmed.*still waits") as stopped:
             reschedule_many(app, [waiting[i] for i in ids], due=None)
         assert stopped.value.failed == [refused.id]
-    finally:
-        subprocess.run(["rabbitmqctl", "clear_policy", "-p", vhost, policy], capture_output=True, timeout=60)
     assert {t.task_id for t in pending(app, task=f"{app.main}.*")} == {refused.id, last.id}
     with running_worker(app, queues=[app.conf.task_default_queue, full]):
         collector.wait_for(3, timeout=30)
