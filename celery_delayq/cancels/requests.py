@@ -21,7 +21,7 @@ from ..index.stream import IndexUnavailable, reader_connection
 from ..inputs import check_id
 from ..ladder.index_layout import MARGIN_S
 from ..typing import CeleryApp
-from .revoke import TOLD_WITHIN_S, tell_workers
+from .revoke import tell_workers
 
 __all__ = ["cancel", "CancelResult", "cancelled_ids", "record_cancels"]
 
@@ -139,9 +139,8 @@ def _record(app: CeleryApp, items: Sequence[tuple[str, str, PendingTask | None]]
                timeout=ladder.config.confirm_timeout,
                dues={r.task_id: r.found.due for r in results.values() if r.found is not None})
     if reason != "revoked":  # a revoke is Celery's own broadcast, sent by the caller right after this
-        soon = sorted((r.found.due if r.found else now, r.task_id) for r in results.values())
-        tell_workers(app, [task_id for due, task_id in soon if due <= now + TOLD_WITHIN_S],
-                     timeout=ladder.config.confirm_timeout)
+        tell_workers(app, [(r.task_id, r.found.due if r.found else None) for r in results.values()],
+                     timeout=ladder.config.confirm_timeout, now=now)
     for r in results.values():
         p = r.found
         signals.message_cancelled.send(sender=app, task_id=r.task_id, task_name=p.task_name if p else "",

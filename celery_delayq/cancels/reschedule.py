@@ -50,7 +50,7 @@ from ..rabbitmq.client import attempts
 from ..ladder.index_layout import MARGIN_S
 from ..index.writer import ARGS_CUT
 from ..typing import CeleryApp
-from .revoke import TOLD_WITHIN_S, tell_workers
+from .revoke import tell_workers
 
 __all__ = ["CannotReschedule", "Rescheduled", "cancel_passes", "reschedule", "reschedule_many", "arguments_of"]
 
@@ -94,9 +94,7 @@ def cancel_passes(app: CeleryApp, passes: Sequence[PendingTask], *, reason: str 
     with reader_connection(connection) as raw:
         record_passes(raw, layout, [(p.task_id, p.entry, p.due + MARGIN_S) for p in passes if p.entry],
                       reason=reason, timeout=timeout)
-    soon = time.time() + TOLD_WITHIN_S
-    tell_workers(app, [p.entry for p in sorted(passes, key=lambda p: p.due) if p.entry and p.due <= soon],
-                 timeout=timeout)
+    tell_workers(app, [(p.entry, p.due) for p in passes if p.entry], timeout=timeout)
 
 
 def _literal(text: str | None, kind: type, task: PendingTask) -> Any:

@@ -24,7 +24,8 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from typing import Any, Iterable, Protocol, Sequence
+import time
+from typing import Any, Iterable, Protocol
 
 from ..typing import CeleryApp
 
@@ -83,16 +84,19 @@ def unhook_revoke(app: CeleryApp) -> None:
         del control.broadcast
 
 
-def tell_workers(app: CeleryApp, ids: Sequence[str], *, timeout: float) -> bool:
-    """Broadcast Celery's ``revoke`` of ``ids`` (task ids, or ladder pass ids) to the running workers.
+def tell_workers(app: CeleryApp, dues: Iterable[tuple[str, float | None]], *, timeout: float,
+                 now: float | None = None) -> bool:
+    """Broadcast Celery's ``revoke`` of the ids (task ids, or ladder pass ids) due within :data:`TOLD_WITHIN_S`.
 
-    A second, faster path beside the cancel log (which must already hold the
-    cancels): a worker whose log follower is behind drops the delivery all the
-    same. A pass id in the revoked set names no task, so only
-    :func:`~celery_delayq.cancels.worker.drop_if_superseded` reads it. Best effort,
-    bounded by ``timeout``; returns whether the broadcast went out.
+    ``dues``: ``(id, due time)`` pairs; a due time of ``None`` (not known) counts as due now. The soonest
+    :data:`TOLD_MAX` go out. A second, faster path beside the cancel log (which must already hold the
+    cancels): a worker whose log follower is behind drops the delivery all the same. A pass id in the
+    revoked set names no task, so only :func:`~celery_delayq.cancels.worker.drop_if_superseded` reads
+    it. Best effort, bounded by ``timeout``; returns whether the broadcast went out (or had nothing to say).
     """
-    ids = list(ids)[:TOLD_MAX]
+    now = time.time() if now is None else now
+    soon = sorted((now if due is None else due, i) for i, due in dues)
+    ids = [i for due, i in soon if due <= now + TOLD_WITHIN_S][:TOLD_MAX]
     if not ids:
         return True
     control = app.control

@@ -60,5 +60,9 @@ def test_only_cancels_due_within_the_hour_are_broadcast(make_app) -> None:
     assert tell_workers(app, [], timeout=5.0)  # nothing to say: no broadcast, no connection
     sent: list[Any] = []
     app.control.broadcast = lambda command, arguments=None, **kw: sent.append((command, arguments))
-    assert tell_workers(app, ["a", "b"], timeout=5.0)
-    assert sent == [("revoke", {"task_id": ["a", "b"], "terminate": False, "signal": None})]
+    now = time.time()
+    assert tell_workers(app, [("later", now + 60), ("too-late", now + TOLD_WITHIN_S + 1), ("unknown", None),
+                              ("soon", now + 1)], timeout=5.0, now=now)
+    assert sent == [("revoke", {"task_id": ["unknown", "soon", "later"], "terminate": False, "signal": None})]
+    sent.clear()
+    assert tell_workers(app, [("too-late", now + TOLD_WITHIN_S + 1)], timeout=5.0, now=now) and not sent
