@@ -191,7 +191,7 @@ def reschedule(app: CeleryApp, task_id: str, *, due: float | datetime | None, no
     now = time.time() if now is None else now
     when = _when(app, due, now)
     found = found or find_waiting(*index_of(app), [task_id], now=now)[task_id]
-    return reschedule_many(app, [found], due=when, now=now)[0]
+    return _move(app, [found], when)[0]
 
 
 def reschedule_many(app: CeleryApp, tasks: Sequence[PendingTask], *, due: float | datetime | None,
@@ -208,8 +208,11 @@ def reschedule_many(app: CeleryApp, tasks: Sequence[PendingTask], *, due: float 
         BadInput, DelayTooLong: as :func:`reschedule`.
         PublishError: a copy or the cancel of the old passes was not confirmed (the message says which).
     """
-    now = time.time() if now is None else now
-    when = _when(app, due, now)
+    return _move(app, tasks, _when(app, due, time.time() if now is None else now))
+
+
+def _move(app: CeleryApp, tasks: Sequence[PendingTask], when: float | None) -> list[Rescheduled]:
+    """:func:`reschedule_many` once the new due time (``None``: now) is checked."""
     arguments = [arguments_of(t) for t in tasks]
     moved: list[PendingTask] = []
     try:
