@@ -118,7 +118,9 @@ def test_log_in_watch_a_task_leave_charts_narrow_dark_and_log_out(served: tuple[
 
             # -- a waiting task leaves the list on its own when it runs ----------------------------
             leaving = report.apply_async(("leaving",), countdown=6)
-            page.wait_for_selector(f"text={leaving.id}", timeout=15_000)  # it appears on its own too
+            # It appears on its own too (the next kept list: its ttl, a whole read of the session's shared
+            # index, then a poll; 30 s for a loaded CI machine, a few seconds on a quiet one).
+            page.wait_for_selector(f"text={leaving.id}", timeout=30_000)
             page.evaluate("window.__sameDocument = true")
             _wait(page, f"!document.querySelector('main').innerText.includes('{leaving.id}')", timeout=25)
             gone_at = time.time()
