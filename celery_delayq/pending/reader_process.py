@@ -120,7 +120,7 @@ class ReaderProcess:
         try:
             request = pickle.dumps((connection, layout, now, self.chunk))
         except Exception as exc:  # noqa: BLE001 - e.g. an ssl context: it cannot leave this process
-            self._fall_back("cannot be handed the connection", exc)
+            self._fall_back("cannot be handed the connection", exc, "so does every read")
             return read_pending(connection, layout, now=now)
         with self._lock:
             answer = self._ask(request)
@@ -152,7 +152,10 @@ class ReaderProcess:
             if _EXITING.is_set():
                 raise ReaderProcessError("no read of the index: this process is exiting") from exc
             if not self._closed:
-                self._fall_back("did not start" if isinstance(exc, _NotStarted) else "died", exc)
+                if isinstance(exc, _NotStarted):
+                    self._fall_back("did not start", exc, f"a new one is tried in {_RETRY_S:g} s")
+                else:
+                    self._fall_back("died", exc, "the next read starts a new one")
             return None
 
     def _started(self) -> Pipe:
@@ -179,7 +182,9 @@ class ReaderProcess:
         except Exception as exc:
             finalizer()
             self._retry_at = time.monotonic() + _RETRY_S
-            raise exc if isinstance(exc, _NotStarted) else _NotStarted(f"{type(exc).__name__}: {exc}") from exc
+            if isinstance(exc, _NotStarted):
+                raise
+            raise _NotStarted(f"{type(exc).__name__}: {exc}") from exc
         with self._state:
             if not self._closed:
                 self._proc, self._pipe, self._finalizer = proc, parent, finalizer
@@ -212,11 +217,12 @@ class ReaderProcess:
         if finalizer is not None:
             finalizer()
 
-    def _fall_back(self, why: str, exc: BaseException) -> None:
+    def _fall_back(self, why: str, exc: BaseException, then: str) -> None:
+        """Say (at WARNING the first time, then at DEBUG) why this read runs in this process."""
         level = logging.DEBUG if self._warned else logging.WARNING
         self._warned = True
         log.log(level, "delayq: the index reader process %s (%s: %s): this read of the index runs in the web "
-                "process, and the next one starts a new reader process", why, type(exc).__name__, exc)
+                "process; %s", why, type(exc).__name__, exc, then)
 
 
 def _end(proc: BaseProcess, pipe: Pipe, unmirror: Callable[[], None]) -> None:
@@ -280,8 +286,9 @@ def serve(pipe: Pipe, counter: Any = None) -> None:
     """
     with contextlib.suppress(Exception):
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the web process's to handle (it closes us)
+    reading = threading.Event()
     if counter is not None:
-        threading.Thread(target=_follow, args=(counter,), name="delayq-urgent-follower", daemon=True).start()
+        threading.Thread(target=_follow, args=(counter, reading), name="delayq-urgent-follower", daemon=True).start()
     try:
         pipe.send_bytes(pickle.dumps(("ready", os.getpid())))
     except (EOFError, OSError):
@@ -293,11 +300,14 @@ def serve(pipe: Pipe, counter: Any = None) -> None:
             return  # the parent closed its end, or is gone
         try:
             connection, layout, now, size = pickle.loads(request)
+            reading.set()
             items = read_pending(connection, layout, now=now)
         except Exception as exc:  # noqa: BLE001 - every error of the read goes back to be raised there
             answer: Iterable[bytes] = [pickle.dumps(("error", _report(exc)))]
         else:
             answer = _answer(items, size)
+        finally:
+            reading.clear()
         try:
             for data in answer:
                 pipe.send_bytes(data)
@@ -305,10 +315,13 @@ def serve(pipe: Pipe, counter: Any = None) -> None:
             return
 
 
-def _follow(counter: Any, stop: threading.Event | None = None) -> None:
-    """Be in an urgent block while the parent is in one (checked every :data:`_FOLLOW_S` seconds)."""
+def _follow(counter: Any, reading: threading.Event, stop: threading.Event | None = None) -> None:
+    """Be in an urgent block while the parent is in one (checked every :data:`_FOLLOW_S` seconds while
+    ``reading`` is set: an idle child does not wake up 300 times a second)."""
     stop = stop or threading.Event()
     while not stop.is_set():
+        if not reading.wait(0.5):
+            continue
         if counter.value:
             with urgent():
                 while counter.value and not stop.is_set():

@@ -130,10 +130,14 @@ def test_the_child_follows_the_parents_urgent_blocks() -> None:
     with priority.urgent():
         assert shared.value == 0  # no longer mirrored
 
-    stop = threading.Event()
-    follower = threading.Thread(target=rp._follow, args=(shared, stop), daemon=True)
+    stop, reading = threading.Event(), threading.Event()
+    follower = threading.Thread(target=rp._follow, args=(shared, reading, stop), daemon=True)
     follower.start()
     try:
+        shared.value = 1
+        time.sleep(0.05)
+        assert priority.urgent_now() == 0  # no read under way: not followed
+        reading.set()
         for value, urgent_here in ((1, 1), (0, 0)):
             shared.value = value  # as the parent would
             deadline = time.monotonic() + 2
