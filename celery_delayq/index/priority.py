@@ -13,7 +13,9 @@ the whole read down but never stops it.
 
 Process-wide and in memory: nothing here talks to the broker. A read inside :func:`urgent`
 never pauses for urgent reads (a bulk action's fresh read of the whole index, or a lookup's
-own reads, must not wait for themselves).
+own reads, must not wait for themselves). A read made in a child process on this process's
+behalf (:mod:`celery_delayq.pending.reader_process`) follows this process's urgent blocks
+through a shared counter (:func:`mirror`).
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ import contextlib
 import contextvars
 import threading
 import time
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
-__all__ = ["urgent", "Pause", "MAX_PAUSE_S", "urgent_now"]
+__all__ = ["urgent", "Pause", "MAX_PAUSE_S", "urgent_now", "mirror"]
 
 #: The most one read of the whole index pauses for lookups, in seconds (wall time, over the whole read).
 MAX_PAUSE_S = 1.5
@@ -32,6 +34,7 @@ MAX_PAUSE_S = 1.5
 _cond = threading.Condition()
 _urgent = 0  # urgent blocks under way in this process
 _inside: contextvars.ContextVar[bool] = contextvars.ContextVar("delayq_urgent_read", default=False)
+_mirrors: list[Any] = []  # shared counters (multiprocessing RawValue) kept equal to _urgent
 
 
 @contextlib.contextmanager
@@ -44,14 +47,35 @@ def urgent() -> Iterator[None]:
     token = _inside.set(True)
     with _cond:
         _urgent += 1
+        _publish()
     try:
         yield
     finally:
         with _cond:
             _urgent -= 1
+            _publish()
             if not _urgent:
                 _cond.notify_all()
         _inside.reset(token)
+
+
+def _publish() -> None:
+    for counter in _mirrors:
+        counter.value = _urgent
+
+
+def mirror(counter: Any) -> Callable[[], None]:
+    """Keep ``counter.value`` (a shared integer) equal to this process's count of urgent blocks, so that a
+    child process's whole-index reads pause for them too; returns the function that stops it."""
+    with _cond:
+        _mirrors.append(counter)
+        counter.value = _urgent
+
+    def stop() -> None:
+        with _cond:
+            if any(c is counter for c in _mirrors):
+                _mirrors[:] = [c for c in _mirrors if c is not counter]
+    return stop
 
 
 def urgent_now() -> int:

@@ -2,6 +2,9 @@
 
 It reads the index and the cancel log (:mod:`celery_delayq.index`) with the app's
 connection and layout, and leaves out what :func:`~celery_delayq.index.ids.hidden` hides.
+:func:`read_pending` is the same read from a connection and a layout alone (no app), so a
+process that has only those (the web page's reader process,
+:mod:`celery_delayq.pending.reader_process`) reads exactly what ``pending`` does.
 """
 
 from __future__ import annotations
@@ -11,13 +14,19 @@ import functools
 import time
 from datetime import datetime, timezone
 
-from ..glue.app_ladder import ladder_for
+from typing import TYPE_CHECKING
+
+from ..glue.app_ladder import index_of
 from ..index.ids import hidden, resolve_ids
 from ..index.cancel_log import read_cancel_book
 from ..index.query import PendingTask, read_index
+from ..ladder.index_layout import IndexLayout
 from ..typing import CeleryApp
 
-__all__ = ["pending"]
+if TYPE_CHECKING:  # pragma: no cover
+    import kombu
+
+__all__ = ["pending", "read_pending"]
 
 
 def pending(app: CeleryApp, *, task: str | None = None, queue: str | None = None, task_id: str | None = None,
@@ -39,8 +48,18 @@ def pending(app: CeleryApp, *, task: str | None = None, queue: str | None = None
         IndexUnavailable: the ladder has no index (off, broker before 3.9, not declared).
         AmbiguousTaskId: ``task_id`` is the start of several waiting ids (they are listed).
     """
-    ladder = ladder_for(app)
-    connection, layout = ladder.connection(), ladder.config.layout
+    connection, layout = index_of(app)
+    return read_pending(connection, layout, task=task, queue=queue, task_id=task_id, due_before=due_before,
+                        due_after=due_after, now=now)
+
+
+def read_pending(connection: kombu.Connection, layout: IndexLayout, *, task: str | None = None,
+                 queue: str | None = None, task_id: str | None = None, due_before: float | datetime | None = None,
+                 due_after: float | datetime | None = None, now: float | None = None) -> list[PendingTask]:
+    """:func:`pending` from the ladder's connection and index layout (``index_of(app)``) instead of the app.
+
+    The arguments after ``layout`` and the exceptions are :func:`pending`'s.
+    """
     now = time.time() if now is None else now
     # One read of the cancel log, shared by the lookup and the filter
     book = functools.cache(lambda: read_cancel_book(connection, layout, now=now))

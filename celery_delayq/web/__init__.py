@@ -23,8 +23,9 @@ small script (and the vendored uPlot of the charts) are served from the package 
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, AsyncIterator
 
 from .settings import BadWebSetting, UnsafeBinding, WeakSecret, WebSettings
 from ..typing import CeleryApp
@@ -59,9 +60,18 @@ def create_app(celery_app: CeleryApp, *, settings: WebSettings | None = None, re
     from .session import Sessions
 
     settings = settings or WebSettings.from_app(celery_app, read_only=read_only)
+    svc = Service(celery_app, settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            svc.close()  # the reader process goes with the server
+
     app = FastAPI(title="celery_delayq", summary="Delayed Celery tasks, retries and parked messages in the ladder",
-                  version="1", openapi_url="/api/openapi.json", docs_url=None, redoc_url=None)
-    app.state.delayq = Service(celery_app, settings)
+                  version="1", openapi_url="/api/openapi.json", docs_url=None, redoc_url=None, lifespan=lifespan)
+    app.state.delayq = svc
     app.state.delayq_settings = settings
     app.state.delayq_sessions = sessions = Sessions(settings)
     install_errors(app)

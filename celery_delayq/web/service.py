@@ -37,6 +37,7 @@ from ..parking.record import ParkedFilter, ParkedMessage
 from ..index.lookup import find_waiting, waiting_with_passes
 from ..index.priority import urgent
 from ..pending.browse import Page, Snapshot, WaitingFilter, matching, page_of
+from ..pending.reader_process import ReaderProcess
 from ..index.query import PendingTask
 from ..index.stream import IndexUnavailable
 from ..rabbitmq.status import ladder_status
@@ -59,11 +60,17 @@ class Service:
         self.app = app
         self.settings = settings
         self.context = ladder_for(app)
-        self.snapshot = Snapshot(app)
+        # The kept list's reads of the whole index run in a child process: the GIL stays the requests'.
+        self.reader = ReaderProcess()
+        self.snapshot = Snapshot(app, reader=self.reader)
         self._doctor: tuple[float, list[Finding]] | None = None
         self._groups: tuple[list[PendingTask], WaitingFilter, list[ErrorGroup]] | None = None
         self._lock = threading.Lock()
         self._parking_lock = threading.RLock()
+
+    def close(self) -> None:
+        """End what the service keeps running (the reader process); the web app does on shutdown."""
+        self.reader.close()
 
     # -- reading ---------------------------------------------------------------------------------
     def overview(self) -> Overview:

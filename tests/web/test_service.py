@@ -56,3 +56,25 @@ def test_the_actions_on_chosen_ids_look_them_up_urgent(svc: Service, monkeypatch
     svc.reschedule("t-1", None, who="me", via="api")
     svc.move(["t-1"], None, who="me", via="api")
     assert seen == {"cancel": 1, "reschedule": 1, "move": 1} and urgent_now() == 0
+
+
+def test_the_kept_list_is_read_by_the_reader_process_which_ends_with_the_app() -> None:
+    """The whole-index reads run in a child process (the GIL stays the requests'); the server's shutdown
+    (FastAPI's lifespan) ends it."""
+    import os
+
+    from fastapi.testclient import TestClient
+
+    from celery_delayq.web import create_app
+
+    web = create_app(Celery("svc", broker="amqp://guest:guest@127.0.0.1:1//", set_as_current=False),
+                     settings=WebSettings(token="t" * 32))
+    svc: Service = web.state.delayq
+    assert svc.snapshot._reader is svc.reader and svc.reader.pid is None  # started by the first read only
+    with TestClient(web):
+        svc.reader._started()
+        pid = svc.reader.pid
+        assert pid is not None
+    assert svc.reader.pid is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
