@@ -25,11 +25,11 @@ from benchmarks.faults.soak import SoakSettings, run_soak
 SEED = 36
 
 
+@pytest.mark.skipif(bool(os.environ.get("DELAYQ_SKIP_SOAK")),
+                    reason=f"DELAYQ_SKIP_SOAK is set ({os.environ.get('DELAYQ_SKIP_SOAK')}): .ci/run skips the soak "
+                           "when the legs before it left too little of CI's 90 minutes")
 @pytest.mark.timeout(1500)
 def test_a_five_minute_soak_accounts_for_every_task(cluster: Cluster, tmp_path: Path) -> None:
-    if os.environ.get("DELAYQ_SKIP_SOAK"):
-        pytest.skip(f"DELAYQ_SKIP_SOAK is set ({os.environ['DELAYQ_SKIP_SOAK']}): .ci/run skips the soak when the "
-                    "legs before it left too little of CI's 90 minutes")
     if not cluster.nodes[0].flavour.root:
         pytest.skip("the soak's CI version runs on 4.3 only (python -m benchmarks.faults.soak --flavour host for 3.10)")
     # The session's 4.3 cluster (pause_minority): every fault is healed before the soak returns.
