@@ -57,6 +57,7 @@ def create_app(celery_app: CeleryApp, *, settings: WebSettings | None = None, re
     from .errors import install_errors
     from .security import BodyLimit, SecurityMiddleware
     from .service import Service
+    from .live import close_live
     from .session import Sessions
 
     settings = settings or WebSettings.from_app(celery_app, read_only=read_only)
@@ -68,6 +69,7 @@ def create_app(celery_app: CeleryApp, *, settings: WebSettings | None = None, re
             yield
         finally:
             svc.close()  # the reader process goes with the server
+            close_live(svc)  # and the connection kept for the parking count
 
     app = FastAPI(title="celery_delayq", summary="Delayed Celery tasks, retries and parked messages in the ladder",
                   version="1", openapi_url="/api/openapi.json", docs_url=None, redoc_url=None, lifespan=lifespan)

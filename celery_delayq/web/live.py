@@ -210,6 +210,14 @@ _MADE = threading.Lock()
 SERIES = SeriesCache()
 
 
+def close_live(svc: Service) -> None:
+    """Close and forget this service's :class:`Live` signal, if it was made (the web app does on shutdown)."""
+    with _MADE:
+        live = _LIVE.pop(svc, None)
+    if live is not None:
+        live.close()
+
+
 def live_of(svc: Service) -> Live:
     """The :class:`Live` signal of this service (one per service)."""
     with _MADE:
