@@ -99,6 +99,12 @@ def test_log_in_watch_a_task_leave_charts_narrow_dark_and_log_out(served: tuple[
         raise ValueError(f"card declined for amount {amount}")
 
     later = [report.apply_async((f"later-{i}",), countdown=900 + 60 * i) for i in range(3)]
+    # The task that must appear on its own and then leave when it runs: published first, due late enough
+    # that a loaded CI machine lists it before it runs (its appearance waits for the next kept list: its
+    # ttl, a whole read of the session's shared index, then a poll; a few seconds on a quiet machine).
+    leaving_countdown = 45.0
+    leaving = report.apply_async(("leaving",), countdown=leaving_countdown)
+    leaving_due = time.time() + leaving_countdown
     context = browser.new_context(viewport=WIDE, timezone_id="Europe/Berlin")
     try:
         page = context.new_page()
@@ -117,12 +123,12 @@ def test_log_in_watch_a_task_leave_charts_narrow_dark_and_log_out(served: tuple[
             _log_in(page, url, f"/waiting?task={app.main}.*")
 
             # -- a waiting task leaves the list on its own when it runs ----------------------------
-            leaving = report.apply_async(("leaving",), countdown=6)
-            # It appears on its own too (the next kept list: its ttl, a whole read of the session's shared
-            # index, then a poll; 30 s for a loaded CI machine, a few seconds on a quiet one).
-            page.wait_for_selector(f"text={leaving.id}", timeout=30_000)
+            listed_within = leaving_due - time.time() - 2.0
+            assert listed_within > 5, f"the page opened {listed_within:.0f} s before the task is due: too late to see it"
+            page.wait_for_selector(f"text={leaving.id}", timeout=listed_within * 1000)
             page.evaluate("window.__sameDocument = true")
-            _wait(page, f"!document.querySelector('main').innerText.includes('{leaving.id}')", timeout=25)
+            _wait(page, f"!document.querySelector('main').innerText.includes('{leaving.id}')",
+                  timeout=leaving_due - time.time() + 25)
             gone_at = time.time()
             assert page.evaluate("window.__sameDocument === true"), "the page was reloaded"
             ran = [i["at"] for i in collector.items if i.get("customer") == "leaving"]
