@@ -31,7 +31,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import click
 
@@ -115,11 +115,13 @@ class _CpuMeter(threading.Thread):
 
 
 def run_saturation(cluster: Cluster, *, shards: int, tasks: int, procs: int, due_s: float,
-                   workdir: Path, extra: str = "", spread_s: float = 1.0) -> ScaleResult:
+                   workdir: Path, extra: str = "", spread_s: float = 1.0,
+                   before_due: Callable[[str], None] | None = None) -> ScaleResult:
     """Publish ``tasks`` due together ``due_s`` s from now into a ladder of ``shards`` shards; time arrivals.
 
     ``extra``: more app settings, as keyword source (``", delayq_radix=16"``), as in ``run_burst``; ``spread_s``:
-    the due times are spread evenly over this many seconds (1: "due at one moment").
+    the due times are spread evenly over this many seconds (1: "due at one moment"); ``before_due``: called
+    with the ladder's prefix once every publisher has finished, before the first due time (a topology variant).
     """
     prefix = f"scale{uuid.uuid4().hex[:6]}"
     entry = cluster.nodes[0]
@@ -139,6 +141,8 @@ def run_saturation(cluster: Cluster, *, shards: int, tasks: int, procs: int, due
         if child.returncode != 0:
             raise RuntimeError(f"a publisher failed: {err[-3000:]}")
         ends.append(float(out.split()[-1]))
+    if before_due is not None:
+        before_due(prefix)
     meter = _CpuMeter([pid for node in cluster.nodes for pid in node.beam_pids()])
     meter.start()
     while time.time() < due_at:

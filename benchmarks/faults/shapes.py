@@ -53,6 +53,44 @@ FIXED = "fixed"
 FIXED_QUEUES = 64
 
 
+#: A shape suffix: the same ladder, its last level dead-lettering straight into the destination queue (no exit hop).
+NO_EXIT = "-noexit"
+
+
+def skip_exit_hop(node: Any, levels: int, radix: int) -> Any:
+    """A ``before_due`` hook: bind the destination queue to the delivery exchange, unbind its exit queue.
+
+    The lever of issue #35 measured before it is built: what the ladder's last hop (the exit queue, paid by
+    every task) costs at saturation. Safe here because the destination's exchange and key reach one queue.
+    """
+    import json
+    import urllib.request
+
+    import amqp
+
+    def hook(prefix: str) -> None:
+        spec = LadderSpec(prefix=prefix, levels=levels, radix=radix)
+        dest = f"{prefix}-dest"
+        request = urllib.request.Request(f"{node.mgmt_url}/api/exchanges/%2F/{spec.delivery_exchange}/bindings/source",
+                                         headers={"Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q="})  # guest:guest
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            bindings = json.load(answer)
+        exits = [b for b in bindings if ".exit." in b["destination"] and dest in b["destination"]]
+        if len(exits) != 1:
+            raise RuntimeError(f"expected one exit queue of {dest} bound to {spec.delivery_exchange}, found {exits}")
+        exit_queue, key = exits[0]["destination"], exits[0]["routing_key"]
+        conn = amqp.Connection(f"127.0.0.1:{node.amqp_port}", userid="guest", password="guest")
+        conn.connect()
+        try:
+            ch = conn.channel()
+            ch.queue_bind(dest, spec.delivery_exchange, key)
+            ch.queue_unbind(exit_queue, spec.delivery_exchange, key)
+        finally:
+            conn.close()
+
+    return hook
+
+
 def fixed_costs() -> dict[str, Any]:
     """Broker-free facts of the ``fixed`` backend (pure): 1 hop whatever the delay; queues are per distinct delay."""
     return {"shape": FIXED, "max_delay_days": round(DelayqConfig().fixed_max_delay / 86400, 3), "hops_1_5s": 1.0, "hops_1_60s": 1.0,
@@ -99,29 +137,35 @@ def markdown(rows: list[dict[str, Any]], *, tasks: int, when: str, argv: str, du
         "# Ladder shapes and dead-letter prefetch at saturation", "",
         f"`{argv}`, {when}, on this 2-core machine, one private node per broker line and dead-letter prefetch "
         f"(`dead_letter_worker_consumer_prefetch`, RabbitMQ's default 32). 2 processes publish {tasks:,} tasks in "
-        "`celery_delayq.batch()`, all due within one second, 50 s after publishing starts; the ladder then drains "
+        f"`celery_delayq.batch()`, all due within {spread_s:g} s, {due_s:g} s after publishing starts; the ladder then drains "
         "with nothing else publishing; a consumer (prefetch 1,000) times each arrival. drain/s: tasks over the time "
         "from the first due time to the last arrival; delivered/s: between the 10th and 90th percentile of arrivals. "
         "hops: mean queues waited in (the exit queue included) for delays uniform over the range at 10 ms units. "
         "handles_3x: file handles one ladder reserves on RabbitMQ 3.x (3 per quorum queue, the unroutable queue "
         "included; exit queues add 3 each); ladders_per_1024fd_node: how many fit a node at Debian's 1024 open "
         "files (budget 927 less a tenth for connections). RabbitMQ 4.x reserves none. Ratio: drain/s over the "
-        "same broker's 14x4 (the shape of ddf578f), prefetch-32 row. broker_cpu_us_per_task: the broker's mean CPU "
+        "same broker's 14x4 (the shape of ddf578f), prefetch-32 row; ÷ fixed: over the `fixed` backend's row of the same "
+        "broker and prefetch (the one-hop rate issue #35 measures the default against). A `-noexit` shape is the same "
+        "ladder with its destination queue bound to the delivery exchange in place of the exit queue (no exit hop). broker_cpu_us_per_task: the broker's mean CPU "
         "while draining over drain/s (the machine is shared with other work: a starved broker drains slower at the "
         "same cost per task).", "",
-        "| " + " | ".join(COLUMNS) + " | ratio |",
-        "|" + "---|" * (len(COLUMNS) + 1),
+        "| " + " | ".join(COLUMNS) + " | ratio | ÷ fixed |",
+        "|" + "---|" * (len(COLUMNS) + 2),
     ]
+    fixed = {(r["broker"], r["dl_prefetch"]): r["drain_per_s"] for r in rows if r["shape"] == FIXED}
     for row in rows:
         ratio = row["drain_per_s"] / base[row["broker"]] if base.get(row["broker"]) else float("nan")
-        lines.append("| " + " | ".join(str(row[c]) for c in COLUMNS) + f" | {ratio:.2f} |")
+        over = fixed.get((row["broker"], row["dl_prefetch"]))
+        of_fixed = f"{row['drain_per_s'] / over:.2f}" if over else "–"
+        lines.append("| " + " | ".join(str(row[c]) for c in COLUMNS) + f" | {ratio:.2f} | {of_fixed} |")
     return "\n".join(lines) + "\n"
 
 
 @click.command()
 @click.option("--tasks", default=50_000, show_default=True, help="Tasks due together per run.")
 @click.option("--shapes", default="14x4,10x8,7x16", show_default=True,
-              help="LEVELSxRADIX, comma-separated; 'fixed' adds the fixed-delay backend.")
+              help="LEVELSxRADIX, comma-separated; 'fixed' adds the fixed-delay backend; LEVELSxRADIX-noexit "
+                   "the same ladder without its exit hop (the destination queue bound to the delivery exchange).")
 @click.option("--prefetch", default="32,512", show_default=True,
               help="dead_letter_worker_consumer_prefetch values, comma-separated (one node each).")
 @click.option("--only", type=click.Choice(["host", "rmq4"]), default=None, help="One broker line only.")
@@ -146,12 +190,17 @@ def main(tasks: int, shapes: str, prefetch: str, only: str | None, due_s: float,
                     if shape == FIXED:
                         costs = fixed_costs()
                         settings = f", delayq_backend='fixed', delayq_fixed_queues={fixed_queues}"
+                        hook = None
                     else:
-                        levels, radix = (int(x) for x in shape.split("x"))
-                        costs = shape_costs(levels, radix)
+                        levels, radix = (int(x) for x in shape.removesuffix(NO_EXIT).split("x"))
+                        costs = {**shape_costs(levels, radix), "shape": shape}
+                        if shape.endswith(NO_EXIT):  # one queue fewer for every task
+                            costs.update({k: round(costs[k] - 1, 2) for k in ("hops_1_5s", "hops_1_60s", "hops_1_300s")})
                         settings = f", delayq_levels={levels}, delayq_radix={radix}"
+                        hook = skip_exit_hop(cluster.nodes[0], levels, radix) if shape.endswith(NO_EXIT) else None
                     result = run_saturation(cluster, shards=1, tasks=tasks, procs=2, due_s=due_s,
-                                            workdir=Path(tempfile.mkdtemp()), extra=settings, spread_s=spread_s)
+                                            workdir=Path(tempfile.mkdtemp()), extra=settings, spread_s=spread_s,
+                                            before_due=hook)
                     row = {**costs, **asdict(result), "dl_prefetch": dl_prefetch}
                     row["broker_cpu_us_per_task"] = cpu_per_task(row)
                     click.echo(f"    {row}", err=True)
