@@ -1,14 +1,11 @@
 """celery_delayq: Celery countdowns, etas and retries that wait in RabbitMQ, not in workers.
 
-Delayed publishes travel through a ladder of TTL queues on RabbitMQ. The
-delay is written in base ``radix`` (4 by default): level k has one queue per
-non-zero digit d, holding d * radix^k units, so a message waits only in the
-levels of its delay's non-zero digits, and the last stage hands it to the
-queue it was meant for.
+Delayed publishes travel through a ladder of TTL queues on RabbitMQ. The delay is written in base ``radix`` (4
+by default): level k has one queue per non-zero digit d, holding d * radix^k units, so a message waits only in
+the levels of its delay's non-zero digits, and the last stage hands it to the queue it was meant for.
 
-``delayq_enabled = True`` alone turns it on: processes that imported
-celery_delayq publish into the ladder themselves; a worker of the app moves
-any other delayed task into the ladder on arrival and tells you which
+``delayq_enabled = True`` alone turns it on: processes that imported celery_delayq publish into the ladder
+themselves; a worker of the app moves any other delayed task into the ladder on arrival and tells you which
 publisher to fix. :func:`install` does the same explicitly.
 """
 

@@ -1,11 +1,9 @@
 """One audit line for every action that changes production state: who, what, which ids.
 
-The page, the API and the CLI all call :func:`audit` after an action (and
-for a refused one, :func:`audit` with ``refused=``), on the logger
-``celery_delayq.audit`` at INFO, so an operator can route it to a file or a
-log shipper of its own (``logging.getLogger("celery_delayq.audit")``). The
-line never carries a secret: a bearer token is named by a short fingerprint
-(:func:`token_fingerprint`), never by its text.
+The page, the API and the CLI all call :func:`audit` after an action (and for a refused one, :func:`audit` with
+``refused=``), on the logger ``celery_delayq.audit`` at INFO, so an operator can route it to a file or a log
+shipper of its own (``logging.getLogger("celery_delayq.audit")``). The line never carries a secret: a bearer
+token is named by a short fingerprint (:func:`token_fingerprint`), never by its text.
 
     delayq audit: who=user:alice via=page action=cancel ids=2 [4f1c..., 9a0e...] filter="task proj.*"
 """

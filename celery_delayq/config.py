@@ -1,27 +1,15 @@
 """One configuration object, resolved from Celery's ``app.conf``.
 
-Every setting is an ordinary Celery setting named ``delayq_*``, so it can be
-set on the app, in a config module, or in Django settings as ``CELERY_DELAYQ_*``
-(with ``app.config_from_object('django.conf:settings', namespace='CELERY')``).
+Every setting is an ordinary Celery setting named ``delayq_*``, so it can be set on the app, in a config module,
+or in Django settings as ``CELERY_DELAYQ_*`` (with
+``app.config_from_object('django.conf:settings', namespace='CELERY')``).
 
-Each value is typed and checked in one place, :data:`CONVERTERS`, run by
-:class:`DelayqConfig` (and so by Django's ``manage.py check``, which builds it)
-and by :func:`setting` for code that reads one setting (the activation hook
-reads ``delayq_enabled``). The rule, :data:`VALUE_RULES`:
-
-* booleans take exactly what Celery takes for its own boolean settings
-  (``celery.utils.serialization.strtobool``: ``true``/``false``, ``yes``/``no``,
-  ``on``/``off``, ``1``/``0``, any case), a bool, or the integers 1 and 0;
-  so ``delayq_enabled = "false"`` is off;
-* numbers take a number or a string of one (``"10"``), read with ``int()`` or
-  ``float()`` as Celery reads its numeric settings from text, since settings
-  fed from the environment are strings; a bool, NaN, an infinity, a fraction
-  for an integer setting, or a value out of range is refused;
-* names (queue types, backends, extensions) take the listed values only.
-
-Anything else is a :class:`~celery_delayq.errors.SettingsError`, one line
-naming the setting, the value (passwords in URLs masked, :func:`mask_url`)
-and what it takes.
+Each value is typed and checked in one place, :data:`CONVERTERS`, run by :class:`DelayqConfig` (and so by
+Django's ``manage.py check``, which builds it) and by :func:`setting` for code that reads one setting (the
+activation hook reads ``delayq_enabled``), by the rule of :data:`VALUE_RULES`: booleans as Celery reads its own
+(so ``delayq_enabled = "false"`` is off), numbers also as strings (settings fed from the environment), names
+from the listed values only. Anything else is a :class:`~celery_delayq.errors.SettingsError`, one line naming
+the setting, the value (passwords in URLs masked, :func:`mask_url`) and what it takes.
 """
 
 from __future__ import annotations
@@ -69,101 +57,91 @@ class DelayqConfig:
     """Resolved settings. The defaults below are the documented defaults.
 
     Attributes:
-        enabled: Route *every* delayed publish of the app through the ladder,
-            not only those of :class:`~celery_delayq.DelayedRetryTask` tasks.
+        enabled: Route *every* delayed publish of the app through the ladder, not only those of
+            :class:`~celery_delayq.DelayedRetryTask` tasks.
         prefix: Namespace of the ladder's exchanges and queues.
-        unit_ms: Ladder resolution. 10 ms: each quorum hop costs ~2.5 ms here,
-            so a finer unit buys little accuracy for more hops (see README).
-        levels: Number of levels; with ``unit_ms=10`` and radix 4, 14 levels hold
-            up to ~31 days while the top TTL stays within Erlang's 2^32 ms timers.
-        radix: Digit base of the ladder (2 = binary; 4 measured twice as fast at
-            saturation with fewer hops, see README "Design trade-offs").
-        shards: Parallel copies of the ladder's levels; each task takes the one its
-            id hashes to, so tasks due together spread over that many times the
-            queues, dead-letter workers and (on a cluster) leader nodes. It pays only
-            where one queue's dead-letter worker is the limit and the broker has idle
-            cores; measured on 2 cores it does not (README "Sharded ladders"). 1 = unsharded.
-        queue_type: ``auto`` (quorum where the broker supports TTL on it, else
-            classic), ``quorum`` or ``classic``.
+        unit_ms: Ladder resolution. 10 ms: each quorum hop costs ~2.5 ms here, so a finer unit buys little
+            accuracy for more hops (see README).
+        levels: Number of levels; with ``unit_ms=10`` and radix 4, 14 levels hold up to ~31 days while the top
+            TTL stays within Erlang's 2^32 ms timers.
+        radix: Digit base of the ladder (2 = binary; 4 measured twice as fast at saturation with fewer hops, see
+            README "Design trade-offs").
+        shards: Parallel copies of the ladder's levels; each task takes the one its id hashes to, so tasks due
+            together spread over that many times the queues, dead-letter workers and (on a cluster) leader
+            nodes. It pays only where one queue's dead-letter worker is the limit and the broker has idle cores;
+            measured on 2 cores it does not (README "Sharded ladders"). 1 = unsharded.
+        queue_type: ``auto`` (quorum where the broker supports TTL on it, else classic), ``quorum`` or
+            ``classic``.
         declare: Declare the ladder (idempotent). ``False`` = verify only.
         confirm_timeout: Seconds to wait for a publisher confirm.
-        batch_window: Unconfirmed messages allowed in flight inside
-            :func:`~celery_delayq.batch` before the publisher waits.
+        batch_window: Unconfirmed messages allowed in flight inside :func:`~celery_delayq.batch` before the
+            publisher waits.
         broker_url: Broker for the ladder; default is the app's write broker.
-        management_url: RabbitMQ's management API, for what AMQP cannot tell (bindings,
-            held messages, leaders, and on RabbitMQ 3.x whether a new ladder fits the
-            broker's file handles; without it a new ladder there is created only by
-            ``delayq topology declare``). ``None`` = ``http://<broker host>:15672``;
-            ``""`` = never ask it. The API is asked with the broker connection's user and
-            password, or with those in the URL when it has them
-            (``http://monitor:secret@host:15672``, percent-encoded): the ``monitoring`` tag
-            reads all it needs, and recovery after a broker restart sets a policy
+        management_url: RabbitMQ's management API, for what AMQP cannot tell (bindings, held messages, leaders,
+            and on RabbitMQ 3.x whether a new ladder fits the broker's file handles; without it a new ladder
+            there is created only by ``delayq topology declare``). ``None`` = ``http://<broker host>:15672``;
+            ``""`` = never ask it. The API is asked with the broker connection's user and password, or with
+            those in the URL when it has them (``http://monitor:secret@host:15672``, percent-encoded): the
+            ``monitoring`` tag reads all it needs, and recovery after a broker restart sets a policy
             (``policymaker``). The password is never printed or logged.
         telemetry_dir: Root directory of the JSON Lines telemetry (``None`` = off);
             ``python -m celery_delayq.analytics`` turns it into a report.
-        queue_delays: Default delay in seconds per destination queue name, e.g.
-            ``{"slow": 30}``. Tasks sent there without a countdown or eta wait
-            that long; their own countdown/eta wins. Stored as sorted
+        queue_delays: Default delay in seconds per destination queue name, e.g. ``{"slow": 30}``. Tasks sent
+            there without a countdown or eta wait that long; their own countdown/eta wins. Stored as sorted
             ``(name, seconds)`` pairs so the config stays hashable.
         park: Move messages whose retries are exhausted to a parking queue.
         parking_queue: Name of the parking queue; ``None`` = ``<prefix>.parking``.
         parking_queue_type: ``auto`` (the ladder's queue type), ``quorum`` or ``classic``.
-        park_on: Exception types (or ``"module.Name"`` strings) that park a
-            message at once instead of failing it or retrying it.
-        retry_policy: App-wide :class:`~celery_delayq.policies.RetryPolicy` or
-            ``tenacity.Retrying`` for DelayedRetryTask tasks without their own.
-        max_delay: When set, the longest delay accepted anywhere: a longer countdown or
-            eta raises ``DelayTooLong``, and an explicit delay
-            (:class:`~celery_delayq.policies.RetryAfter`) is capped to it. Unset, delays
-            longer than the ladder make laps through it (years are fine), and a
-            RetryAfter is capped by the task's ``retry_backoff_max`` (Celery's default 600 s).
-        dedup: Run a second delivery of the same (task id, attempt) zero times
-            (state in Redis at ``dedup_url``); see the README, "The duplicate guard".
+        park_on: Exception types (or ``"module.Name"`` strings) that park a message at once instead of failing
+            it or retrying it.
+        retry_policy: App-wide :class:`~celery_delayq.policies.RetryPolicy` or ``tenacity.Retrying`` for
+            DelayedRetryTask tasks without their own.
+        max_delay: When set, the longest delay accepted anywhere: a longer countdown or eta raises
+            ``DelayTooLong``, and an explicit delay (:class:`~celery_delayq.policies.RetryAfter`) is capped to
+            it. Unset, delays longer than the ladder make laps through it (years are fine), and a RetryAfter is
+            capped by the task's ``retry_backoff_max`` (Celery's default 600 s).
+        dedup: Run a second delivery of the same (task id, attempt) zero times (state in Redis at
+            ``dedup_url``); see the README, "The duplicate guard".
         dedup_url: Redis URL of the duplicate guard.
         dedup_ttl: Seconds a delivery is remembered by the duplicate guard.
-        index: Keep an index of waiting tasks (RabbitMQ streams written by the broker
-            itself, see :mod:`celery_delayq.pending`) for ``delayq pending`` and
-            ``delayq cancel``; the broker writes one extra copy per ladder pass.
-        leader_placement: ``spread`` (the leaders of every queue a new ladder owns, its
-            exit and parking queues too, are spread over the cluster's running nodes,
-            through a connection to each, which
-            needs the management API to list them) or ``broker`` (wherever the
-            broker's queue-leader locator puts them; with its default,
-            ``client-local``, all on the declaring process's node). Existing
-            queues never move; see :mod:`celery_delayq.rabbitmq.placement`.
-        metrics_port: Serve Prometheus metrics (:mod:`celery_delayq.telemetry.metrics`) on this port
-            from each worker's main process (``None`` = off). With the prefork pool,
-            retries and parks happen in the children and are not counted there.
-        backend: Where delayed messages wait: a name of :data:`BACKEND_ALIASES`
-            (``ladder``: the TTL-queue ladder) or a ``"module:Class"`` path to a
-            :class:`~celery_delayq.typing.DelayBackend` with a ``for_connection(connection,
-            config)`` class method (``fixed``: one TTL queue per destination and distinct delay,
-            one hop, for apps whose delays take a few fixed values; see
+        index: Keep an index of waiting tasks (RabbitMQ streams written by the broker itself, see
+            :mod:`celery_delayq.pending`) for ``delayq pending`` and ``delayq cancel``; the broker writes one
+            extra copy per ladder pass.
+        leader_placement: ``spread`` (the leaders of every queue a new ladder owns, its exit and parking queues
+            too, are spread over the cluster's running nodes, through a connection to each, which needs the
+            management API to list them) or ``broker`` (wherever the broker's queue-leader locator puts them;
+            with its default, ``client-local``, all on the declaring process's node). Existing queues never
+            move; see :mod:`celery_delayq.rabbitmq.placement`.
+        metrics_port: Serve Prometheus metrics (:mod:`celery_delayq.telemetry.metrics`) on this port from each
+            worker's main process (``None`` = off). With the prefork pool, retries and parks happen in the
+            children and are not counted there.
+        backend: Where delayed messages wait: a name of :data:`BACKEND_ALIASES` (``ladder``: the TTL-queue
+            ladder) or a ``"module:Class"`` path to a :class:`~celery_delayq.typing.DelayBackend` with a
+            ``for_connection(connection, config)`` class method (``fixed``: one TTL queue per destination and
+            distinct delay, one hop, for apps whose delays take a few fixed values; see
             :mod:`celery_delayq.rabbitmq.fixed`). The delay check, the ``before_schedule`` and
-            ``message_scheduled`` signals and the index entry that ``pending`` and ``cancel``
-            read are done once above every backend (:mod:`celery_delayq.scheduling`).
-        queue_backends: Backend per destination queue name, e.g. ``{"emails": "fixed"}``
-            (names as for ``backend``); other queues use ``backend``. Stored as sorted pairs.
-        fixed_resolution: Seconds a ``fixed`` queue's delay is rounded *up* to (never early;
-            a message may arrive up to this much late), so delays that differ by noise share one queue.
+            ``message_scheduled`` signals and the index entry that ``pending`` and ``cancel`` read are done once
+            above every backend (:mod:`celery_delayq.scheduling`).
+        queue_backends: Backend per destination queue name, e.g. ``{"emails": "fixed"}`` (names as for
+            ``backend``); other queues use ``backend``. Stored as sorted pairs.
+        fixed_resolution: Seconds a ``fixed`` queue's delay is rounded *up* to (never early; a message may
+            arrive up to this much late), so delays that differ by noise share one queue.
         fixed_max_delay: The longest delay a ``fixed`` queue holds; a longer one goes through the ladder.
-        fixed_queues: The most ``fixed`` queues (destination and delay) one process declares; a new
-            delay beyond them goes through the ladder (logged once). On RabbitMQ 3.x each new queue
-            must also fit the broker's file-handle budget (:mod:`celery_delayq.rabbitmq.budget`).
-        metrics_address: The address the metrics exporter binds (``delayq_metrics_port``
-            and ``delayq metrics``). Loopback by default, so the metrics are not
-            served to the network unless asked: ``0.0.0.0`` (every IPv4 interface),
-            ``::`` or one interface's address is that explicit choice.
-        previous_shapes: Shapes (``"LEVELSxRADIX"``, e.g. ``["14x4"]``) this app's ladder had
-            before its ``levels``/``radix`` changed. Tasks published before the change wait in
-            that ladder until due (a reshaped ladder is a new one beside it); ``pending``,
-            ``cancel``, the page and the workers' cancels read its index and cancel log too,
-            until ``delayq topology delete --shape LEVELSxRADIX`` removes it once drained
-            (``docs/operations.md``, "Changing the ladder's shape").
+        fixed_queues: The most ``fixed`` queues (destination and delay) one process declares; a new delay beyond
+            them goes through the ladder (logged once). On RabbitMQ 3.x each new queue must also fit the
+            broker's file-handle budget (:mod:`celery_delayq.rabbitmq.budget`).
+        metrics_address: The address the metrics exporter binds (``delayq_metrics_port`` and
+            ``delayq metrics``). Loopback by default, so the metrics are not served to the network unless asked:
+            ``0.0.0.0`` (every IPv4 interface), ``::`` or one interface's address is that explicit choice.
+        previous_shapes: Shapes (``"LEVELSxRADIX"``, e.g. ``["14x4"]``) this app's ladder had before its
+            ``levels``/``radix`` changed. Tasks published before the change wait in that ladder until due (a
+            reshaped ladder is a new one beside it); ``pending``, ``cancel``, the page and the workers' cancels
+            read its index and cancel log too, until ``delayq topology delete --shape LEVELSxRADIX`` removes it
+            once drained (``docs/operations.md``, "Changing the ladder's shape").
         disabled_extensions: Names of built-in extensions to leave out of the app
-            (:data:`celery_delayq.glue.extensions.EXTENSIONS`: ``takeover``, ``cancels``,
-            ``parking``, ``telemetry``, ``metrics``), e.g. ``["takeover"]`` for workers that
-            must not move other publishers' delayed tasks. ``delayq doctor`` lists those active.
+            (:data:`celery_delayq.glue.extensions.EXTENSIONS`: ``takeover``, ``cancels``, ``parking``,
+            ``telemetry``, ``metrics``), e.g. ``["takeover"]`` for workers that must not move other publishers'
+            delayed tasks. ``delayq doctor`` lists those active.
     """
 
     enabled: bool = False
@@ -205,9 +183,8 @@ class DelayqConfig:
         """Type and validate every field: the one place settings are checked (see :data:`CONVERTERS`).
 
         Runs for :meth:`from_app` and for a config built directly alike, so
-        ``DelayqConfig(enabled="false").enabled is False``. Raises
-        :class:`~celery_delayq.errors.SettingsError` naming the setting, the value
-        and what it takes.
+        ``DelayqConfig(enabled="false").enabled is False``. Raises :class:`~celery_delayq.errors.SettingsError`
+        naming the setting, the value and what it takes.
         """
         for f in fields(self):
             value = getattr(self, f.name)
@@ -299,10 +276,9 @@ def raw_setting(conf: Any, key: str) -> Any:
 def _lookup(conf: Any, key: str) -> Any:
     """The ``delayq_*`` setting ``key`` of ``conf``, typed and validated as :class:`DelayqConfig` does.
 
-    ``None`` when it is not set. Callers that read one setting without building
-    the whole config (the activation hook reads ``delayq_enabled``) get the
-    same answer as the config: ``"false"`` is ``False``, ``"yes please"`` is a
-    :class:`~celery_delayq.errors.SettingsError`. A key that is no setting is returned as given.
+    ``None`` when it is not set. Callers that read one setting without building the whole config (the activation
+    hook reads ``delayq_enabled``) get the same answer as the config: ``"false"`` is ``False``, ``"yes please"``
+    is a :class:`~celery_delayq.errors.SettingsError`. A key that is no setting is returned as given.
     """
     value = _raw_lookup(conf, key)
     name = key[len("delayq_"):] if key.startswith("delayq_") else key
@@ -342,10 +318,9 @@ BOOLEAN_FORMS = "true/false, yes/no, on/off, 1/0 (any case) or a Python bool"
 def mask_url(url: Any) -> str:
     """``url`` with any password replaced by ``**`` (``amqp://user:**@host//``), for printing and logging.
 
-    A ``;``-separated list of broker URLs is masked URL by URL. Anything that is
-    no URL is returned as a string, unchanged. Unlike kombu's
-    ``maybe_sanitize_url`` (same ``**`` mask) it leaves the rest of the URL as
-    written (kombu normalises ``/%2F`` to ``//`` and masks only the first of a list).
+    A ``;``-separated list of broker URLs is masked URL by URL. Anything that is no URL is returned as a string,
+    unchanged. Unlike kombu's ``maybe_sanitize_url`` (same ``**`` mask) it leaves the rest of the URL as written
+    (kombu normalises ``/%2F`` to ``//`` and masks only the first of a list).
     """
     if not isinstance(url, str):
         return repr(url) if url is not None else "None"
@@ -625,9 +600,8 @@ def report_unknown_settings_elsewhere(app: CeleryApp) -> None:
 def warn_unknown_settings(app: CeleryApp) -> list[tuple[str, str | None]]:
     """Log one warning per unknown ``delayq_*`` setting of ``app``, once per app.
 
-    A misspelt setting (``delayq_enable`` for ``delayq_enabled``) is otherwise
-    silently ignored and the default applies, which is hard to notice.
-    Returns what was found (empty on later calls for the same app).
+    A misspelt setting (``delayq_enable`` for ``delayq_enabled``) is otherwise silently ignored and the default
+    applies, which is hard to notice. Returns what was found (empty on later calls for the same app).
     """
     try:
         if app in _WARNED:

@@ -1,10 +1,8 @@
 """Failures grouped by exception class and message pattern: how the page shows retries and parked tasks. Pure.
 
-A message's *pattern* is the message with every token holding a digit
-(``42``, ``10.0.0.5:5672``, a UUID) and every quoted text replaced by ``*``,
-so ``card declined for amount 17`` and ``... amount 99`` are one group. A
-filter on the message (:func:`message_matches`) takes a pattern as shown,
-or any text found in the message.
+A message's *pattern* is the message with every token holding a digit (``42``, ``10.0.0.5:5672``, a UUID) and
+every quoted text replaced by ``*``, so ``card declined for amount 17`` and ``... amount 99`` are one group. A
+filter on the message (:func:`message_matches`) takes a pattern as shown, or any text found in the message.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Exception types raised by celery_delayq.
 
-Every error says what went wrong *and* what to do about it, so that an
-operator reading a traceback at 3 a.m. does not need to open the source.
-All of them derive from :class:`DelayqError`, so callers can catch the family.
+Every error says what went wrong *and* what to do about it, so that an operator reading a traceback at 3 a.m.
+does not need to open the source. All of them derive from :class:`DelayqError`, so callers can catch the family.
 """
 
 from __future__ import annotations
@@ -10,27 +9,10 @@ from __future__ import annotations
 from celery.exceptions import ImproperlyConfigured
 from kombu.exceptions import OperationalError
 
-__all__ = [
-    "DelayqError",
-    "InvalidDelay",
-    "DelayTooLong",
-    "InvalidName",
-    "TopologyError",
-    "TopologyMissing",
-    "TopologyMismatch",
-    "BrokerTooOld",
-    "FileHandleBudgetExceeded",
-    "FileHandleBudgetUnknown",
-    "UnsupportedTransport",
-    "UnroutableDestination",
-    "PublishError",
-    "PublishNacked",
-    "PublishReturned",
-    "PublishTimeout",
-    "BrokerUnavailable",
-    "SettingsError",
-    "FormatTooNew",
-]
+__all__ = ["DelayqError", "InvalidDelay", "DelayTooLong", "InvalidName", "TopologyError", "TopologyMissing",
+           "TopologyMismatch", "BrokerTooOld", "FileHandleBudgetExceeded", "FileHandleBudgetUnknown",
+           "UnsupportedTransport", "UnroutableDestination", "PublishError", "PublishNacked", "PublishReturned",
+           "PublishTimeout", "BrokerUnavailable", "SettingsError", "FormatTooNew"]
 
 
 class DelayqError(Exception):
@@ -81,9 +63,8 @@ class FileHandleBudgetExceeded(TopologyError):
 class FileHandleBudgetUnknown(TopologyError):
     """A new ladder on RabbitMQ 3.x whose file-handle cost nobody could check; nothing was created.
 
-    Without the management API a process cannot see the broker's budget, so it
-    does not create a ladder implicitly; ``celery -A APP delayq topology declare``
-    does it explicitly.
+    Without the management API a process cannot see the broker's budget, so it does not create a ladder
+    implicitly; ``celery -A APP delayq topology declare`` does it explicitly.
     """
 
 
@@ -102,8 +83,7 @@ class PublishError(DelayqError):
     publish failure, so ``retry_policy``/``autoretry_for`` still apply.
     """
 
-    def __init__(self, message: str, *, failed: list[str] | None = None,
-                 entries: list[str] | None = None) -> None:
+    def __init__(self, message: str, *, failed: list[str] | None = None, entries: list[str] | None = None) -> None:
         super().__init__(message)
         #: What may not be scheduled, by the name the caller knows: the Celery task id
         #: (the message's ``id`` header), else its ``message_id``, else its ladder entry id.
@@ -127,21 +107,19 @@ class PublishTimeout(PublishError):
 class BrokerUnavailable(PublishError, OperationalError):
     """The ladder could not connect to the broker; the named messages were NOT scheduled.
 
-    Raised after one attempt per broker host, without sleeping, so a publish
-    against a stopped broker fails about as fast as Celery's own. It is also a
-    :class:`kombu.exceptions.OperationalError`, the error plain Celery raises
-    there, so existing ``except OperationalError`` handlers keep working.
+    Raised after one attempt per broker host, without sleeping, so a publish against a stopped broker fails
+    about as fast as Celery's own. It is also a :class:`kombu.exceptions.OperationalError`, the error plain
+    Celery raises there, so existing ``except OperationalError`` handlers keep working.
     """
 
 
 class SettingsError(DelayqError, ImproperlyConfigured, ValueError):  # type: ignore[misc]  # Celery is untyped
     """A ``delayq_*`` setting has a value celery_delayq cannot use; nothing was started with it.
 
-    Raised by :class:`~celery_delayq.config.DelayqConfig` (at run time and in
-    Django's ``manage.py check``, which call the same code). The message names the
-    setting, the value given (credentials masked) and the forms it accepts. It is
-    also Celery's ``ImproperlyConfigured`` and a ``ValueError``, so existing handlers
-    of either keep working.
+    Raised by :class:`~celery_delayq.config.DelayqConfig` (at run time and in Django's ``manage.py check``,
+    which call the same code). The message names the setting, the value given (credentials masked) and the forms
+    it accepts. It is also Celery's ``ImproperlyConfigured`` and a ``ValueError``, so existing handlers of
+    either keep working.
     """
 
     def __init__(self, message: str, *, setting: str | None = None) -> None:

@@ -1,24 +1,20 @@
 """The one input model of every operator action: the API, the page's forms and the CLI (pure).
 
-An operator's page or command line is trusted only if a typo can never do
-harm, so every value that changes production state is read here, by the same
-rules whoever typed it:
+An operator's page or command line is trusted only if a typo can never do harm, so every value that changes
+production state is read here, by the same rules whoever typed it:
 
-* :func:`parse_due` — a task's new due time. Empty, in the past, or a negative
-  duration is an error that names ``run-now`` (a due time in the past used to
-  *run the task now*); beyond the longest delay the app accepts it is
-  :class:`~celery_delayq.errors.DelayTooLong`; a number too large for a
-  calendar is an error, never an ``OverflowError``.
+* :func:`parse_due` — a task's new due time. Empty, in the past, or a negative duration is an error that names
+  ``run-now`` (a due time in the past used to *run the task now*); beyond the longest delay the app accepts it
+  is :class:`~celery_delayq.errors.DelayTooLong`; a number too large for a calendar is an error, never an
+  ``OverflowError``.
 * :func:`parse_delay` — a duration from now (``90s``, ``10m``, seconds), never negative.
-* :func:`check_id` — a task or parked-message id: non-empty, printable, at most
-  :data:`ID_MAX` characters, valid text (a command line's ``$'\\xff'`` is refused).
-* :func:`require_selection` — a bulk action (cancel matching, replay, delete)
-  needs a filter **or** an explicit ``all``, and, to act, the ``expect`` count a
-  dry run returned. An empty selection never means "everything".
+* :func:`check_id` — a task or parked-message id: non-empty, printable, at most :data:`ID_MAX` characters, valid
+  text (a command line's ``$'\\xff'`` is refused).
+* :func:`require_selection` — a bulk action (cancel matching, replay, delete) needs a filter **or** an explicit
+  ``all``, and, to act, the ``expect`` count a dry run returned. An empty selection never means "everything".
 
-Each refusal is a :class:`BadInput` (a ``ValueError``) whose message names the
-field, the value and what to give instead; the callers turn it into a 4xx
-JSON answer or a one-line CLI error, and nothing is changed.
+Each refusal is a :class:`BadInput` (a ``ValueError``) whose message names the field, the value and what to give
+instead; the callers turn it into a 4xx JSON answer or a one-line CLI error, and nothing is changed.
 """
 
 from __future__ import annotations
@@ -57,9 +53,8 @@ def parse_due(value: str | float | int | None, *, what: str = "due", now: float 
               check_delay: Callable[[float], None] | None = None) -> float:
     """Epoch seconds of a new due time, strictly in the future.
 
-    ``value``: text in any form of :data:`~celery_delayq.ladder.moments.FORMS`
-    (a duration counts from now) or epoch seconds as a number. ``check_delay``:
-    the app's own limit (``DelayqConfig.check_delay``), which raises
+    ``value``: text in any form of :data:`~celery_delayq.ladder.moments.FORMS` (a duration counts from now) or
+    epoch seconds as a number. ``check_delay``: the app's own limit (``DelayqConfig.check_delay``), which raises
     :class:`~celery_delayq.errors.DelayTooLong`.
 
     Raises:

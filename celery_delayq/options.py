@@ -3,25 +3,23 @@ delays and ids.
 
 One rule per kind of value, the same as the web page's API (:mod:`celery_delayq.inputs`):
 
-* :class:`Moment` — a point in time that *selects* (``pending --due-before``,
-  ``parking --since``, ``report --since``): ISO 8601, with or without a time
-  (``2026-11-23``, ``2026-11-23T08:00``, ``2026-11-23 08:00:00+01:00``; **no
-  offset means UTC**, as every time the CLI prints is UTC), epoch seconds, or a
-  duration (``90s``, ``10m``, ``2h``, ``3d``, ``1w``) counted from now: forwards
-  (``+``) or backwards (``-``); without a sign, the direction the option names
-  (a due time looks ahead, a ``--since`` looks back), written in its ``--help``.
-  Read by :func:`celery_delayq.ladder.moments.parse_moment`.
-* :class:`DueTime` — a task's *new* due time (``reschedule ID WHEN``): the same
-  forms, but strictly in the future and within the app's longest delay
-  (:func:`celery_delayq.inputs.parse_due`; a past time names ``run-now``).
-* :class:`Delay` — a duration from now (``parking replay --delay``), never
-  negative (:func:`celery_delayq.inputs.parse_delay`).
-* :class:`Id` — a task or parked-message id (:func:`celery_delayq.inputs.check_id`:
-  non-empty, printable, valid UTF-8 — a command line's ``$'\\xff'`` is refused).
+* :class:`Moment` — a point in time that *selects* (``pending --due-before``, ``parking --since``,
+  ``report --since``): ISO 8601, with or without a time (``2026-11-23``, ``2026-11-23T08:00``,
+  ``2026-11-23 08:00:00+01:00``; **no offset means UTC**, as every time the CLI prints is UTC), epoch seconds,
+  or a duration (``90s``, ``10m``, ``2h``, ``3d``, ``1w``) counted from now: forwards (``+``) or backwards
+  (``-``); without a sign, the direction the option names (a due time looks ahead, a ``--since`` looks back),
+  written in its ``--help``. Read by :func:`celery_delayq.ladder.moments.parse_moment`.
+* :class:`DueTime` — a task's *new* due time (``reschedule ID WHEN``): the same forms, but strictly in the
+  future and within the app's longest delay (:func:`celery_delayq.inputs.parse_due`; a past time names
+  ``run-now``).
+* :class:`Delay` — a duration from now (``parking replay --delay``), never negative
+  (:func:`celery_delayq.inputs.parse_delay`).
+* :class:`Id` — a task or parked-message id (:func:`celery_delayq.inputs.check_id`: non-empty, printable, valid
+  UTF-8 — a command line's ``$'\\xff'`` is refused).
 
-A value that is none of these is a usage error (exit status 2) with one line
-that names the option, the value and the accepted forms; nothing is read or
-changed. Each type's :meth:`help` writes the forms into the option's ``--help``.
+A value that is none of these is a usage error (exit status 2) with one line that names the option, the value
+and the accepted forms; nothing is read or changed. Each type's :meth:`help` writes the forms into the option's
+``--help``.
 """
 
 from __future__ import annotations
@@ -63,9 +61,8 @@ def _message(exc: BaseException, what: str) -> str:
 class Moment(_FloatType):
     """A click type for every time option that selects (value: epoch seconds).
 
-    ``direction`` is where a duration without a sign points: ``"ahead"``
-    (``pending --due-before 10m``: ten minutes from now) or ``"ago"``
-    (``report --since 6h``: six hours ago).
+    ``direction`` is where a duration without a sign points: ``"ahead"`` (``pending --due-before 10m``: ten
+    minutes from now) or ``"ago"`` (``report --since 6h``: six hours ago).
     """
 
     name = "when"
@@ -93,8 +90,7 @@ class Moment(_FloatType):
 class _AppLimited(_FloatType):
     """A value read with the app's delay limit (``check_delay``): :class:`DueTime`, :class:`Delay`.
 
-    A refused value is one line naming it (``BadInput``, ``DelayTooLong``, a
-    ``ValueError``), never a traceback.
+    A refused value is one line naming it (``BadInput``, ``DelayTooLong``, a ``ValueError``), never a traceback.
     """
 
     #: How ``--help`` writes the value, and its accepted forms.
@@ -120,10 +116,9 @@ class _AppLimited(_FloatType):
 class DueTime(_AppLimited):
     """A task's new due time (value: epoch seconds): in the future, within the app's longest delay.
 
-    Read by :func:`~celery_delayq.inputs.parse_due` with the app's
-    ``check_delay``, so ``-5m``, a past ISO time and ``""`` are refused (naming
-    ``run-now``), never run the task now, and ``99999999999999999999`` is a
-    usage error, not an ``OverflowError``.
+    Read by :func:`~celery_delayq.inputs.parse_due` with the app's ``check_delay``, so ``-5m``, a past ISO time
+    and ``""`` are refused (naming ``run-now``), never run the task now, and ``99999999999999999999`` is a usage
+    error, not an ``OverflowError``.
     """
 
     name = "due"

@@ -1,25 +1,22 @@
 """The one place above every delay backend: build them, check the delay, send the signals, write the index.
 
-A delayed publish owes the same things whichever backend holds it: the delay
-is checked once (``DelayTooLong``, before anything is sent); ``before_schedule``
-is sent just before the publish, ``message_scheduled`` once the broker
-confirmed it; the index of waiting tasks gets its entry (``delayq pending``,
-``cancel``); inside ``batch()`` those last two wait for the block's confirms
-and skip every message a :class:`~celery_delayq.errors.PublishError` named.
-:class:`Scheduler` does all of it, so a backend only places a serialised
-message at a due time for a destination (:meth:`~celery_delayq.typing.DelayBackend.place`)
-and returns its receipt: it never calls back up. The index entries go through
-an :class:`~celery_delayq.index.writer.IndexWriter` of their own.
+A delayed publish owes the same things whichever backend holds it: the delay is checked once (``DelayTooLong``,
+before anything is sent); ``before_schedule`` is sent just before the publish, ``message_scheduled`` once the
+broker confirmed it; the index of waiting tasks gets its entry (``delayq pending``, ``cancel``); inside
+``batch()`` those last two wait for the block's confirms and skip every message a
+:class:`~celery_delayq.errors.PublishError` named. :class:`Scheduler` does all of it, so a backend only places a
+serialised message at a due time for a destination (:meth:`~celery_delayq.typing.DelayBackend.place`) and
+returns its receipt: it never calls back up. The index entries go through an
+:class:`~celery_delayq.index.writer.IndexWriter` of their own.
 
-It also builds and chooses the backends: the app's (``delayq_backend``) or the
-destination queue's (``delayq_queue_backends``), each named in
-:data:`~celery_delayq.config.BACKEND_ALIASES` (checked when the settings are
-read) or by ``"module:Class"`` (:func:`backend_named`), chosen by the queue
-Celery names (``queue_hint``) or, on the default exchange, the routing key.
+It also builds and chooses the backends: the app's (``delayq_backend``) or the destination queue's
+(``delayq_queue_backends``), each named in :data:`~celery_delayq.config.BACKEND_ALIASES` (checked when the
+settings are read) or by ``"module:Class"`` (:func:`backend_named`), chosen by the queue Celery names
+(``queue_hint``) or, on the default exchange, the routing key.
 
-A batch is per thread, not per scheduler: a block opened on one app's
-scheduler (or on one made with :meth:`Scheduler.for_connection`) collects the receipts of every schedule
-the thread makes inside it, so none is announced before its confirm.
+A batch is per thread, not per scheduler: a block opened on one app's scheduler (or on one made with
+:meth:`Scheduler.for_connection`) collects the receipts of every schedule the thread makes inside it, so none is
+announced before its confirm.
 """
 
 from __future__ import annotations
@@ -74,9 +71,8 @@ def _current() -> _Batch | None:
 class Scheduler:
     """Schedules delayed messages through the chosen :class:`~celery_delayq.typing.DelayBackend`.
 
-    ``default`` takes every destination not named in ``by_queue`` (queue name ->
-    backend); ``index`` writes the entries of what they accepted (``None``: no
-    index). Thread-safe (the backends and the writer are).
+    ``default`` takes every destination not named in ``by_queue`` (queue name -> backend); ``index`` writes the
+    entries of what they accepted (``None``: no index). Thread-safe (the backends and the writer are).
     """
 
     @classmethod
@@ -117,9 +113,8 @@ class Scheduler:
         return self.default
 
     def schedule(self, body: bytes | str, *, due: float, delay: float, exchange: str, routing_key: str,
-                 headers: dict[str, Any], content_type: str | None = None,
-                 content_encoding: str | None = None, queue_hint: str | None = None,
-                 **properties: Any) -> Receipt:
+                 headers: dict[str, Any], content_type: str | None = None, content_encoding: str | None = None,
+                 queue_hint: str | None = None, **properties: Any) -> Receipt:
         """Deliver ``body`` to ``exchange``/``routing_key`` at ``due`` (confirmed, mandatory).
 
         Raises:
@@ -150,9 +145,8 @@ class Scheduler:
         return receipt
 
     def schedule_body(self, body: object, *, delay: float | None = None, eta: datetime | str | float | None = None,
-                      exchange: str = "", routing_key: str = "", queue: str | None = None,
-                      serializer: str = "json", headers: Mapping[str, Any] | None = None,
-                      **properties: Any) -> Receipt | None:
+                      exchange: str = "", routing_key: str = "", queue: str | None = None, serializer: str = "json",
+                      headers: Mapping[str, Any] | None = None, **properties: Any) -> Receipt | None:
         """Serialise ``body`` and schedule it with a delay, to an exchange and routing key or a queue.
 
         The plain-kombu entry point (Celery tasks reach :meth:`schedule` through the
@@ -173,13 +167,11 @@ class Scheduler:
     def batch(self) -> Iterator[None]:
         """Pipeline confirms for every schedule in the block (same thread).
 
-        On exit, waits for all of them; raises :class:`PublishError` naming (by
-        task id) each one that was nacked, returned or lost with the
-        connection. A failure found earlier is raised from the publish that
-        found it, naming every message of the block it affects; nothing is
-        named twice and nothing carries over into the next block. Nested
-        blocks join the outer one. ``message_scheduled`` and the index entries
-        of the confirmed messages follow when the block ends.
+        On exit, waits for all of them; raises :class:`PublishError` naming (by task id) each one that was
+        nacked, returned or lost with the connection. A failure found earlier is raised from the publish that
+        found it, naming every message of the block it affects; nothing is named twice and nothing carries over
+        into the next block. Nested blocks join the outer one. ``message_scheduled`` and the index entries of
+        the confirmed messages follow when the block ends.
         """
         outer = _current()
         backends = self.backends

@@ -1,8 +1,7 @@
 """Named hooks, in before/after pairs where it makes sense (dramatiq style).
 
-They are ordinary Celery signals (``celery.utils.dispatch.Signal``), so
-``@message_scheduled.connect`` works as users already know it. Receivers
-must be quick and must not raise: the telemetry recorder is one of them.
+They are ordinary Celery signals (``celery.utils.dispatch.Signal``), so ``@message_scheduled.connect`` works as
+users already know it. Receivers must be quick and must not raise: the telemetry recorder is one of them.
 """
 
 from __future__ import annotations

@@ -2,25 +2,22 @@
 
 One delayed publish crosses two seams, each one way:
 
-1. :class:`~celery_delayq.glue.producer.LadderProducer` (kombu layer) asks a
-   :class:`DelayRouting` whether a publish is delayed and where it must
-   arrive (:meth:`DelayRouting.divert`), and gets a :class:`Diversion` back.
-2. It serialises the message itself and hands it to the routing's
-   :class:`Scheduling` (:meth:`Scheduling.schedule`), the one place above every
-   backend: it checks the delay, sends the signals, writes the index entry and
-   asks the destination's :class:`DelayBackend` only to place the message
+1. :class:`~celery_delayq.glue.producer.LadderProducer` (kombu layer) asks a :class:`DelayRouting` whether a
+   publish is delayed and where it must arrive (:meth:`DelayRouting.divert`), and gets a :class:`Diversion`
+   back.
+2. It serialises the message itself and hands it to the routing's :class:`Scheduling`
+   (:meth:`Scheduling.schedule`), the one place above every backend: it checks the delay, sends the signals,
+   writes the index entry and asks the destination's :class:`DelayBackend` only to place the message
    (:meth:`DelayBackend.place`), which returns a receipt. The TTL-queue ladder
-   (:class:`~celery_delayq.rabbitmq.publisher.LadderPublisher`) is the default backend,
-   ``fixed`` (:class:`~celery_delayq.rabbitmq.fixed.FixedDelays`) a second,
-   ``native`` (:class:`~celery_delayq.rabbitmq.native.NativeDelays`, RabbitMQ's
-   per-message quorum delays, DESIGN-NOTES §8) a third: one module and one row in
-   ``BACKEND_ALIASES``.
+   (:class:`~celery_delayq.rabbitmq.publisher.LadderPublisher`) is the default backend, ``fixed``
+   (:class:`~celery_delayq.rabbitmq.fixed.FixedDelays`) a second, ``native``
+   (:class:`~celery_delayq.rabbitmq.native.NativeDelays`, RabbitMQ's per-message quorum delays, DESIGN-NOTES §8)
+   a third: one module and one row in ``BACKEND_ALIASES``.
 
-Nothing calls back up: the routing never touches the producer, and the
-backend never touches either.
+Nothing calls back up: the routing never touches the producer, and the backend never touches either.
 
-:class:`CeleryApp` names the part of a Celery app the package uses, so that a
-signature says "a Celery app" rather than ``Any``.
+:class:`CeleryApp` names the part of a Celery app the package uses, so that a signature says "a Celery app"
+rather than ``Any``.
 """
 
 from __future__ import annotations
@@ -38,9 +35,8 @@ __all__ = ["Diversion", "DelayRouting", "DelayBackend", "BackendFactory", "Sched
 class CeleryApp(Protocol):
     """What celery_delayq uses of a ``celery.Celery`` app; any Celery app satisfies it.
 
-    Celery ships no type information, so each member is ``Any`` at that edge:
-    the Protocol documents (and lets mypy check) which parts of the app this
-    package touches, nothing more.
+    Celery ships no type information, so each member is ``Any`` at that edge: the Protocol documents (and lets
+    mypy check) which parts of the app this package touches, nothing more.
     """
 
     #: ``celery.app.utils.Settings``: where the ``delayq_*`` settings are read.
@@ -64,19 +60,15 @@ class CeleryApp(Protocol):
 
     def connection_for_write(self, url: Any = None, **kwargs: Any) -> "Connection":
         """A new, unconnected kombu connection to the app's (or ``url``'s) broker."""
-        ...
 
     def add_defaults(self, fun: Any) -> None:
         """Register a callback run once the app's configuration is loaded."""
-        ...
 
     def producer_or_acquire(self, producer: Any = None) -> ContextManager[Any]:
         """``producer``, or one from the app's producer pool (kombu-level publishers)."""
-        ...
 
     def send_task(self, name: Any, *args: Any, **kwargs: Any) -> Any:
         """Send a task by name (a rescheduled task's new copy)."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -105,40 +97,33 @@ class Receipt(Protocol):
     """What any backend tells about one message it accepted (the RabbitMQ backends' is
     :class:`~celery_delayq.rabbitmq.publisher.LadderReceipt`, which adds its route).
 
-    Backend-neutral, so this module names no backend: the seam's types live
-    below every implementation of it. The signals ``before_schedule`` and
-    ``message_scheduled`` carry it as ``plan``.
+    Backend-neutral, so this module names no backend: the seam's types live below every implementation of it.
+    The signals ``before_schedule`` and ``message_scheduled`` carry it as ``plan``.
     """
 
     @property
     def entry(self) -> str:
         """The message's id in the index of waiting tasks (``pending``, ``cancel``)."""
-        ...
 
     @property
     def due(self) -> float:
         """Epoch seconds the message is delivered, never earlier."""
-        ...
 
     @property
     def delay(self) -> float:
         """Seconds from the publish to ``due``."""
-        ...
 
     @property
     def hops(self) -> int:
         """Queues the message waits in on its way (the ladder: its levels and exit queue; ``fixed``: 1)."""
-        ...
 
     @property
     def exchange(self) -> str:
         """The exchange the backend published the message to (the ladder: its entry exchange)."""
-        ...
 
     @property
     def routing_key(self) -> str:
         """The routing key it was published with there (the ladder: the key that routes it down the levels)."""
-        ...
 
 
 class WorkerService(Protocol):
@@ -146,46 +131,37 @@ class WorkerService(Protocol):
 
     def start(self) -> str:
         """Start (again, after a lost connection); returns the line the worker logs."""
-        ...
 
     def stop(self) -> None:
         """Pause: the worker lost its connection, or is stopping."""
-        ...
 
     def shutdown(self) -> None:
         """Stop for good."""
-        ...
 
 
 @runtime_checkable
 class DelayBackend(Protocol):
     """Something that holds an already serialised message until ``due``, then delivers it.
 
-    The whole contract a backend implements; everything else a delayed publish owes
-    (the delay check, the signals, the index entry, the receipts of a ``batch()``)
-    is done once, above every backend, by
-    :class:`~celery_delayq.scheduling.Scheduler`. ``delayq_backend`` (per app) and
-    ``delayq_queue_backends`` (per destination queue) choose one by name
-    (:data:`celery_delayq.config.BACKEND_ALIASES`); its class is a
+    The whole contract a backend implements; everything else a delayed publish owes (the delay check, the
+    signals, the index entry, the receipts of a ``batch()``) is done once, above every backend, by
+    :class:`~celery_delayq.scheduling.Scheduler`. ``delayq_backend`` (per app) and ``delayq_queue_backends``
+    (per destination queue) choose one by name (:data:`celery_delayq.config.BACKEND_ALIASES`); its class is a
     :class:`BackendFactory`.
     """
 
-    def place(self, body: bytes | str, *, entry: str, due: float, delay: float, exchange: str,
-              routing_key: str, headers: dict[str, Any],
-              content_type: str | None = None, content_encoding: str | None = None,
+    def place(self, body: bytes | str, *, entry: str, due: float, delay: float, exchange: str, routing_key: str,
+              headers: dict[str, Any], content_type: str | None = None, content_encoding: str | None = None,
               queue_hint: str | None = None, **properties: Any) -> tuple[Receipt, dict[str, Any]]:
         """Put ``body`` where it is delivered to ``exchange``/``routing_key`` at ``due``, never earlier.
 
-        Returns the receipt and the headers the message carries. Confirmed before it
-        returns, unless inside :meth:`confirming`. Raises
-        :class:`~celery_delayq.errors.PublishError` naming (``entries``) every message
-        that may not be scheduled.
+        Returns the receipt and the headers the message carries. Confirmed before it returns, unless inside
+        :meth:`confirming`. Raises :class:`~celery_delayq.errors.PublishError` naming (``entries``) every
+        message that may not be scheduled.
         """
-        ...
 
     def confirming(self) -> ContextManager[None]:
         """A block whose placements are confirmed together when it ends (nested blocks join)."""
-        ...
 
     def worker_service(self, connection_for: Callable[[str], "Connection"],
                        scheduling: "Scheduling") -> WorkerService | None:
@@ -194,7 +170,6 @@ class DelayBackend(Protocol):
         ``connection_for(role)`` gives a new connection of the backend's own;
         ``scheduling`` is where it puts back what it takes out (the ladder's laps).
         """
-        ...
 
 
 #: The settings a backend is built from (``DelayqConfig``; a parameter here, so this module names no layer above it).
@@ -206,7 +181,6 @@ class BackendFactory(Protocol[ConfigT]):
 
     def for_connection(self, connection: "Connection", config: ConfigT) -> DelayBackend:
         """The process-wide backend for a broker and settings (built on first use)."""
-        ...
 
 
 class Scheduling(Protocol):
@@ -214,14 +188,11 @@ class Scheduling(Protocol):
 
     def batch(self) -> ContextManager[None]:
         """A block whose schedules are confirmed together when it ends (:func:`celery_delayq.batch`)."""
-        ...
 
     def schedule(self, body: bytes | str, *, due: float, delay: float, exchange: str, routing_key: str,
-                 headers: dict[str, Any], content_type: str | None = None,
-                 content_encoding: str | None = None, queue_hint: str | None = None,
-                 **properties: Any) -> Receipt:
+                 headers: dict[str, Any], content_type: str | None = None, content_encoding: str | None = None,
+                 queue_hint: str | None = None, **properties: Any) -> Receipt:
         """Deliver ``body`` to ``exchange``/``routing_key`` at ``due``; confirmed before it returns."""
-        ...
 
 
 @runtime_checkable
@@ -231,14 +202,11 @@ class DelayRouting(Protocol):
     @property
     def scheduler(self) -> Scheduling:
         """Where delayed messages go (it asks the chosen backend)."""
-        ...
 
     def divert(self, headers: dict[str, Any], exchange: Any, routing_key: str | None,
                declare: Iterable[Any]) -> Diversion | None:
         """``None`` to publish unchanged; else where (and when) the message must arrive.
 
-        May normalise ``headers`` in place (it is the message's own header dict).
-        Raises :class:`~celery_delayq.errors.DelayqError` subclasses for bad
-        input, before anything is published.
+        May normalise ``headers`` in place (it is the message's own header dict). Raises
+        :class:`~celery_delayq.errors.DelayqError` subclasses for bad input, before anything is published.
         """
-        ...

@@ -1,11 +1,10 @@
 """Features as extensions: named objects with explicit hooks, each keeping its state on the app's ladder.
 
-:func:`~celery_delayq.glue.integration.install` builds the app's :class:`Extensions` from
-:data:`EXTENSIONS` (name -> ``"module:Class"``, so the glue imports no feature) less
-``delayq_disabled_extensions``; as with dramatiq's middleware, the glue calls named hooks at
-fixed points (install/uninstall in every process, ``worker_*`` from the worker's delayq step,
-``request_revoked`` per request, ``cancelled`` from the takeover, ``park`` for a giving-up
-attempt). One instance per app ladder keeps what the feature holds for the app.
+:func:`~celery_delayq.glue.integration.install` builds the app's :class:`Extensions` from :data:`EXTENSIONS`
+(name -> ``"module:Class"``, so the glue imports no feature) less ``delayq_disabled_extensions``; as with
+dramatiq's middleware, the glue calls named hooks at fixed points (install/uninstall in every process,
+``worker_*`` from the worker's delayq step, ``request_revoked`` per request, ``cancelled`` from the takeover,
+``park`` for a giving-up attempt). One instance per app ladder keeps what the feature holds for the app.
 """
 
 from __future__ import annotations

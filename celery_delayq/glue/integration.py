@@ -1,17 +1,16 @@
 """Turning the ladder on for a Celery app: activation, the producer hook, the worker steps.
 
-The activation rule (docs/migration.md): the setting alone turns it on; processes that imported
-celery_delayq publish into the ladder themselves, and a worker of the app moves any other
-delayed task into the ladder on arrival (:mod:`~celery_delayq.glue.takeover`).
+The activation rule (docs/migration.md): the setting alone turns it on; processes that imported celery_delayq
+publish into the ladder themselves, and a worker of the app moves any other delayed task into the ladder on
+arrival (:mod:`~celery_delayq.glue.takeover`).
 
-* Importing celery_delayq registers :func:`watch_app` as a Celery *fixup* and runs it on the
-  existing apps: it only watches the app's configuration, however it is given.
-* If ``delayq_enabled`` is set, :func:`install` points the app's producer pool and
-  ``app.amqp.Producer`` at :class:`~celery_delayq.glue.producer.LadderProducer`, and
-  ``app.amqp.create_task_message`` at :class:`~celery_delayq.glue.message_check.CheckedTaskMessage`
-  (a bad countdown fails before anything is sent); no other app is touched. It then builds the
-  app's extensions (:mod:`celery_delayq.glue.extensions`); :class:`DelayqWorkerStep` runs their
-  worker hooks.
+* Importing celery_delayq registers :func:`watch_app` as a Celery *fixup* and runs it on the existing apps: it
+  only watches the app's configuration, however it is given.
+* If ``delayq_enabled`` is set, :func:`install` points the app's producer pool and ``app.amqp.Producer`` at
+  :class:`~celery_delayq.glue.producer.LadderProducer`, and ``app.amqp.create_task_message`` at
+  :class:`~celery_delayq.glue.message_check.CheckedTaskMessage` (a bad countdown fails before anything is sent);
+  no other app is touched. It then builds the app's extensions (:mod:`celery_delayq.glue.extensions`);
+  :class:`DelayqWorkerStep` runs their worker hooks.
 """
 
 from __future__ import annotations
@@ -40,8 +39,7 @@ from .message_check import CheckedTaskMessage
 from .producer import LadderProducerPool, producer_factory
 from ..typing import CeleryApp, WorkerService
 
-__all__ = ["install", "uninstall", "ladder_for", "is_installed", "watch_app",
-           "DelayqWorkerStep", "SettingsRefusal"]
+__all__ = ["install", "uninstall", "ladder_for", "is_installed", "watch_app", "DelayqWorkerStep", "SettingsRefusal"]
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +72,7 @@ def install(app: CeleryApp) -> AppLadder:
             app.Task.Request = "celery_delayq.glue.request:LadderRequest"
         if DelayqWorkerStep not in app.steps["consumer"]:
             app.steps["consumer"].add(DelayqWorkerStep)
-        _connect_worker_signals()
+        celery_signals.task_received.connect(_on_task_received, weak=False)  # Celery skips a receiver it has
         _install_extensions(app, ladder)
     return ladder
 
@@ -265,10 +263,9 @@ def _wrap_add_defaults(app: CeleryApp, ref: "weakref.ReferenceType[CeleryApp]") 
 def _wrap_producer_or_acquire(app: CeleryApp, ref: "weakref.ReferenceType[CeleryApp]") -> None:
     """Load the configuration before the producer pool is built, as Celery 5.6+ does.
 
-    Celery before 5.6 loads it *inside* ``AMQP.producer_pool`` when a kombu-level
-    publisher's ``app.producer_or_acquire()`` is the first thing to read it: loading
-    installs the ladder and sets its pool, then Celery assigns its own kombu pool
-    over it, and that first publish would skip the ladder.
+    Celery before 5.6 loads it *inside* ``AMQP.producer_pool`` when a kombu-level publisher's
+    ``app.producer_or_acquire()`` is the first thing to read it: loading installs the ladder and sets its pool,
+    then Celery assigns its own kombu pool over it, and that first publish would skip the ladder.
     """
     original = app.producer_or_acquire
 
@@ -288,9 +285,7 @@ _NEWER_FORMATS: set[str] = set()
 def _newer_ladder_format(request: Any, exc: FormatTooNew) -> None:
     """A delivery whose ladder headers a newer release wrote: an error, once per version found.
 
-    The task still runs: Celery's own message format, not these headers, says what to run. What this
-    worker reads from them (the due time for lateness, a reschedule's pass cancel) may be wrong until
-    it is upgraded, which is what the error says.
+    The task still runs (Celery's own format says what to run); what this worker reads from the headers may be wrong.
     """
     found = repr(exc.found)
     if found not in _NEWER_FORMATS:
@@ -347,15 +342,6 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
             service.shutdown()
         if self.ladder is not None:
             self.ladder.extensions.each("worker_shutdown", self.ladder, c)
-
-
-_WORKER_SIGNALS = [False]
-
-
-def _connect_worker_signals() -> None:
-    if not _WORKER_SIGNALS[0]:
-        celery_signals.task_received.connect(_on_task_received, weak=False)
-        _WORKER_SIGNALS[0] = True
 
 
 def _on_task_received(sender: Any = None, request: Any = None, **_: Any) -> None:

@@ -1,11 +1,10 @@
 """Bad ``countdown``/``eta`` on any task of an app with the ladder: ``InvalidDelay``, nothing sent.
 
-Celery fails on a bad countdown with whatever its arithmetic raises, and sends a junk eta
-string unchecked. :class:`CheckedTaskMessage` takes the app's ``app.amqp.create_task_message``
-seam: for tasks whose delays belong in the ladder, a delay that is not a point in time raises
-:class:`~celery_delayq.InvalidDelay` and one beyond ``delayq_max_delay``
-:class:`~celery_delayq.DelayTooLong`, before a message exists; an epoch-seconds eta becomes a
-datetime. Other apps and tasks keep Celery's behaviour.
+Celery fails on a bad countdown with whatever its arithmetic raises, and sends a junk eta string unchecked.
+:class:`CheckedTaskMessage` takes the app's ``app.amqp.create_task_message`` seam: for tasks whose delays belong
+in the ladder, a delay that is not a point in time raises :class:`~celery_delayq.InvalidDelay` and one beyond
+``delayq_max_delay`` :class:`~celery_delayq.DelayTooLong`, before a message exists; an epoch-seconds eta becomes
+a datetime. Other apps and tasks keep Celery's behaviour.
 """
 
 from __future__ import annotations

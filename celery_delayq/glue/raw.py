@@ -1,8 +1,7 @@
 """The raw message a task may park: what :class:`~celery_delayq.glue.request.CapturingRequest` captures.
 
-Kept apart from the request classes (which ask the app's ladder about
-revokes), so that what reads a captured message (the attempt counter, the
-parking of a failed task) needs nothing of the ladder.
+Kept apart from the request classes (which ask the app's ladder about revokes), so that what reads a captured
+message (the attempt counter, the parking of a failed task) needs nothing of the ladder.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """The worker's half of activation: a delayed task that bypassed the ladder is moved into it (docs/migration.md).
 
-A publisher that never imports celery_delayq sends an ``eta`` message a plain worker would hold
-in memory. :class:`TakeoverStep` wraps every task strategy: a future ``eta`` of a task whose
-delays belong in the ladder is published into it as received (confirmed), only then acked (a
-crash between: a duplicate, never a loss). Left to Celery: ladder deliveries, tasks due within
-:data:`HOLD_BELOW_S`, revoked, cancelled or expired ones, and what the ladder refuses now
-(logged). The worker warns once per publishing host with the line that fixes it.
+A publisher that never imports celery_delayq sends an ``eta`` message a plain worker would hold in memory.
+:class:`TakeoverStep` wraps every task strategy: a future ``eta`` of a task whose delays belong in the ladder is
+published into it as received (confirmed), only then acked (a crash between: a duplicate, never a loss). Left to
+Celery: ladder deliveries, tasks due within :data:`HOLD_BELOW_S`, revoked, cancelled or expired ones, and what
+the ladder refuses now (logged). The worker warns once per publishing host with the line that fixes it.
 """
 
 from __future__ import annotations

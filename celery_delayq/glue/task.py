@@ -198,9 +198,8 @@ class DelayedRetryTask(Task):
                                      attempt=decision.attempt)
 
     # -- publishing ----------------------------------------------------------------
-    def apply_async(self, args: Any = None, kwargs: Any = None, task_id: str | None = None,
-                    producer: Any = None, link: Any = None, link_error: Any = None,
-                    shadow: str | None = None, **options: Any) -> Any:
+    def apply_async(self, args: Any = None, kwargs: Any = None, task_id: str | None = None, producer: Any = None,
+                    link: Any = None, link_error: Any = None, shadow: str | None = None, **options: Any) -> Any:
         """Like :meth:`celery.Task.apply_async`; delays are validated and sent to the ladder."""
         countdown, eta = options.get("countdown"), options.get("eta")
         if countdown is not None or eta is not None:

@@ -1,9 +1,8 @@
 """The cancelled task ids a worker knows, each until its entry expires (in memory, pure).
 
-The book also knows when the entry carrying each cancel was written, so a
-worker can tell which cancels outlive their entry on the broker (the cancel
-log keeps an entry for its retention only, :mod:`.cancel_log`) and write them again
-in time (:meth:`CancelBook.renewals`).
+The book also knows when the entry carrying each cancel was written, so a worker can tell which cancels outlive
+their entry on the broker (the cancel log keeps an entry for its retention only, :mod:`.cancel_log`) and write
+them again in time (:meth:`CancelBook.renewals`).
 """
 
 from __future__ import annotations
@@ -17,13 +16,11 @@ __all__ = ["CancelBook"]
 class CancelBook:
     """Task id -> epoch seconds until which the cancel holds; and the same for single ladder passes.
 
-    A *pass* cancel (keyed to a pass's ``x-delayq-entry``) drops one copy of a
-    task, the one a reschedule or a run-now replaced, and leaves the task id free
-    for its new copy (:mod:`celery_delayq.cancels.reschedule`).
+    A *pass* cancel (keyed to a pass's ``x-delayq-entry``) drops one copy of a task, the one a reschedule or a
+    run-now replaced, and leaves the task id free for its new copy (:mod:`celery_delayq.cancels.reschedule`).
 
-    Filled by the worker's cancel-log follower thread and read by the
-    worker's request path; a dict read or write is atomic in CPython, and
-    the lock only serialises writers and pruning.
+    Filled by the worker's cancel-log follower thread and read by the worker's request path; a dict read or
+    write is atomic in CPython, and the lock only serialises writers and pruning.
     """
 
     #: Prune expired entries after this many additions.
@@ -93,9 +90,8 @@ class CancelBook:
     def renewals(self, keep_s: float, now: float | None = None) -> list[tuple[str, float]]:
         """``(task_id, until)`` of the cancels to write again now, so that they outlive their entries.
 
-        An entry is kept on the broker for at least ``keep_s`` after it was
-        written. A cancel that must hold longer than that is due for renewal
-        once half of ``keep_s`` has passed, so a worker that runs at any
+        An entry is kept on the broker for at least ``keep_s`` after it was written. A cancel that must hold
+        longer than that is due for renewal once half of ``keep_s`` has passed, so a worker that runs at any
         time in the second half renews it before its entry can go.
         """
         now = time.time() if now is None else now

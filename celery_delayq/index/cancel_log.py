@@ -1,23 +1,15 @@
 """The cancel log: a RabbitMQ stream of cancelled task ids, written by ``cancel`` and read by workers.
 
-A stream, because every worker must read the whole log at start and then
-follow it, without taking anything away from the others, and because it
-must survive a broker restart (streams are durable and replicated). One
-message per cancelled id; its headers say which id and until when the
-cancel holds (its task's due time plus a margin, or the ladder's maximum
-delay plus the margin when the due time is not known). Workers ignore
-expired entries, and the stream's own retention (the maximum delay plus the
-margin, see :mod:`celery_delayq.ladder.index_layout`) removes them from disk.
+A stream, because every worker reads the whole log at start and then follows it without taking anything from the
+others, and it survives a broker restart. One message per cancelled id; its headers say which id and until when
+the cancel holds (the task's due time plus a margin, else the ladder's maximum delay plus the margin). Workers
+ignore expired entries; the stream's retention (:mod:`celery_delayq.ladder.index_layout`) removes them from
+disk.
 
-A cancel can hold longer than that retention: a task due in 40 days laps
-through a 31-day ladder, and its cancel holds until its due time plus the
-margin, while the stream drops entries after about 32 days. So every entry
-also says when it was written (:data:`AT`), and workers write such a cancel
-again once half the retention has passed (:meth:`.cancel_book.CancelBook.renewals`,
-:class:`celery_delayq.cancels.worker.CancelFollower`). Before this, the entry
-of a 40-day cancel left the stream after 32 days, a worker started after that
-never heard of it, and the cancelled task ran. The stream's arguments are not
-changed (a redeclare with other arguments fails on existing ladders).
+A cancel can outlive that retention (a task due in 40 days laps through a 31-day ladder; the stream keeps about
+32 days), so every entry also says when it was written (:data:`AT`), and workers write such a cancel again once
+half the retention has passed (:meth:`.cancel_book.CancelBook.renewals`,
+:class:`celery_delayq.cancels.worker.CancelFollower`).
 """
 
 from __future__ import annotations
@@ -92,8 +84,7 @@ def record_passes(raw: Connection, layout: IndexLayout, items: Sequence[tuple[st
         PublishError: naming every task whose pass cancel may not be recorded.
     """
     _confirmed(raw, layout, [({CANCEL_PASS: entry, UNTIL: float(until), REASON: reason, ENTRY: uuid.uuid4().hex,
-                                FORMAT: VERSIONS["cancel"]},
-                              task_id) for task_id, entry, until in items], timeout)
+                               FORMAT: VERSIONS["cancel"]}, task_id) for task_id, entry, until in items], timeout)
 
 
 def _confirmed(raw: Connection, layout: IndexLayout, entries: Sequence[tuple[dict[str, Any], str | None]],

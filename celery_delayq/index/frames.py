@@ -1,12 +1,9 @@
 """Take just the fields the index needs out of raw AMQP 0-9-1 content-header frames (pure).
 
-py-amqp decodes every property and every header of every message into
-Python objects: about 94-144 us per Celery task message on this machine,
-slower than the broker can deliver a stream (the stream is the part that
-must scale to a million entries). This walks the header table once, decodes
-only the keys asked for and skips the rest by their encoded size: a few
-microseconds per message. The encoding is AMQP 0-9-1's field table as
-RabbitMQ writes it (the type letters of its errata, which py-amqp uses too).
+py-amqp decodes every property and header of every message (94-144 us per Celery task message here, slower than
+the broker delivers a stream). This walks the header table once, decodes only the keys asked for and skips the
+rest by their encoded size: a few microseconds per message. The encoding is AMQP 0-9-1's field table as RabbitMQ
+writes it (the type letters of its errata, which py-amqp uses too).
 """
 
 from __future__ import annotations

@@ -1,29 +1,18 @@
 """Task ids as operators type them: the full id or a unique start of it, checked against the index.
 
-``delayq cancel`` and ``delayq pending --id`` (and :func:`celery_delayq.cancel`,
-:func:`celery_delayq.pending`) resolve what they are given here, in one way:
+``delayq cancel`` and ``delayq pending --id`` (and :func:`celery_delayq.cancel`, :func:`celery_delayq.pending`)
+resolve what they are given here, in one way:
 
 1. an id some waiting task has exactly (one index shard is read);
-2. otherwise the start of exactly one waiting task's id, of at least
-   :data:`MIN_PREFIX` characters (every shard is read, since a prefix does
-   not name a shard; a shorter start would fit some task by chance, as
-   ``git`` refuses abbreviations under four characters). A whole UUID, the
-   form of Celery's own ids, is taken as complete and never read as a
-   prefix: a miss then costs one shard, not the whole index (1.2 s with
-   5,000 waiting, measured), which is what a caller polling for a task it
-   just published needs;
-3. otherwise it is unknown (:class:`TaskIdNotFound`), or, when it starts
-   several waiting ids, ambiguous (:class:`AmbiguousTaskId`, listing them).
+2. otherwise the start of exactly one waiting task's id, of at least :data:`MIN_PREFIX` characters (every shard
+   is read; as ``git`` does, shorter starts are refused). A whole UUID is never read as a prefix: a miss then
+   costs one shard, not the whole index (1.2 s with 5,000 waiting);
+3. otherwise it is unknown (:class:`TaskIdNotFound`), or ambiguous (:class:`AmbiguousTaskId`, listing them).
 
-"Waiting" is the index's word: the latest pass of the id is not due yet, and
-it is not a pass a run-now or a reschedule replaced (:func:`superseded`, the
-one place that rule lives). A prefix is matched against the waiting ids
-that are not cancelled either (:func:`hidden`: those ``delayq pending``
-lists), so a start copied from that list never clashes with a task
-cancelled before; a full id is found cancelled or not.
-Before this, a typo or a prefix given to ``cancel`` was recorded as a cancel
-of an id that no task has, reported as "not waiting", exit status 0, and the
-task the operator meant still ran.
+"Waiting" is the index's word: the latest pass of the id is not due yet, and it is not a pass a run-now or a
+reschedule replaced (:func:`superseded`, the one place that rule lives). A prefix is matched against the waiting
+ids not cancelled either (:func:`hidden`: those ``delayq pending`` lists); a full id is found cancelled or not.
+A typo is never recorded as the cancel of an id no task has.
 """
 
 from __future__ import annotations
@@ -127,9 +116,8 @@ def hidden(task: PendingTask, book: CancelBook, now: float) -> bool:
     return book.cancelled(task.task_id, now) or superseded(task, book, now)
 
 
-def resolve_ids(connection: kombu.Connection, layout: IndexLayout, given: Iterable[str], *,
-                now: float | None = None, book: Callable[[], CancelBook] = CancelBook,
-                prefixes: bool = True) -> Resolved:
+def resolve_ids(connection: kombu.Connection, layout: IndexLayout, given: Iterable[str], *, now: float | None = None,
+                book: Callable[[], CancelBook] = CancelBook, prefixes: bool = True) -> Resolved:
     """Resolve full ids and unique prefixes to the waiting tasks they name (in the index of ``layout``).
 
     ``book`` gives the cancel log (read only when needed: once an id is found, or a prefix is looked

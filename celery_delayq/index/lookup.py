@@ -1,9 +1,8 @@
 """Is this task waiting? :func:`find_waiting` reads the index shards of whole ids once, the cancel log once.
 
-Used by a run-now, a reschedule and an API cancel; :func:`waiting_with_passes`, the same
-judgement for one id with every pass of it, by the web page's task detail (its shard and the
-log on one connection). The log's read, :func:`read_cancel_book`, lives with the log
-(:mod:`.cancel_log`) and is named here too.
+Used by a run-now, a reschedule and an API cancel; :func:`waiting_with_passes`, the same judgement for one id
+with every pass of it, by the web page's task detail (its shard and the log on one connection). The log's read,
+:func:`read_cancel_book`, lives with the log (:mod:`.cancel_log`) and is named here too.
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """Reads a person waits for go first: a whole-index read pauses while a lookup of this process runs.
 
-The web page keeps the whole waiting list and reads it again in the background (at 100,000
-waiting: 1-2 s, four shard readers at once, each parsing frames in Python). A lookup by id
-reads one shard and the cancel log: a few dozen round trips to the broker, each of which
-then waited for the readers' threads to hand back the GIL (and for a broker busy feeding
-them): 0.9-1.5 s instead of 0.1 s. So a lookup runs in :func:`urgent`, and a whole-index
-read (:func:`~celery_delayq.index.query.read_index` without ids) calls its
-:class:`Pause` between two socket reads: while an urgent read is under way in this process
-it waits (holding neither the GIL nor, since it stops reading its socket, the broker's
-attention), at most :data:`MAX_PAUSE_S` in all per read, so that a stream of lookups slows
-the whole read down but never stops it.
+A lookup by id (one shard and the cancel log: a few dozen round trips) took 0.9-1.5 s instead of 0.1 s while the
+web page read the whole index again in the background (four shard readers holding the GIL and the broker). So a
+lookup runs in :func:`urgent`, and a whole-index read (:func:`~celery_delayq.index.query.read_index` without
+ids) calls its :class:`Pause` between two socket reads: while an urgent read runs in this process it waits, at
+most :data:`MAX_PAUSE_S` in all per read, so lookups slow the whole read down but never stop it.
 
-Process-wide and in memory: nothing here talks to the broker. A read inside :func:`urgent`
-never pauses for urgent reads (a bulk action's fresh read of the whole index, or a lookup's
-own reads, must not wait for themselves). A read made in a child process on this process's
-behalf (:mod:`celery_delayq.pending.reader_process`) follows this process's urgent blocks
-through a shared counter (:func:`mirror`).
+Process-wide and in memory. A read inside :func:`urgent` never pauses; a read made in a child process on this
+process's behalf (:mod:`celery_delayq.pending.reader_process`) follows its urgent blocks (:func:`mirror`).
 """
 
 from __future__ import annotations

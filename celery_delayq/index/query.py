@@ -1,16 +1,13 @@
 """Reading the index: the delayed tasks and retries waiting in the ladder now.
 
-The index holds one entry per pass through the ladder (see
-:mod:`~celery_delayq.index.writer`). A task is waiting when the *latest*
-pass of its id is not due yet: a pass that is due (``due <= now``) has been
-delivered or is in its last hop, so it is never reported early; a retry
-adds a later pass, which then wins. What is left out on top of that (the ids
-cancelled with :func:`celery_delayq.cancel` or Celery's revoke, the passes a
+The index holds one entry per pass through the ladder (see :mod:`~celery_delayq.index.writer`). A task is
+waiting when the *latest* pass of its id is not due yet: a pass that is due (``due <= now``) has been delivered
+or is in its last hop, so it is never reported early; a retry adds a later pass, which then wins. What is left
+out on top of that (the ids cancelled with :func:`celery_delayq.cancel` or Celery's revoke, the passes a
 reschedule replaced) is judged in one place, :mod:`.lookup`.
 
-Reading only looks: the index streams are read from the first entry that
-can still be waiting (``now - max delay``), the ladder's queues are not
-touched. A lookup by task id reads one shard of the sixteen.
+Reading only looks: the index streams are read from the first entry that can still be waiting
+(``now - max delay``), the ladder's queues are not touched. A lookup by task id reads one shard of the sixteen.
 """
 
 from __future__ import annotations
@@ -101,9 +98,8 @@ class PendingTask:
     def as_dict(self) -> dict[str, Any]:
         """The JSON object of ``delayq pending --json``."""
         return {"task_id": self.task_id, "task": self.task_name, "exchange": self.exchange,
-                "routing_key": self.routing_key, "queue": self.queue, "due": self.due_iso,
-                "attempt": self.attempt, "args": self.argsrepr, "kwargs": self.kwargsrepr,
-                "last_error": self.last_error}
+                "routing_key": self.routing_key, "queue": self.queue, "due": self.due_iso, "attempt": self.attempt,
+                "args": self.argsrepr, "kwargs": self.kwargsrepr, "last_error": self.last_error}
 
 
 def tasks_of(headers: dict[str, Any]) -> list[PendingTask]:

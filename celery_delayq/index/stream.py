@@ -1,28 +1,17 @@
 """Read a RabbitMQ stream over AMQP 0-9-1 from a start point to its end, fast and without changing it.
 
-Two problems, two answers:
+* **Where does the stream end?** AMQP 0-9-1 never says. So the reader first appends a confirmed *marker*
+  (:data:`~celery_delayq.ladder.index_layout.MARKER`), then reads until it meets it: everything confirmed before
+  the read began is seen, whatever the timing. Markers are skipped by every reader and expire with the stream;
+  they are the only write (stream consumers remove nothing).
+* **Speed.** py-amqp decodes every header of every delivery (about 100 us per Celery task message, slower than
+  the broker delivers a stream). Once py-amqp has set the consumer up, the reader takes the socket's frames
+  itself (py-amqp reads one frame at a time, so nothing is lost), skips bodies and, with a ``prefilter``, parses
+  only headers containing the bytes looked for; the unread rest of the buffer goes back to py-amqp before the
+  channel is closed.
 
-* **Where does the stream end?** AMQP 0-9-1 never says; a consumer simply
-  waits for more. So the reader first appends a *marker* (a tiny message
-  with the :data:`~celery_delayq.ladder.index_layout.MARKER` header, confirmed),
-  then reads until it meets that marker. Everything confirmed into the
-  stream before the read began is therefore seen, and the answer does not
-  depend on timing. Markers are skipped by every reader and expire with the
-  stream's retention. This is the only write: the ladder itself is never
-  touched (stream consumers do not remove messages).
-* **Speed.** py-amqp builds a full ``Message`` for each delivery, decoding
-  every header: about 100 us per Celery task message here, slower than the
-  broker delivers a stream. After py-amqp has set the consumer up, the
-  reader takes the socket's frames itself (py-amqp reads exactly one frame
-  at a time, so nothing is lost at the hand-over), looks only at
-  ``basic.deliver`` and content-header frames, skips message bodies and,
-  with a ``prefilter``, parses only headers that contain the bytes looked
-  for (a task id, found by a C-speed regex search). The unread rest of the
-  buffer is handed back to py-amqp before the channel is closed.
-
-Every read and write of the index and the cancel log goes through
-:func:`reader_connection` (which says when the broker has no streams) and,
-for a write, :func:`append`: with the writer, the index's only ``amqp`` I/O.
+Every read and write of the index and the cancel log goes through :func:`reader_connection` (which says when the
+broker has no streams) and, for a write, :func:`append`: with the writer, the index's only ``amqp`` I/O.
 """
 
 from __future__ import annotations
@@ -73,11 +62,10 @@ class StreamReader:
     """Reads one stream queue from ``start`` up to a marker of its own.
 
     Args:
-        connection: A connected py-amqp connection (heartbeats off: a long
-            read does not service them).
+        connection: A connected py-amqp connection (heartbeats off: a long read does not service them).
         queue: The stream queue.
-        prefetch: Deliveries in flight (stream consumers need a prefetch);
-            1,000 measured as fast as 500-4,000 on both brokers here.
+        prefetch: Deliveries in flight (stream consumers need a prefetch); 1,000 measured as fast as 500-4,000
+            on both brokers here.
         stall_timeout: Seconds without any data before giving up.
         confirm_timeout: Seconds to wait for the marker's confirm.
     """
@@ -106,10 +94,9 @@ class StreamReader:
              pause: Callable[[], None] | None = None) -> Iterator[StreamEntry]:
         """Yield ``(offset, headers, message_id)`` of each message from ``start`` to the stream's end.
 
-        ``start`` is an offset, ``"first"`` or a datetime (the first chunk
-        written at or after it). Only ``fields`` of the headers are decoded;
-        with ``prefilter``, only messages whose header frame matches it are.
-        ``pause`` is called before each read of the socket (a bulk read's
+        ``start`` is an offset, ``"first"`` or a datetime (the first chunk written at or after it). Only
+        ``fields`` of the headers are decoded; with ``prefilter``, only messages whose header frame matches it
+        are. ``pause`` is called before each read of the socket (a bulk read's
         :class:`~celery_delayq.index.priority.Pause`: it may wait there).
         """
         token = self.write_marker()
@@ -262,11 +249,8 @@ class StreamReader:
 def _quiet_close(ch: Channel, consumer: str | None, early: list[Message]) -> None:
     """Cancel the consumer, then close the channel.
 
-    Writers append to a stream while it is read, so deliveries past the marker can be in flight when
-    the read ends. Closed with its consumer active, the channel would get them while closing and
-    py-amqp would log "Received method (60, 60) during closing channel N" for each (8-10 per web page
-    read). Cancelled first, they reach the consumer's callback until the broker's cancel-ok, and are
-    dropped with it: a stream consumer's deliveries need no hand-back.
+    Deliveries past the marker may be in flight when a read ends; closed with its consumer active, the channel
+    would log "Received method (60, 60) during closing channel N" for each. Cancelled first, they are dropped.
     """
     if consumer is not None:
         ch.basic_cancel(consumer)

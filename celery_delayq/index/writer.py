@@ -1,40 +1,24 @@
 """The index entries of scheduled messages: compact, on a connection of their own, never in the caller's way.
 
-For every message a delay backend accepted, the
-:class:`~celery_delayq.scheduling.Scheduler` appends, through the process's
-:class:`IndexWriter` (its own dedicated connection and confirm channel), an entry ``[task_id, task, due, exchange, routing_key, queue, attempt,
-entry]`` to the index shard of the task id (a stream,
-:mod:`~celery_delayq.ladder.index_layout`), many entries per stream message, body JSON:
+For every message a delay backend accepted, the :class:`~celery_delayq.scheduling.Scheduler` appends, through
+the process's :class:`IndexWriter` (its own dedicated connection and confirm channel), an entry
+(:func:`batch_entry`) to the index shard of the task id (a stream, :mod:`~celery_delayq.ladder.index_layout`),
+many entries per stream message, body JSON:
 
-* a single publish adds its entry, once the broker confirmed the message,
-  to the writer's buffer (:meth:`IndexWriter.add`); the buffer is written
-  :data:`LINGER_S` after its first entry (a timer), when it holds
-  :data:`CHUNK` entries, before this process reads the index, when the
-  writer closes, and at interpreter exit. A refused message never gets
-  an entry. Measured (``index_cost``): one stream message per publish
-  cost the confirm-each path 14-21 % of its rate (client and broker CPU,
-  not the confirm's wait: not waiting for it gained nothing); buffered,
-  7-16 % across three runs on a noisy 2-core host (a flush still sends
-  one small message per shard it touches);
-* inside ``batch()`` the entries are written when the block ends, for the
-  messages the broker confirmed, :data:`CHUNK` per stream message.
+* a single publish adds its entry, once the broker confirmed the message, to the writer's buffer
+  (:meth:`IndexWriter.add`), written :data:`LINGER_S` after its first entry, at :data:`CHUNK` entries, before
+  this process reads the index, when the writer closes, and at interpreter exit (one stream message per publish
+  cost the confirm-each path 14-21 % of its rate, buffered 7-16 %: the ``index_cost`` benchmark);
+* inside ``batch()`` the entries of the messages the broker confirmed are written when the block ends.
 
-Another process sees a task in ``delayq pending`` within :data:`LINGER_S`
-plus a round trip of its publish returning; the publishing process sees it
-at once (reading flushes its own buffer first).
+Another process sees a task in ``delayq pending`` within :data:`LINGER_S`; the publishing process at once. An
+index write that fails is logged, never failing a scheduled publish; a process that dies in between leaves its
+task out of the index (it still runs, and ``cancel`` works by id).
 
-Writing the index must never fail a publish whose task is scheduled: an
-index write that fails is logged. A process that dies between the two
-leaves its task out of the index (it still runs, and ``cancel`` works by
-id). Measured cost: see the ``index_cost`` benchmark scenario.
-
-Why not a ``BCC`` copy written by the broker (measured on 3.10.8 and
-4.3.6): dead-lettering re-routes with the BCC keys too (each hop copied the
-message again until every level got a key of its own); a full copy of every
-Celery message into a stream costs the broker as much as the ladder publish
-itself (raw pipelined publishing at 0.36x on 3.10.8 and 0.54x on 4.3.6);
-and a publish routed to the index counts as routed, so the mandatory flag
-could no longer report a ladder level that is gone.
+Why not a ``BCC`` copy written by the broker (measured on 3.10.8 and 4.3.6): dead-lettering re-routes with the
+BCC keys too (each hop copied the message again); the copy costs the broker as much as the ladder publish (raw
+pipelined publishing at 0.36x and 0.54x); and a publish routed to the index counts as routed, so the mandatory
+flag could no longer report a ladder level that is gone.
 """
 
 from __future__ import annotations

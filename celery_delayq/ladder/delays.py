@@ -1,8 +1,7 @@
 """Turn Celery's ``countdown``/``eta`` (and kombu-level delays) into a due time. Pure.
 
-Celery semantics are kept on purpose: a zero or negative countdown, or an
-eta in the past, means "run now". Anything that is not a point in time
-(NaN, infinity, a string that is not ISO 8601) is an error, raised before
+Celery semantics are kept on purpose: a zero or negative countdown, or an eta in the past, means "run now".
+Anything that is not a point in time (NaN, infinity, a string that is not ISO 8601) is an error, raised before
 anything is published, so bad input never loses a message.
 """
 

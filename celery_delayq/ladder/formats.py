@@ -1,31 +1,11 @@
 """Versions of the formats celery_delayq keeps on the broker, and the one rule every reader applies (pure).
 
-Four formats outlive the process that wrote them, so processes of different
-releases meet them during a rolling upgrade:
-
-=============  =====================================================  ===========================
-format         what                                                   version header
-=============  =====================================================  ===========================
-``ladder``     the ``x-delayq-*`` headers of a delayed or retried      :data:`FORMAT`
-               message (``ladder/headers.py``)
-``index``      a message of an index stream: a JSON list of entries   :data:`FORMAT`
-               (``index/writer.py``)
-``cancel``     an entry of the cancel log (``index/cancel_log.py``)   :data:`FORMAT`
-``parked``     the failure headers of a parked message                :data:`PARKED_FORMAT`
-               (``parking/record.py``)
-=============  =====================================================  ===========================
-
-The rule (``docs/stability.md``): a format's version changes only when a
-reader of the previous version would misread it. Additions that such a
-reader ignores (a header it does not look for, an index entry field past
-the ones it takes) keep the version. A reader takes every version up to its
-own, and meets a newer one with :class:`~celery_delayq.errors.FormatTooNew`
-naming the format and the upgrade, never with a guess. 0.1.0 wrote no
-version header; what it wrote is version 1 of each format, so a missing
-header reads as 1.
-
-A parked message keeps the ladder headers of the message it was, so its own
-failure headers carry a header of their own (:data:`PARKED_FORMAT`).
+Four formats outlive the process that wrote them: ``ladder`` (the ``x-delayq-*`` headers), ``index`` and
+``cancel`` (stream entries) and ``parked`` (a parked message's failure headers, versioned by
+:data:`PARKED_FORMAT` since it keeps its ladder headers too); the table: ``docs/stability.md``, "On-broker
+formats". A version changes only when a reader of the previous one would misread it. A reader takes every
+version up to its own and meets a newer one with :class:`~celery_delayq.errors.FormatTooNew`, never with a
+guess; a missing header (0.1.0 wrote none) reads as 1.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Names of the message headers celery_delayq reads and writes, and header hygiene.
 
-The ladder's own bookkeeping travels in ``x-delayq-*`` headers so that any
-consumer, the parking queue and the telemetry can tell where a message has
-been without asking the broker.
+The ladder's own bookkeeping travels in ``x-delayq-*`` headers so that any consumer, the parking queue and the
+telemetry can tell where a message has been without asking the broker.
 """
 
 from __future__ import annotations
@@ -65,13 +64,11 @@ def stamp_pass(headers: dict[str, Any], *, due: float, delay: float, entry: str,
                exchange: str, routing_key: str) -> dict[str, Any]:
     """Record one ladder pass in ``headers`` (in place; returned for convenience).
 
-    It also states the version of these headers' format (:mod:`.formats`).
-    Every header is encoded by the client and copied by the broker at every
-    hop, so a pass writes only what nothing else carries: no :data:`ATTEMPT`
-    on a Celery task (its ``retries`` header is the count; a stale one copied
-    from an earlier pass goes) nor at attempt 0, and no :data:`FIRST_ATTEMPT`
-    (a retry stamps it; one from an earlier pass stays, so time-based stop
-    rules measure from the very first run).
+    It also states the version of these headers' format (:mod:`.formats`). Every header is encoded by the client
+    and copied by the broker at every hop, so a pass writes only what nothing else carries: no :data:`ATTEMPT`
+    on a Celery task (its ``retries`` header is the count; a stale one copied from an earlier pass goes) nor at
+    attempt 0, and no :data:`FIRST_ATTEMPT` (a retry stamps it; one from an earlier pass stays, so time-based
+    stop rules measure from the very first run).
     """
     headers.update({DUE: due, DELAY: delay, ENTRY: entry, HOPS: hops,
                     EXCHANGE: exchange, ROUTING_KEY: routing_key, FORMAT: FORMAT_VERSION})
@@ -104,15 +101,11 @@ def forget_pass(headers: dict[str, Any]) -> None:
 def strip_broker_headers(headers: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``headers`` without ``x-death`` and ``x-{first,last}-death-*``.
 
-    RabbitMQ before 4.0.1 honours a client-sent ``x-death``; its cycle
-    detection then silently drops a retried message that passes the same
-    ladder queue again. The ladder re-enters the same queues on every retry,
-    so these headers must never be republished.
+    RabbitMQ before 4.0.1 honours a client-sent ``x-death``; its cycle detection then silently drops a retried
+    message that passes the same ladder queue again. The ladder re-enters the same queues on every retry, so
+    these headers must never be republished.
     """
-    return {
-        k: v for k, v in headers.items()
-        if k != "x-death" and not k.startswith(_BROKER_PREFIXES)
-    }
+    return {k: v for k, v in headers.items() if k != "x-death" and not k.startswith(_BROKER_PREFIXES)}
 
 
 def last_traceback(exc: object) -> str | None:

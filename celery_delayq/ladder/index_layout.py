@@ -1,34 +1,18 @@
 """Names and arguments of the streams that let operators see and cancel delayed work (pure).
 
-Two kinds of RabbitMQ stream live beside each ladder (``<namespace>`` is the
-ladder's ``prefix.LEVELSxRADIX``):
+Two kinds of RabbitMQ stream live beside each ladder (``<namespace>`` is the ladder's ``prefix.LEVELSxRADIX``):
 
-* **The index of waiting tasks**: ``<namespace>.index.00`` .. ``.0f``. The
-  ladder publisher appends a compact entry for every message the broker has
-  accepted into the ladder (:mod:`.writer`); a task id always goes to the
+* **The index of waiting tasks**: ``<namespace>.index.00`` .. ``.0f``. The ladder publisher appends a compact
+  entry for every message the broker accepted into the ladder (:mod:`.writer`); a task id always goes to the
   same shard.
-* **The cancel log**: ``<namespace>.cancels``, which workers read at start
-  and follow (:mod:`celery_delayq.cancels`).
+* **The cancel log**: ``<namespace>.cancels``, which workers read at start and follow (:mod:`celery_delayq.cancels`).
 
-Why 16 shards: an AMQP 0-9-1 client reads a stream at the rate the broker
-turns stored messages back into deliveries, about 6,000-18,000 per second on
-this 2-core machine (RabbitMQ 3.10.8 / 4.3.6, under load). A lookup by task
-id reads only the shard of that id, so with 1,000,000 waiting tasks it reads
-about 62,500 entries rather than a million.
+Why 16 shards: a client reads a stream at about 6,000-18,000 messages per second (2 cores, RabbitMQ 3.10.8 /
+4.3.6); a lookup by task id reads only its shard, so with 1,000,000 waiting it reads about 62,500 entries. Why
+the broker does not write the index itself (a ``BCC`` copy): :mod:`.writer`.
 
-Why the broker does not write the index itself: a ``BCC`` header on the
-ladder publish makes RabbitMQ route a copy into a stream, atomically, and it
-was tried (see :mod:`.writer` for the measurements). It has three problems:
-dead-lettering re-routes with the BCC keys, so each hop copied the message
-again unless every level had a key of its own; the copy doubles the broker's
-work per message (pipelined publishing fell to 0.36x on 3.10.8 and 0.54x on
-4.3.6); and a publish that reaches the index is "routed", so the mandatory
-flag no longer reports a ladder that cannot take the message.
-
-Retention: every stream keeps ``x-max-age`` = the ladder's maximum delay
-plus :data:`MARGIN_S`, so every task that can still be waiting has its
-entry, and the streams do not grow for ever (RabbitMQ drops whole segments
-once they are older than that; small segments make that happen in small steps).
+Retention: every stream keeps ``x-max-age`` = the ladder's maximum delay plus :data:`MARGIN_S`, so every task
+that can still be waiting has its entry and the streams do not grow for ever (small segments: small steps).
 """
 
 from __future__ import annotations
@@ -65,8 +49,7 @@ class IndexLayout:
 
     Attributes:
         spec: The ladder.
-        index: Whether the index of waiting tasks exists (``delayq_index``);
-            the cancel log always does.
+        index: Whether the index of waiting tasks exists (``delayq_index``); the cancel log always does.
         shards: Number of index streams.
         previous: Layouts of earlier shapes still read (see the attribute).
     """

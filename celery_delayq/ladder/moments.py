@@ -2,17 +2,15 @@
 
 The rule, for every time option of every ``delayq`` command and for the web page's API:
 
-* ISO 8601, with or without a time: ``2026-11-23``, ``2026-11-23T08:00``,
-  ``2026-11-23 08:00:00+01:00``. **No offset means UTC**, as every time the
-  CLI prints is UTC (``due (UTC)``, ``parked at ... UTC``); a local reading
-  would make the same text mean different moments on different machines.
+* ISO 8601, with or without a time: ``2026-11-23``, ``2026-11-23T08:00``, ``2026-11-23 08:00:00+01:00``. **No
+  offset means UTC**, as every time the CLI prints is UTC (``due (UTC)``, ``parked at ... UTC``); a local
+  reading would make the same text mean different moments on different machines.
 * Epoch seconds: ``1764000000``.
-* A duration (``90s``, ``10m``, ``2h``, ``3d``, ``1w``) counted from now:
-  forwards (``+``) or backwards (``-``); without a sign, the given
-  ``direction`` (a due time looks ahead, a ``--since`` looks back).
+* A duration (``90s``, ``10m``, ``2h``, ``3d``, ``1w``) counted from now: forwards (``+``) or backwards (``-``);
+  without a sign, the given ``direction`` (a due time looks ahead, a ``--since`` looks back).
 
-The value is epoch seconds (a float). The CLI's click type
-(:class:`celery_delayq.options.Moment`) reads through it.
+The value is epoch seconds (a float). The CLI's click type (:class:`celery_delayq.options.Moment`) reads through
+it.
 """
 
 from __future__ import annotations

@@ -1,24 +1,19 @@
 """Pure arithmetic of the TTL-queue ladder: no I/O, no Celery.
 
-The ladder has ``levels`` levels numbered ``k = levels-1 .. 0``. Level ``k`` is a
-topic exchange plus ``radix - 1`` queues; queue ``(k, d)`` holds messages for
-``d * radix**k`` units (its ``x-message-ttl``) and dead-letters into the
-exchange of level ``k - 1`` (level 0 into the delivery exchange).
+The ladder has ``levels`` levels numbered ``k = levels-1 .. 0``. Level ``k`` is a topic exchange plus
+``radix - 1`` queues; queue ``(k, d)`` holds messages for ``d * radix**k`` units (its ``x-message-ttl``) and
+dead-letters into the exchange of level ``k - 1`` (level 0 into the delivery exchange).
 
-A delay of ``n`` units is written in base ``radix`` as ``levels`` digits, most
-significant first, and those digits are the first ``levels`` words of the
-routing key. At level ``k`` a binding on digit ``d != 0`` sends the message
-into queue ``(k, d)``; a ``0`` passes it straight on to level ``k - 1`` by an
-exchange-to-exchange binding, without waiting. So a message waits exactly the
-sum of its digits' values, i.e. ``n`` units, and visits one queue per non-zero
-digit. Every message in a queue has the same TTL, so FIFO order *is* expiry
-order and nothing is ever stuck behind a longer delay (no head-of-line
-blocking).
+A delay of ``n`` units is written in base ``radix`` as ``levels`` digits, most significant first, and those
+digits are the first ``levels`` words of the routing key. At level ``k`` a binding on digit ``d != 0`` sends the
+message into queue ``(k, d)``; a ``0`` passes it straight on to level ``k - 1`` by an exchange-to-exchange
+binding, without waiting. So a message waits exactly the sum of its digits' values, i.e. ``n`` units, and visits
+one queue per non-zero digit. Every message in a queue has the same TTL, so FIFO order *is* expiry order and
+nothing is ever stuck behind a longer delay (no head-of-line blocking).
 
-The delivery exchange routes on the last routing-key word, a fixed-size token
-of the destination, into that destination's *exit queue*, whose TTL of 0 and
-``x-dead-letter-exchange``/``x-dead-letter-routing-key`` republish the message
-to the exchange and routing key an undelayed publish would have used.
+The delivery exchange routes on the last routing-key word, a fixed-size token of the destination, into that
+destination's *exit queue*, whose TTL of 0 and ``x-dead-letter-exchange``/``x-dead-letter-routing-key``
+republish the message to the exchange and routing key an undelayed publish would have used.
 """
 
 from __future__ import annotations
@@ -49,17 +44,15 @@ def check_name(kind: str, name: str) -> str:
     if size > MAX_NAME_BYTES:
         raise InvalidName(
             f"{kind} {name[:40]!r}... is {size} bytes long; RabbitMQ allows at most "
-            f"{MAX_NAME_BYTES} bytes. Use a shorter name."
-        )
+            f"{MAX_NAME_BYTES} bytes. Use a shorter name.")
     return name
 
 
 def destination_token(exchange: str, routing_key: str) -> str:
     """A fixed-size, wildcard-free routing-key word that identifies a destination.
 
-    Hashing keeps the ladder routing key short whatever the destination's own
-    routing key is, and keeps ``*``/``#`` in it from acting as wildcards in
-    the delivery exchange's bindings.
+    Hashing keeps the ladder routing key short whatever the destination's own routing key is, and keeps
+    ``*``/``#`` in it from acting as wildcards in the delivery exchange's bindings.
     """
     digest = hashlib.sha256(f"{exchange}\x00{routing_key}".encode("utf-8")).hexdigest()
     return digest[:TOKEN_LENGTH]
@@ -92,25 +85,20 @@ class LadderSpec:
     """Shape and names of one ladder. Immutable, hashable and cheap to build.
 
     Attributes:
-        prefix: Namespace of every exchange and queue of the ladder. It must not
-            be ``celery_delayed`` so the ladder never clashes with Celery's own
-            native delayed-delivery topology.
-        unit_ms: The resolution: level 0 waits one unit. Integer milliseconds,
-            because that is what ``x-message-ttl`` takes.
-        levels: Number of digits (levels). The maximum delay is
-            ``(radix**levels - 1) * unit_ms``.
-        radix: Digit base; 2 is the classic binary ladder. A higher radix cuts
-            the hops per message at the price of ``radix - 1`` queues per level.
-            The default, radix 4 with 14 levels (31 days), was measured against
-            binary (29 levels): 2x the sustained delivery rate at saturation,
-            +42% publish ceiling (shorter routing keys), 5.0 vs 5.8 hops.
-        shards: Parallel copies of the levels (exchanges and queues); each message
-            takes the one its id hashes to (:meth:`shard_of`), so that the
-            broker's per-queue dead-letter work spreads over more queues, and so
-            over a cluster's nodes and a node's cores. Shard 0 keeps the unsharded
-            names, so 1 (the default) is the ladder as it always was, and a ladder
-            can gain shards while messages wait in it. All shards share the
-            delivery exchange and the exit queues.
+        prefix: Namespace of every exchange and queue of the ladder. It must not be ``celery_delayed`` so the
+            ladder never clashes with Celery's own native delayed-delivery topology.
+        unit_ms: The resolution: level 0 waits one unit. Integer milliseconds, because that is what
+            ``x-message-ttl`` takes.
+        levels: Number of digits (levels). The maximum delay is ``(radix**levels - 1) * unit_ms``.
+        radix: Digit base; 2 is the classic binary ladder. A higher radix cuts the hops per message at the price
+            of ``radix - 1`` queues per level. The default, radix 4 with 14 levels (31 days), was measured
+            against binary (29 levels): 2x the sustained delivery rate at saturation, +42% publish ceiling
+            (shorter routing keys), 5.0 vs 5.8 hops.
+        shards: Parallel copies of the levels (exchanges and queues); each message takes the one its id hashes
+            to (:meth:`shard_of`), so that the broker's per-queue dead-letter work spreads over more queues, and
+            so over a cluster's nodes and a node's cores. Shard 0 keeps the unsharded names, so 1 (the default)
+            is the ladder as it always was, and a ladder can gain shards while messages wait in it. All shards
+            share the delivery exchange and the exit queues.
     """
 
     prefix: str = "delayq"
@@ -131,16 +119,14 @@ class LadderSpec:
         if not self.prefix or self.prefix.startswith("celery_delayed"):
             raise ValueError(
                 f"prefix {self.prefix!r} is empty or clashes with Celery's native "
-                "'celery_delayed_*' topology; choose another prefix"
-            )
+                "'celery_delayed_*' topology; choose another prefix")
         # The longest name and routing key must fit RabbitMQ's limits.
         check_name("ladder routing key", self.routing_key(0, "0" * TOKEN_LENGTH))
         check_name("ladder queue name", self.exit_queue("x" * 80, "0" * TOKEN_LENGTH))
         if self.max_ttl_ms > 2**32 - 1:
             raise ValueError(
                 f"the top level's TTL of {self.max_ttl_ms} ms exceeds the {2**32 - 1} ms that "
-                "RabbitMQ's (Erlang) expiry timers can wait; use fewer levels or a smaller unit"
-            )
+                "RabbitMQ's (Erlang) expiry timers can wait; use fewer levels or a smaller unit")
 
     # -- sizes ------------------------------------------------------------
     @functools.cached_property  # asked on every publish; the spec is immutable
@@ -181,8 +167,7 @@ class LadderSpec:
             raise DelayTooLong(
                 f"a delay of {delay_s:.3f} s exceeds this ladder's maximum of {self.max_delay_s:.3f} s "
                 f"({self.levels} levels of radix {self.radix}, unit {self.unit_ms} ms). Raise "
-                "delayq_levels or delayq_unit_ms; celery_delayq never truncates a delay."
-            )
+                "delayq_levels or delayq_unit_ms; celery_delayq never truncates a delay.")
         return units
 
     def digits(self, units: int) -> tuple[int, ...]:
@@ -264,11 +249,10 @@ class LadderSpec:
     def namespace(self) -> str:
         """Prefix plus the ladder's shape, e.g. ``delayq.14x4``.
 
-        The shape is in every level name because a ladder re-declared with other
-        ``levels`` or ``radix`` under the same names would add a second set of
-        bindings to the same exchanges and silently duplicate or misroute
-        messages. A reshaped ladder is a new, disjoint one; the old one drains.
-        (A changed unit keeps the names and fails loudly: queue TTLs differ.)
+        The shape is in every level name because a ladder re-declared with other ``levels`` or ``radix`` under
+        the same names would add a second set of bindings to the same exchanges and silently duplicate or
+        misroute messages. A reshaped ladder is a new, disjoint one; the old one drains. (A changed unit keeps
+        the names and fails loudly: queue TTLs differ.)
         """
         return f"{self.prefix}.{self.levels}x{self.radix}"
 

@@ -1,12 +1,11 @@
 """RabbitMQ 3.x's file-handle budget: a new ladder is created only where it fits.
 
-Before 4.0 every quorum queue replica reserves file handles (``2 + members`` on the leader,
-2 on a follower) against the node's limit, which client sockets share; past it the node
-silently stops accepting connections. Before a *new* ladder (or shards) is declared, the
-management API's numbers are checked (:class:`~celery_delayq.errors.FileHandleBudgetExceeded`);
-without the API only an explicit declare creates one
-(:class:`~celery_delayq.errors.FileHandleBudgetUnknown`). Measurements and the reasoning:
-docs/footprint.md. The arithmetic is pure; :class:`BudgetCheck` asks the API.
+Before 4.0 every quorum queue replica reserves file handles (``2 + members`` on the leader, 2 on a follower)
+against the node's limit, which client sockets share; past it the node silently stops accepting connections.
+Before a *new* ladder (or shards) is declared, the management API's numbers are checked
+(:class:`~celery_delayq.errors.FileHandleBudgetExceeded`); without the API only an explicit declare creates one
+(:class:`~celery_delayq.errors.FileHandleBudgetUnknown`). Measurements and the reasoning: docs/footprint.md. The
+arithmetic is pure; :class:`BudgetCheck` asks the API.
 """
 
 from __future__ import annotations

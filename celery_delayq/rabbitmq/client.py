@@ -27,10 +27,8 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (OSError, kombu.exceptions.
 def raw_connection(connection: kombu.Connection, *, retries: int = 0) -> Connection:
     """``connection`` connected (every failover host once, then ``retries`` more rounds), as its py-amqp connection.
 
-    One try of each host of a failover ``broker_url`` before giving up, as the ladder's own
-    connection does (:class:`~celery_delayq.rabbitmq.confirms.OwnedConnection`): with kombu's
-    ``max_retries=0`` only the first host was tried, so ``cancel``, ``pending``, the parking queue
-    and every CLI command failed while the first node of a cluster was down (the chaos soak).
+    Every host of a failover ``broker_url`` is tried, as the ladder's own connection does
+    (:class:`~celery_delayq.rabbitmq.confirms.OwnedConnection`), not only the first (kombu's ``max_retries=0``).
 
     Raises:
         UnsupportedTransport: the broker transport is not AMQP 0-9-1 (RabbitMQ).

@@ -18,6 +18,7 @@ SIGSTOP of 3.10.8, and lost nothing with 30 s. Hence :data:`USER_TIMEOUT_MS`, un
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import socket
 import threading
@@ -109,52 +110,39 @@ class ConfirmChannel:
         return self._send(item)
 
     def _send(self, item: Pending) -> int:
-        self.channel.basic_publish(item.message, exchange=item.exchange, routing_key=item.routing_key,
-                                   mandatory=True)
+        self.channel.basic_publish(item.message, exchange=item.exchange, routing_key=item.routing_key, mandatory=True)
         tag = self._next_tag
         self._next_tag += 1
         self.pending[tag] = item
         return tag
 
-    def wait(self, upto: int | None = None, *, timeout: float, keep: int = 0,
-             tracker: Tracker | None = None) -> None:
+    def wait(self, upto: int | None = None, *, timeout: float, keep: int = 0, tracker: Tracker | None = None) -> None:
         """Block until ``tracker``'s publishes are settled, else those up to tag ``upto`` (default all) but ``keep``.
 
         Raises:
             PublishTimeout: not confirmed within ``timeout`` s; names them (still tracked here).
         """
-        if tracker is not None:
-            def busy() -> bool:
+        def busy() -> bool:
+            if tracker is not None:
                 return tracker.outstanding > 0
-        elif upto is None:
-            def busy() -> bool:
-                return len(self.pending) > keep
-        else:
-            def busy() -> bool:
-                return self._unsettled(upto) > keep
+            return (len(self.pending) if upto is None else len(self._upto(upto))) > keep
         deadline = time.monotonic() + timeout
         while busy():
             left = deadline - time.monotonic()
             if left <= 0:
                 late = [p for p in self.pending.values() if tracker is None or p.tracker is tracker]
                 raise PublishTimeout(
-                    f"no publisher confirm within {timeout:.1f} s for {len(late)} ladder "
-                    "message(s); they may or may not be scheduled. Check the broker's health "
-                    "(memory/disk alarms block publishers).",
-                    failed=[p.name for p in late], entries=[p.entry for p in late],
-                )
+                    f"no publisher confirm within {timeout:.1f} s for {len(late)} ladder message(s); they may or may "
+                    "not be scheduled. Check the broker's health (memory/disk alarms block publishers).",
+                    failed=[p.name for p in late], entries=[p.entry for p in late])
             try:
                 self.connection.drain_events(timeout=left)
             except socket.timeout:
                 continue
 
-    def _unsettled(self, upto: int) -> int:
-        count = 0
-        for tag in self.pending:  # insertion order is tag order
-            if tag > upto:
-                break
-            count += 1
-        return count
+    def _upto(self, tag: int) -> list[int]:
+        """The unconfirmed tags up to ``tag`` (insertion order is tag order)."""
+        return list(itertools.takewhile(lambda t: t <= tag, self.pending))
 
     def take_failures(self) -> list[PublishError]:
         """Failures of publishes made without a tracker, cleared from the channel."""
@@ -169,15 +157,7 @@ class ConfirmChannel:
 
     # -- broker callbacks ------------------------------------------------------
     def _settle(self, tag: int, multiple: bool, nacked: bool) -> None:
-        if multiple:
-            tags = []
-            for t in self.pending:  # insertion order is tag order: stop at the first later tag
-                if t > tag:
-                    break
-                tags.append(t)
-        else:
-            tags = [tag]
-        for t in tags:
+        for t in self._upto(tag) if multiple else [tag]:
             item = self.pending.pop(t, None)
             if item is None:
                 continue

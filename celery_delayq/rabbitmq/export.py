@@ -95,8 +95,7 @@ def _identifier(text: str) -> str:
     return name if not name[0].isdigit() else f"_{name}"
 
 
-def plan(topo: Topology, *, exits: Iterable[Destination] = (),
-         parking: ParkingQueueDef | None = None) -> Plan:
+def plan(topo: Topology, *, exits: Iterable[Destination] = (), parking: ParkingQueueDef | None = None) -> Plan:
     """The ladder of ``topo`` plus the given exit queues and parking queue, with stable keys."""
     s = topo.spec
     keys: dict[tuple[str, str], str] = {

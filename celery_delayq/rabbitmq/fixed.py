@@ -1,19 +1,18 @@
 """``delayq_backend = "fixed"``: one TTL queue per destination and distinct delay, one hop.
 
-A message waits in one queue whose ``x-message-ttl`` is its delay, then dead-letters straight
-into its destination: one hop where the ladder costs about five for delays of seconds (issue
-#25). Every message in such a queue has the same TTL, so no head-of-line blocking.
+A message waits in one queue whose ``x-message-ttl`` is its delay, then dead-letters straight into its
+destination: one hop where the ladder costs about five for delays of seconds (issue #25). Every message in such
+a queue has the same TTL, so no head-of-line blocking.
 
-* **Per destination**: a queue shared by destinations would need a second hop through the
-  exit queue; it dead-letters as an exit queue does (:meth:`Topology.fixed_queue_args
+* **Per destination**: a queue shared by destinations would need a second hop through the exit queue; it
+  dead-letters as an exit queue does (:meth:`Topology.fixed_queue_args
   <celery_delayq.rabbitmq.topology.Topology.fixed_queue_args>`).
-* **Never early**: the remaining delay, read after connecting, rounded *up* to
-  ``delayq_fixed_resolution``.
-* **Bounded**: at most ``delayq_fixed_queues`` per process, each fitting RabbitMQ 3.x's
-  file-handle budget; a delay that does not fit (or is too long, or makes laps) goes through the
-  ladder, logged once per reason and destination, never a failure.
-* **The ladder's guarantees**: its queue type and its publisher (confirms, mandatory, batches);
-  index, signals and delay check are above every backend (:mod:`celery_delayq.scheduling`).
+* **Never early**: the remaining delay, read after connecting, rounded *up* to ``delayq_fixed_resolution``.
+* **Bounded**: at most ``delayq_fixed_queues`` per process, each fitting RabbitMQ 3.x's file-handle budget; a
+  delay that does not fit (or is too long, or makes laps) goes through the ladder, logged once per reason and
+  destination, never a failure.
+* **The ladder's guarantees**: its queue type and its publisher (confirms, mandatory, batches); index, signals
+  and delay check are above every backend (:mod:`celery_delayq.scheduling`).
 
 Not done: leader placement of a new fixed queue; a per-broker bound.
 """
@@ -93,15 +92,13 @@ class FixedDelays:
         return f"<FixedDelays {len(self.queues)} queue(s) over {self.ladder!r}>"
 
     # -- the backend contract -----------------------------------------------------
-    def place(self, body: bytes | str, *, entry: str, due: float, delay: float, exchange: str,
-              routing_key: str, headers: dict[str, Any],
-              content_type: str | None = None, content_encoding: str | None = None,
+    def place(self, body: bytes | str, *, entry: str, due: float, delay: float, exchange: str, routing_key: str,
+              headers: dict[str, Any], content_type: str | None = None, content_encoding: str | None = None,
               queue_hint: str | None = None, **properties: Any) -> tuple[LadderReceipt, dict[str, Any]]:
         """Into the fixed queue of the destination and delay, or, if it does not fit, the ladder."""
         return self.ladder.place_on(self._route, body, entry=entry, due=due, delay=delay, exchange=exchange,
-                                    routing_key=routing_key, headers=headers,
-                                    content_type=content_type, content_encoding=content_encoding,
-                                    queue_hint=queue_hint, **properties)
+                                    routing_key=routing_key, headers=headers, content_type=content_type,
+                                    content_encoding=content_encoding, queue_hint=queue_hint, **properties)
 
     def confirming(self) -> ContextManager[None]:
         """The ladder publisher's: the same connection carries both."""

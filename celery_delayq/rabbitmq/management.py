@@ -133,9 +133,8 @@ class ManagementAPI:
 
         The first that holds: 1. ``/api/overview``'s ``cluster_name`` is the AMQP connection's;
         2. the AMQP ``cluster_name`` is RabbitMQ 3.x's default name of one of ``/api/nodes``
-        (``<node>@<FQDN>``); 3. (several nodes only) the AMQP connection is among the API's,
-        asked for up to ``wait_s`` (it shows after the next statistics emission).
-        Otherwise the API belongs to another broker.
+        (``<node>@<FQDN>``); 3. (several nodes only) the AMQP connection is among the API's, asked for up to
+        ``wait_s`` (it shows after the next statistics emission). Otherwise the API belongs to another broker.
         """
         overview, failure = self._fetch("/api/overview?columns=cluster_name,node,rabbitmq_version")
         if not isinstance(overview, dict):

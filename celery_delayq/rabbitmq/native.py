@@ -1,18 +1,12 @@
 """``delayq_backend = "native"``: the broker holds each message itself, per message, in a quorum queue.
 
-RabbitMQ's quorum queues gain per-message delays after 4.3 (rabbitmq-server
-PR #16583, DESIGN-NOTES §8): a message carrying ``x-opt-delivery-time`` (epoch
-ms) is parked in its queue until then. No released broker that can be run here
-has it: 3.10 and 4.3.6 deliver such a message at once (measured on 4.3.6), so
-a delayed task would run early. This backend therefore checks the broker's
-version when it is built and refuses (:class:`~celery_delayq.errors.BrokerTooOld`,
-naming the version and what to use instead) below :data:`NATIVE_DELAY_VERSION`.
-Where it runs, a message goes straight to its destination with the annotation:
-no ladder, no hop. Only quorum destination queues honour it; the choice per
-queue is ``delayq_queue_backends = {"emails": "native"}``. The publish path is
-written to the upstream semantics and cannot yet be run against a broker here.
-
-It is the proof of the seam: this module and one row in ``BACKEND_ALIASES``.
+RabbitMQ's quorum queues gain per-message delays after 4.3 (rabbitmq-server PR #16583, DESIGN-NOTES §8): a
+message carrying ``x-opt-delivery-time`` (epoch ms) is parked in its queue until then. 3.10 and 4.3.6 deliver
+such a message at once (measured on 4.3.6), so this backend refuses below :data:`NATIVE_DELAY_VERSION`
+(:class:`~celery_delayq.errors.BrokerTooOld`, naming the version and what to use instead). Where it runs, a
+message goes straight to its (quorum) destination queue with the annotation: no ladder, no hop; choose it per
+queue with ``delayq_queue_backends = {"emails": "native"}``. Written to the upstream semantics, not yet run
+against a broker. It is the proof of the seam: this module and one row in ``BACKEND_ALIASES``.
 """
 
 from __future__ import annotations
@@ -88,10 +82,9 @@ class NativeDelays:
         self._local = threading.local()
         self._link.after_fork_in_child()
 
-    def place(self, body: bytes | str, *, entry: str, due: float, delay: float, exchange: str,
-              routing_key: str, headers: dict[str, Any], content_type: str | None = None,
-              content_encoding: str | None = None, queue_hint: str | None = None,
-              **properties: Any) -> tuple[NativeReceipt, dict[str, Any]]:
+    def place(self, body: bytes | str, *, entry: str, due: float, delay: float, exchange: str, routing_key: str,
+              headers: dict[str, Any], content_type: str | None = None, content_encoding: str | None = None,
+              queue_hint: str | None = None, **properties: Any) -> tuple[NativeReceipt, dict[str, Any]]:
         """Publish to the destination itself, held by the broker until ``due`` (confirmed unless batched)."""
         hdrs = H.stamp_pass(H.strip_broker_headers(headers), due=due, delay=delay, entry=entry, hops=1,
                             exchange=exchange, routing_key=routing_key)

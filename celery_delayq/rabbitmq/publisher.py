@@ -1,12 +1,11 @@
 """Publish messages into the ladder: publisher confirms, mandatory flag, no silent loss.
 
-One :class:`LadderPublisher` per process and broker (the default delay backend) owns a
-dedicated confirm-mode connection, so the app's own publishes pay nothing extra.
-:meth:`~LadderPublisher.place` returns once the broker confirmed the message; inside
-:meth:`~LadderPublisher.confirming` (:func:`celery_delayq.batch`) up to ``batch_window`` stay
-unconfirmed and leaving the block awaits the rest. On a dropped connection unconfirmed
-messages are republished (at-least-once); when that fails, the
-:class:`~celery_delayq.errors.PublishError` names in ``failed`` every message that may not be scheduled.
+One :class:`LadderPublisher` per process and broker (the default delay backend) owns a dedicated confirm-mode
+connection, so the app's own publishes pay nothing extra. :meth:`~LadderPublisher.place` returns once the broker
+confirmed the message; inside :meth:`~LadderPublisher.confirming` (:func:`celery_delayq.batch`) up to
+``batch_window`` stay unconfirmed and leaving the block awaits the rest. On a dropped connection unconfirmed
+messages are republished (at-least-once); when that fails, the :class:`~celery_delayq.errors.PublishError` names
+in ``failed`` every message that may not be scheduled.
 """
 
 from __future__ import annotations
@@ -89,8 +88,9 @@ def plan(spec: LadderSpec, destination: Destination, *, due: float, now: float,
     return (units, *spec.route(units, destination.token, shard))
 
 
-def _names(items: Sequence[Pending]) -> tuple[list[str], list[str]]:
-    return [p.name for p in items], [p.entry for p in items]
+def _names(items: Sequence[Pending]) -> dict[str, list[str]]:
+    """``failed`` and ``entries`` of a :class:`PublishError` about ``items``."""
+    return {"failed": [p.name for p in items], "entries": [p.entry for p in items]}
 
 
 class LadderPublisher:
@@ -196,8 +196,7 @@ class LadderPublisher:
                 self._orphans.popleft()
         return confirm
 
-    def _io(self, tracker: Tracker, op: Callable[[ConfirmChannel], R],
-            also: Sequence[tuple[str, str]] = ()) -> R:
+    def _io(self, tracker: Tracker, op: Callable[[ConfirmChannel], R], also: Sequence[tuple[str, str]] = ()) -> R:
         """Run ``op`` on a live channel, reconnecting (and republishing) if the connection drops.
 
         On giving up every unconfirmed publish fails; the error names ``tracker``'s and ``also``
@@ -214,30 +213,26 @@ class LadderPublisher:
                 self._lose(exc)
             except BrokerUnavailable as exc:
                 fail(self._orphans, lambda items: BrokerUnavailable(
-                    f"{exc}; the connection had dropped before the broker confirmed these",
-                    failed=_names(items)[0], entries=_names(items)[1]))
+                    f"{exc}; the connection had dropped before the broker confirmed these", **_names(items)))
                 self._orphans.clear()
                 raise combine(tracker.take_failures(), also=also, cause=exc) from exc.__cause__
             except PublishTimeout as exc:
                 self._abandon(lambda items: PublishTimeout(
                     f"no publisher confirm within {self.config.confirm_timeout:.1f} s; the "
                     f"connection was closed, so {len(items)} ladder message(s) may or may not be "
-                    "scheduled. Check the broker's health (memory/disk alarms block publishers).",
-                    failed=_names(items)[0], entries=_names(items)[1]))
+                    "scheduled. Check the broker's health (memory/disk alarms block publishers).", **_names(items)))
                 raise combine(tracker.take_failures(), also=also, cause=exc) from None
             except (amqp.exceptions.ChannelError, amqp.exceptions.IrrecoverableConnectionError) as exc:
                 confirm = self._link.confirm
-                if isinstance(exc, amqp.exceptions.ChannelError) and confirm is not None \
-                        and confirm.channel.is_open:
+                if isinstance(exc, amqp.exceptions.ChannelError) and confirm is not None and confirm.channel.is_open:
                     raise  # another channel's error (a declare): the confirm channel is fine
                 self._abandon(lambda items: PublishError(
                     f"the broker closed the ladder's channel ({exc!r}); {len(items)} ladder "
-                    "message(s) may not be scheduled", failed=_names(items)[0], entries=_names(items)[1]))
+                    "message(s) may not be scheduled", **_names(items)))
                 raise combine(tracker.take_failures(), also=also, cause=PublishError(str(exc))) from exc
         lost = PublishError(f"lost the broker connection {_ATTEMPTS} times in a row ({cause!r}); "
                             "the unconfirmed messages may not be scheduled")
-        self._abandon(lambda items: PublishError(str(lost), failed=_names(items)[0],
-                                                 entries=_names(items)[1]))
+        self._abandon(lambda items: PublishError(str(lost), **_names(items)))
         raise combine(tracker.take_failures(), also=also, cause=lost) from cause
 
     def _lose(self, exc: BaseException) -> None:
@@ -279,9 +274,8 @@ class LadderPublisher:
             headers["eta"] = datetime.fromtimestamp(due, tz=timezone.utc).isoformat()
         return entry_exchange, ladder_key
 
-    def place(self, body: bytes | str, *, entry: str, due: float, delay: float, exchange: str,
-              routing_key: str, headers: dict[str, Any],
-              content_type: str | None = None, content_encoding: str | None = None,
+    def place(self, body: bytes | str, *, entry: str, due: float, delay: float, exchange: str, routing_key: str,
+              headers: dict[str, Any], content_type: str | None = None, content_encoding: str | None = None,
               queue_hint: str | None = None, **properties: Any) -> tuple[LadderReceipt, dict[str, Any]]:
         """The backend contract (:meth:`~celery_delayq.typing.DelayBackend.place`): into the ladder.
 
@@ -295,9 +289,8 @@ class LadderPublisher:
                              content_encoding=content_encoding, queue_hint=queue_hint, **properties)
 
     def place_on(self, route: Callable[[Destination, float, float, int], tuple[int, str, str, int]],
-                 body: bytes | str, *, entry: str, due: float, delay: float, exchange: str,
-                 routing_key: str, headers: dict[str, Any],
-                 content_type: str | None = None, content_encoding: str | None = None,
+                 body: bytes | str, *, entry: str, due: float, delay: float, exchange: str, routing_key: str,
+                 headers: dict[str, Any], content_type: str | None = None, content_encoding: str | None = None,
                  queue_hint: str | None = None, **properties: Any) -> tuple[LadderReceipt, dict[str, Any]]:
         """:meth:`place` with the route chosen by ``route(destination, due, now, shard)`` ->
         ``(units, exchange, routing key, hops)`` (the fixed queues use it); longer delays make laps.

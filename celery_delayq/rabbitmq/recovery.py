@@ -1,12 +1,11 @@
 """Ladder queues stuck after a broker restart on RabbitMQ before 4.3, found and set moving again.
 
-Before 4.3 a vhost recovers its queues before its exchanges, and a quorum queue's dead-letter
-worker that finds no target holds its messages (``messages`` above ready + unacked) until a
-180 s timer. Any policy change makes it look again at once, so the remedy is a *policy touch*
-(set and delete a harmless policy) through the management API: workers run it every 30 s and
-after a reconnect (:class:`HeldWatcher`), operators with ``delayq topology recover``. It cannot
-move what a worker sent and lost a confirm for (only ``advanced.config`` shortens that).
-Measurements: docs/operations.md, docs/clusters.md.
+Before 4.3 a vhost recovers its queues before its exchanges, and a quorum queue's dead-letter worker that finds
+no target holds its messages (``messages`` above ready + unacked) until a 180 s timer. Any policy change makes
+it look again at once, so the remedy is a *policy touch* (set and delete a harmless policy) through the
+management API: workers run it every 30 s and after a reconnect (:class:`HeldWatcher`), operators with
+``delayq topology recover``. It cannot move what a worker sent and lost a confirm for (only ``advanced.config``
+shortens that). Measurements: docs/operations.md, docs/clusters.md.
 """
 
 from __future__ import annotations

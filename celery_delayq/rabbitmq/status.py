@@ -1,9 +1,8 @@
 """The status of an app's ladder on its broker: what waits, what is parked, what could not be routed.
 
-:func:`ladder_status` is the document of ``delayq status --json``, which the metrics endpoint
-and the web page read too. Read-only: passive declares only. A message's due time cannot be
-seen without taking it out, but queue ``(k, d)``'s TTL bounds it:
-``((d + 1) * radix**k - 1) * unit`` from now.
+:func:`ladder_status` is the document of ``delayq status --json``, which the metrics endpoint and the web page
+read too. Read-only: passive declares only. A message's due time cannot be seen without taking it out, but queue
+``(k, d)``'s TTL bounds it: ``((d + 1) * radix**k - 1) * unit`` from now.
 
 Its keys (``schema`` 1; keys are only ever added) are listed in docs/operations.md, "``delayq status --json``".
 Counts are *ready* messages (AMQP cannot see expiring ones). Exit status 1: no ladder of the app's shape.

@@ -44,8 +44,7 @@ def resolve_queue_type(requested: str, version: tuple[int, ...]) -> str:
     if requested == "quorum":
         raise BrokerTooOld(
             f"RabbitMQ {shown} cannot expire messages in quorum queues (needs 3.10+). "
-            "Upgrade the broker or set delayq_queue_type = 'classic'."
-        )
+            "Upgrade the broker or set delayq_queue_type = 'classic'.")
     log.warning("RabbitMQ %s has no quorum-queue TTL; the ladder uses classic queues "
                 "(dead-lettering is then at-most-once on a broker crash).", shown)
     return "classic"
@@ -354,15 +353,9 @@ class Topology:
     def _declare_laps_queue(self, connection: amqp.Connection) -> None:
         """The laps queue, on a channel of its own: an existing one whose node is down is no reason to stop.
 
-        It is classic (see :meth:`entities`), so it lives on one node of a cluster, and while that
-        node is down or stopped RabbitMQ answers its declare with a 404 ("home node ... is down or
-        inaccessible" on 3.10 and 4.x, "process is stopped by supervisor" on 4.3 right after the
-        stop, "failed to perform operation on queue ... due to timeout" on 4.3 while it restarts). In one pipeline with the rest, that 404 failed every worker and every new publishing
-        process of the app until the node was back (a worker exits at start: Celery's "Unrecoverable
-        error"), seen in the chaos soak (``benchmarks/faults/soak.py``, a worker restarted while the
-        node holding the laps queue was stopped). The queue exists (a 404 for a new one cannot
-        happen): laps ending meanwhile wait in the exit queue's at-least-once dead-lettering, and
-        the lap relay consumes again once the node is back.
+        It is classic (see :meth:`entities`), so it lives on one node; while that node is down or restarting its
+        declare answers 404, which in one pipeline with the rest stopped every worker and new publishing process
+        (docs/clusters.md). Laps ending meanwhile wait in their exit queue; the relay consumes again once it is back.
         """
         name = self.spec.laps_queue
         try:
@@ -445,14 +438,12 @@ class Topology:
                 raise TopologyMissing(
                     f"the delayq ladder is incomplete on the broker; missing: {', '.join(missing)}. "
                     "Run `celery -A APP delayq topology declare` with a user that may configure, "
-                    "or set delayq_declare = True."
-                )
+                    "or set delayq_declare = True.")
             # Redeclaring with the same arguments changes nothing but fails with 406
             # (PRECONDITION_FAILED) naming the argument that differs.
             for kind, name, args in self.entities():
                 try:
-                    chans.run(f"{kind.split(':')[0]} {name!r}",
-                              lambda ch: _declare(ch, kind, name, args))
+                    chans.run(f"{kind.split(':')[0]} {name!r}", lambda ch: _declare(ch, kind, name, args))
                 except amqp.AccessRefused:
                     log.info("delayq: no configure permission; ladder arguments not verified")
                     return
@@ -574,8 +565,7 @@ class Topology:
                 raise UnroutableDestination(
                     f"cannot delay a message to exchange {dest.exchange!r} with routing key "
                     f"{dest.routing_key!r}: {exc.reply_text}. Declare the destination first "
-                    "(Celery does this for queues in task_queues/task_create_missing_queues)."
-                ) from None
+                    "(Celery does this for queues in task_queues/task_create_missing_queues).") from None
             if dest.exchange and not queue_hint:
                 self._check_route(dest)
             args = self.exit_queue_args(dest.exchange, dest.routing_key)
@@ -599,8 +589,7 @@ class Topology:
                     raise TopologyMissing(
                         f"exit queue {dest.exit_queue!r} for exchange {dest.exchange!r} / routing key "
                         f"{dest.routing_key!r} does not exist and delayq_declare is False. Declare it with "
-                        "`celery -A APP delayq topology declare --destination EXCHANGE:ROUTING_KEY`."
-                    ) from None
+                        "`celery -A APP delayq topology declare --destination EXCHANGE:ROUTING_KEY`.") from None
         self._exits[key] = dest
 
 
