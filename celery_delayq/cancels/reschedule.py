@@ -1,28 +1,9 @@
 """Run a waiting task now, or move it to a new due time, so that it runs once: :func:`reschedule`.
 
-A message in a TTL queue cannot be moved or taken out without taking out
-everything ahead of it, so a reschedule publishes the task again (with the
-new delay, or none for "run now") and cancels the copy still in the ladder.
-That cancel cannot be the usual one: :func:`celery_delayq.cancel` is keyed
-to the task id, which the new copy keeps (so ``AsyncResult`` and the result
-backend still follow it), and a worker would drop the new copy too. So the
-old copy is cancelled by its *pass*: the ``x-delayq-entry`` every ladder pass
-carries (and the index lists), which the new copy does not share. The worker
-drops that one delivery without revoking the id
-(:func:`~celery_delayq.cancels.worker.drop_if_superseded`).
-
-Order: the new copy is published (and confirmed) first, the pass cancel
-second (recorded in the cancel log, confirmed, then broadcast to the running
-workers as Celery's ``revoke`` of the pass id, so a worker whose log follower
-is behind drops the old copy all the same). A crash between the two leaves both copies, so the task may run
-twice: the documented at-least-once, never lost.
-
-Limits: the new copy is rebuilt from the index entry: task name,
-destination, attempt and the arguments as Celery's ``argsrepr`` /
-``kwargsrepr`` headers wrote them. Arguments that are not Python literals,
-or that were cut (longer than :data:`~celery_delayq.index.writer.ARGS_MAX`),
-cannot be rebuilt and the task is left as it is (:class:`CannotReschedule`).
-Workers older than this module ignore pass cancels and would run both copies.
+A TTL queue's message cannot be moved, so the task is published again (same id) and the old copy is cancelled
+by its *pass* (``x-delayq-entry``), which the new copy does not share: new copy first, pass cancel second, so a
+crash between may run it twice, never lose it. Arguments that cannot be rebuilt from the index entry are
+:class:`CannotReschedule`. docs/cancel.md.
 """
 
 from __future__ import annotations

@@ -1,30 +1,9 @@
 """The worker side of durable cancels: load the cancel log at start, follow it, drop cancelled tasks.
 
-* :class:`CancelStep` (a consumer bootstep, added by the ``cancels`` extension,
-  :mod:`celery_delayq.cancels.extension`)
-  reads the whole cancel log before the worker consumes its first task, so
-  a worker that restarts (even after ``kill -9``) knows every cancel made
-  while it was down. It then follows the log in a thread with a connection
-  of its own, and reconnects (resuming after the last entry it read) when
-  that connection drops.
-* :func:`mark_if_cancelled` is called (through the extension's ``request_revoked``
-  hook) by the worker's request class
-  (:class:`~celery_delayq.glue.request.LadderRequest`) whenever Celery asks
-  whether a request is revoked. A cancelled id is put in Celery's own
-  revoked set, so Celery's revocation path does the rest exactly as for
-  ``revoke``: the task does not run, the message is acknowledged, the
-  result backend shows ``REVOKED`` and ``task_revoked`` is sent.
-
-* The follower also writes a cancel again once half the log's retention has passed
-  (:meth:`CancelFollower.renew`: at start, then hourly) when it must hold longer than the
-  log keeps it (docs/cancel.md, "How long a cancel holds").
-
-A cancel takes effect in a worker once its follower has read it, within
-milliseconds while connected, or once Celery's ``revoke`` broadcast that follows
-each cancel due within the hour has reached it (:func:`~celery_delayq.cancels.revoke.tell_workers`):
-the broadcast covers a follower that is behind (reconnecting, or reading a
-stream replica a partition cut off), the log covers a worker that was not
-running. A task due within milliseconds of its cancel may still run.
+:class:`CancelStep` reads the whole log before the first task (so a restarted worker knows every cancel made
+while it was down), then follows it, renewing long cancels (:meth:`CancelFollower.renew`);
+:func:`mark_if_cancelled` puts a cancelled id in Celery's revoked set, so Celery's own revoke path drops it.
+How fast a cancel takes effect, and its limits: docs/cancel.md.
 """
 
 from __future__ import annotations

@@ -1,28 +1,9 @@
 """The web page's reads of the whole index, run in a child process so the web process's GIL stays free.
 
-The page keeps the whole waiting list (:class:`~celery_delayq.pending.browse.Snapshot`) and reads it
-again every few seconds. At 100,000 waiting that read is seconds of CPU-bound Python (four shard
-readers parsing frames, then :func:`~celery_delayq.pending.listing.pending`'s cancel filtering and
-sort): in the web process it holds the GIL against every request, and an id lookup (50 ms alone)
-took up to a second. :class:`ReaderProcess` is a Snapshot ``reader`` that does the same read
-(:func:`~celery_delayq.pending.listing.read_pending`) in a child process of its own:
-
-* started lazily on the first read, once, and reused; ``spawn``, never ``fork`` (the web process
-  has threads, and a forked child could inherit a lock some thread held);
-* while the parent looks an id up (:func:`~celery_delayq.index.priority.urgent`) the child's read
-  pauses, as it would in the parent (a shared counter): the lookup has the broker to itself;
-* it is handed the ladder's kombu connection (it pickles as its settings: transport options, ssl,
-  the failover hosts), the index layout and ``now``, and sends the list back in pickled chunks of
-  :data:`CHUNK` tasks, which the parent unpickles one at a time: no single hold of the GIL is long;
-* an error of the read (``IndexUnavailable``, ``StreamReadError``, anything) is raised in the
-  parent, of the same type and with the same message (the child's traceback added as a note);
-* a child that dies: that read runs in this process (logged once, at WARNING) and the next read
-  starts a new child. A child that does not say it is ready within :data:`_START_S` (spawn runs the
-  parent's ``__main__`` script again: one without an ``if __name__ == "__main__":`` guard may exit,
-  or serve that script for ever) is ended, and reads run in this process for :data:`_RETRY_S`
-  seconds before a new one is tried;
-* :meth:`ReaderProcess.close` ends it (the web app does on shutdown); it is a daemon, and it also
-  leaves when the parent does (its end of the pipe closes), so it never outlives the web process.
+:class:`ReaderProcess` is a Snapshot ``reader``: a ``spawn`` child (never ``fork``: the web process has threads),
+started lazily, paused while the parent looks an id up, sending the list in :data:`CHUNK`-task pickles; its
+errors are raised in the parent with the same type and message. A child that dies or does not start within
+:data:`_START_S` falls back to reading in this process (for :data:`_RETRY_S`). :meth:`ReaderProcess.close` ends it.
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
 """``celery -A proj delayq web``: the operator's page and JSON API for delayed work, retries and parked tasks.
 
-Built on FastAPI (Starlette underneath, Jinja2 templates, served by uvicorn):
-FastAPI turns the typed parameters of :mod:`.api` into both the request
-validation (bad input is a 4xx JSON answer, never a 500) and the OpenAPI
-document at ``/api/openapi.json``, which a fuzzer then checks; Starlette
-alone would need both written by hand. Everything the page shows comes
-from the package's own functions (:mod:`.service`); styles and the one
-small script (and the vendored uPlot of the charts) are served from the package (``/static``), no CDN.
-
-* :func:`create_app`: the ASGI application, to serve with uvicorn (the CLI
-  does) or to mount in an existing deployment behind its own auth.
-* :mod:`.settings`: token / basic auth (16 characters at least), body size, read-only.
-* :mod:`.security`: authentication, CSRF, read-only enforcement, the request body limit;
-  :mod:`.session`: a browser's login with the token (a signed session cookie; the form is in :mod:`.pages`).
-* :mod:`.live`: the change signal an open page polls (``/api/changes``) and the charts' series.
-* :mod:`.service`: what the page and the API read and do; :mod:`.deps`: what a route asks for
-  (``Depends``: the service, the caller, a list's filter).
-* :mod:`.api` (a router per resource), :mod:`.schemas`, :mod:`.errors`: the JSON API, its models,
-  and the status each of the package's exceptions is answered with.
-* :mod:`.pages`: the HTML views and their forms.
+FastAPI (typed parameters give request validation and the OpenAPI document at ``/api/openapi.json``), Jinja2
+pages, static files from the package (no CDN). :func:`create_app` is the ASGI app, to serve with uvicorn or to
+mount behind a deployment's own auth. Layout and modules: docs/web.md.
 """
 
 from __future__ import annotations

@@ -1,29 +1,8 @@
 """What keeps an open page current: a cheap change signal (``/api/changes``) and the charts' series.
 
-A page polls ``/api/changes`` every :data:`POLL_S` seconds (``static/delayq.js``);
-when the signal says something changed after the page was rendered, the script
-fetches the same URL again and swaps its ``<main>``. The signal never reads
-the index per client: :class:`Live` computes it at most once per
-:data:`SIGNAL_TTL` seconds per process, from
-
-* the waiting list the :class:`~celery_delayq.pending.browse.Snapshot` keeps
-  (asking for it starts a background re-read when it is older than the
-  snapshot's ttl: :data:`SNAPSHOT_TTL` here, or as long as the last read took
-  when that is longer, so that reading never takes more than half the time;
-  the digest of a list is computed once per read: 0.1 s for 100,000 tasks), and
-* the parking queue's ready count (a passive declare on a connection kept
-  open for it). While a consumer is on the parking queue (a page or the CLI
-  browsing it holds its messages) the count is not trusted and the last one
-  is kept: a browse must not look like a change, or every open Parked page
-  would browse again, forever.
-
-``changed_at`` is when this process first saw the current version; a page
-rendered before it is out of date. ``read_at`` is when the index behind the
-signal was read: what the page's "as of" shows.
-
-:class:`SeriesCache` keeps each chart window's :func:`~celery_delayq.telemetry.series.series`
-for a while (10 s for 1 h, 1 min for 24 h, 5 min for 7 d): the files are read once
-per window per process, not once per viewer.
+:class:`Live` computes the signal at most once per :data:`SIGNAL_TTL` per process from the kept waiting list and
+the parking queue's ready count (kept, not trusted, while a consumer browses it: a browse is not a change).
+:class:`SeriesCache` reads each chart window's files once per window per process. docs/web.md, "Live pages".
 """
 
 from __future__ import annotations

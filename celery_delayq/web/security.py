@@ -1,33 +1,8 @@
-"""Who may look and who may act: authentication, CSRF, read-only (ASGI middleware and helpers).
+"""Who may look and who may act: authentication, CSRF, read-only, the body limit (ASGI middleware and helpers).
 
-* **Authentication**: when a token or a basic-auth user is configured, every
-  request but ``/static``, ``/login`` and ``/logout`` must carry
-  ``Authorization: Bearer TOKEN``, HTTP basic credentials (compared in
-  constant time) or, in token mode, the session cookie of a browser that
-  logged in with the token (:mod:`.session`); otherwise 401, except that a
-  browser asking for a page (``GET``, ``Accept: text/html``, not ``/api/``) in
-  token mode is sent to the login form (303 to ``/login?next=PATH``). A
-  deployment that mounts :func:`~celery_delayq.web.create_app` behind its own
-  auth can leave both unset.
-* **CSRF**: a browser sends basic credentials (and cookies of a mounting
-  site) with any request, including one a hostile page makes it send. So a
-  state-changing request (POST, DELETE) must carry the page's CSRF token,
-  set as a cookie on every page and repeated in the form field
-  ``csrf_token`` or the ``X-CSRF-Token`` header (double submit), unless it
-  authenticates with a bearer token, which a browser never adds on its own.
-  A write authenticated by the session cookie needs it too, and so do the
-  login and logout forms.
-* **Read-only**: every state-changing request is refused (403) and no page
-  shows an action (logging in and out are not actions on the ladder).
-* **Body limit** (:class:`BodyLimit`): a request body over ``body_limit``
-  bytes is answered 413 before it is parsed: a declared ``Content-Length``
-  over the limit is refused unread, a chunked body is counted as it arrives
-  and refused at the first byte over, so memory per request is capped.
-  A form the CSRF check cannot parse is a 400, never a 500.
-* **Who**: each request's actor, for the audit line
-  (:func:`~celery_delayq.audit.audit`), is put in the scope
-  (:func:`actor`): the bearer token's fingerprint, ``user:NAME`` for basic
-  auth, ``loopback`` for an unauthenticated client on this host.
+Bearer token, basic auth or the token's session cookie (else 401, or the login form for a page); a browser's
+write needs the CSRF token (double submit) unless it uses a bearer token; read-only refuses every write (403);
+:class:`BodyLimit` answers 413 before parsing; :func:`actor` names the caller for the audit line. docs/web.md.
 """
 
 from __future__ import annotations
