@@ -137,16 +137,17 @@ def markdown(rows: list[dict[str, Any]], *, tasks: int, when: str, argv: str, du
         "# Ladder shapes and dead-letter prefetch at saturation", "",
         f"`{argv}`, {when}, on this 2-core machine, one private node per broker line and dead-letter prefetch "
         f"(`dead_letter_worker_consumer_prefetch`, RabbitMQ's default 32). 2 processes publish {tasks:,} tasks in "
-        f"`celery_delayq.batch()`, all due within {spread_s:g} s, {due_s:g} s after publishing starts; the ladder then drains "
-        "with nothing else publishing; a consumer (prefetch 1,000) times each arrival. drain/s: tasks over the time "
+        f"`celery_delayq.batch()`, all due within {spread_s:g} s, {due_s:g} s after publishing starts; the ladder "
+        "then drains with nothing else publishing; a consumer (prefetch 1,000) times each arrival. drain/s: tasks over the time "
         "from the first due time to the last arrival; delivered/s: between the 10th and 90th percentile of arrivals. "
         "hops: mean queues waited in (the exit queue included) for delays uniform over the range at 10 ms units. "
         "handles_3x: file handles one ladder reserves on RabbitMQ 3.x (3 per quorum queue, the unroutable queue "
         "included; exit queues add 3 each); ladders_per_1024fd_node: how many fit a node at Debian's 1024 open "
         "files (budget 927 less a tenth for connections). RabbitMQ 4.x reserves none. Ratio: drain/s over the "
-        "same broker's 14x4 (the shape of ddf578f), prefetch-32 row; ÷ fixed: over the `fixed` backend's row of the same "
-        "broker and prefetch (the one-hop rate issue #35 measures the default against). A `-noexit` shape is the same "
-        "ladder with its destination queue bound to the delivery exchange in place of the exit queue (no exit hop). broker_cpu_us_per_task: the broker's mean CPU "
+        "same broker's 14x4 (the shape of ddf578f), prefetch-32 row; ÷ fixed: over the `fixed` backend's row of "
+        "the same broker and prefetch (the one-hop rate issue #35 measures the default against). A `-noexit` shape "
+        "is the same ladder with its destination queue bound to the delivery exchange in place of the exit queue "
+        "(no exit hop). broker_cpu_us_per_task: the broker's mean CPU "
         "while draining over drain/s (the machine is shared with other work: a starved broker drains slower at the "
         "same cost per task).", "",
         "| " + " | ".join(COLUMNS) + " | ratio | ÷ fixed |",
@@ -194,10 +195,12 @@ def main(tasks: int, shapes: str, prefetch: str, only: str | None, due_s: float,
                     else:
                         levels, radix = (int(x) for x in shape.removesuffix(NO_EXIT).split("x"))
                         costs = {**shape_costs(levels, radix), "shape": shape}
-                        if shape.endswith(NO_EXIT):  # one queue fewer for every task
-                            costs.update({k: round(costs[k] - 1, 2) for k in ("hops_1_5s", "hops_1_60s", "hops_1_300s")})
                         settings = f", delayq_levels={levels}, delayq_radix={radix}"
-                        hook = skip_exit_hop(cluster.nodes[0], levels, radix) if shape.endswith(NO_EXIT) else None
+                        hook = None
+                        if shape.endswith(NO_EXIT):  # one queue fewer for every task
+                            for k in ("hops_1_5s", "hops_1_60s", "hops_1_300s"):
+                                costs[k] = round(costs[k] - 1, 2)
+                            hook = skip_exit_hop(cluster.nodes[0], levels, radix)
                     result = run_saturation(cluster, shards=1, tasks=tasks, procs=2, due_s=due_s,
                                             workdir=Path(tempfile.mkdtemp()), extra=settings, spread_s=spread_s,
                                             before_due=hook)
