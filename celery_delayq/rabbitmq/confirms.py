@@ -125,7 +125,7 @@ class ConfirmChannel:
         def busy() -> bool:
             if tracker is not None:
                 return tracker.outstanding > 0
-            return (len(self.pending) if upto is None else len(self._upto(upto))) > keep
+            return (len(self.pending) if upto is None else sum(1 for _ in self._upto(upto))) > keep
         deadline = time.monotonic() + timeout
         while busy():
             left = deadline - time.monotonic()
@@ -140,9 +140,9 @@ class ConfirmChannel:
             except socket.timeout:
                 continue
 
-    def _upto(self, tag: int) -> list[int]:
-        """The unconfirmed tags up to ``tag`` (insertion order is tag order)."""
-        return list(itertools.takewhile(lambda t: t <= tag, self.pending))
+    def _upto(self, tag: int) -> Iterator[int]:
+        """The unconfirmed tags up to ``tag`` (insertion order is tag order), without copying them."""
+        return itertools.takewhile(lambda t: t <= tag, self.pending)
 
     def take_failures(self) -> list[PublishError]:
         """Failures of publishes made without a tracker, cleared from the channel."""
@@ -157,7 +157,7 @@ class ConfirmChannel:
 
     # -- broker callbacks ------------------------------------------------------
     def _settle(self, tag: int, multiple: bool, nacked: bool) -> None:
-        for t in self._upto(tag) if multiple else [tag]:
+        for t in list(self._upto(tag)) if multiple else [tag]:  # a copy: the loop pops
             item = self.pending.pop(t, None)
             if item is None:
                 continue
