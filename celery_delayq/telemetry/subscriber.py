@@ -1,24 +1,9 @@
 """Telemetry as a subscriber: attach it to an app, detach it again.
 
 :func:`attach` connects receivers to Celery's task signals and to :mod:`celery_delayq.signals`;
-each records only what concerns *its* app. What is recorded, and from which signal:
-
-=============  ==========================================================
-``scheduled``  :data:`~celery_delayq.signals.message_scheduled` (publisher)
-``delivered``  :data:`~celery_delayq.signals.message_delivered`
-``succeeded``  Celery's ``task_success``
-``retried``    Celery's ``task_retry``
-``exhausted``  :data:`~celery_delayq.signals.retry_exhausted`
-``parked``     :data:`~celery_delayq.signals.message_parked` (also ``delayq_park_on``)
-``failed``     Celery's ``task_failure``, unless the message was parked
-``replayed``   :data:`~celery_delayq.signals.message_replayed`
-``cancelled``  Celery's ``task_revoked`` and :data:`~celery_delayq.signals.message_cancelled`
-               when a worker drops the task (once per task; the cancel request itself,
-               ``reason="requested"``, is not a drop)
-=============  ==========================================================
-
-Publisher-side events (``scheduled``, ``replayed``) are recorded once per telemetry directory,
-however many apps share it. Receivers never raise into Celery (a failure is logged at debug).
+each records only what concerns *its* app, and never raises into Celery (a failure is logged at
+debug). Publisher-side events are recorded once per telemetry directory, however many apps share it.
+docs/operations.md ("Telemetry and the analytics report") has which signal records which event.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """The HTML views (Overview, Waiting, Retries, Parked, a page per waiting and parked task) and the browser's
-action forms.
+action forms (docs/web.md describes the pages).
 
-Pages are server-rendered Jinja2 templates: they work without JavaScript
-(the small ``static/delayq.js`` only asks "are you sure?", ``static/lists.js``
-ticks every row for the header's box), load nothing from another site, and
-hold at most one page of tasks, never the whole index. A list's page is in
-its address (``offset``, ``limit``), so it can be bookmarked; a bulk button
-acts on every task its filter matches, the row boxes on the rows ticked
-(their count is the number of ids sent).
-Every form posts with the CSRF token (:mod:`.security`) and comes back to
-the page it was sent from with a one-line result. A form's values are read
-by the same :class:`~.service.Service` methods as the API's (through
-:mod:`celery_delayq.inputs`): a due time in the past is refused naming
-run-now, a bulk button sends the count it showed (``expect``) and ``all``
-when no filter is set, and a refusal comes back as the page's red line,
-having changed nothing. A route takes the service and the caller from
-:mod:`.deps`, as the API's routes do, and reads a list's filter through the
-same :class:`~.deps.WaitingQuery` and :class:`~.deps.ParkedQuery`.
+Server-rendered Jinja2 templates that work without JavaScript and hold at most one page of tasks (its
+``offset`` and ``limit`` in the address). Every form posts with the CSRF token (:mod:`.security`), is read by
+the same :class:`~.service.Service` methods as the API's, and comes back to its page with a one-line result
+(a refusal, having changed nothing, as the red line). Routes take the service, the caller and a list's filter
+from :mod:`.deps`, as the API's routes do.
 """
 
 from __future__ import annotations
