@@ -133,10 +133,7 @@ def _card_row(items: Sequence[tuple[str, str, bool]]) -> str:
 def _cards(overall: Mapping[str, Any], malformed: int, storms: int, backlog_now: int | None) -> str:
     failures = celery_failures(overall)
     return _card_row([
-        ("scheduled", _fmt(overall.get("scheduled")), False),
-        ("delivered", _fmt(overall.get("delivered")), False),
-        ("succeeded", _fmt(overall.get("succeeded")), False),
-        ("retried", _fmt(overall.get("retried")), False),
+        *((key, _fmt(overall.get(key)), False) for key in ("scheduled", "delivered", "succeeded", "retried")),
         ("FAILURE (Celery)", _fmt(failures), bool(failures)),
         ("of which parked", _fmt(overall.get("parked")), bool(overall.get("parked"))),
         ("retry storms", _fmt(storms), bool(storms)),
@@ -191,9 +188,21 @@ def _now(live: Mapping[str, Any] | None) -> list[str]:
     return parts
 
 
-def _img(name: str, png: bytes, alt: str) -> str:
-    data = base64.b64encode(png).decode("ascii")
-    return f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(alt)}" title="{html.escape(name)}"></figure>'
+#: Each chart's alt text.
+_ALTS = {
+    "lateness_over_time.png": "p50 and p99 delivery lateness per minute",
+    "backlog_throughput.png": "backlog (scheduled, not yet delivered or cancelled) and events per minute",
+    "retries_over_time.png": "retries per minute over time, per task, retry storms shaded",
+    "lateness_by_delay.png": "p50 and p99 delivery lateness by requested delay bucket",
+    "attempts_to_success.png": "histogram of the attempt on which tasks succeeded",
+}
+
+
+def _figures(images: Mapping[str, bytes], *names: str) -> list[str]:
+    """The charts ``names`` that were drawn, inline (a missing one is left out)."""
+    return [f'<figure><img src="data:image/png;base64,{base64.b64encode(images[name]).decode("ascii")}" '
+            f'alt="{html.escape(_ALTS[name])}" title="{html.escape(name)}"></figure>'
+            for name in names if name in images]
 
 
 def _utc(seconds: float) -> str:
@@ -263,18 +272,8 @@ def render_html(summary: Mapping[str, Any], tables: Mapping[str, Sequence[Mappin
         _cards(overall, int(summary.get("malformed", 0)), len(summary.get("retry_storms", [])), backlog_now),
         *_attention(summary),
         "<h2>Over time</h2>",
+        *_figures(images, "lateness_over_time.png", "backlog_throughput.png", "retries_over_time.png"),
     ]
-    alts = {
-        "lateness_over_time.png": "p50 and p99 delivery lateness per minute",
-        "backlog_throughput.png": "backlog (scheduled, not yet delivered or cancelled) and events per minute",
-        "retries_over_time.png": "retries per minute over time, per task, retry storms shaded",
-        "lateness_by_delay.png": "p50 and p99 delivery lateness by requested delay bucket",
-        "attempts_to_success.png": "histogram of the attempt on which tasks succeeded",
-    }
-    for name in ("lateness_over_time.png", "backlog_throughput.png", "retries_over_time.png"):
-        if name in images:
-            parts.append(_img(name, images[name], alts[name]))
-
     headers = [("task", "task"), *_SUMMARY_COLUMNS]
     rows = [["all tasks", *_row(overall, _SUMMARY_COLUMNS)]]
     rows += [[name, *_row(stats, _SUMMARY_COLUMNS)] for name, stats in sorted(summary["tasks"].items())]
@@ -293,9 +292,7 @@ def render_html(summary: Mapping[str, Any], tables: Mapping[str, Sequence[Mappin
                      [[name, *_row(stats, _QUEUE_COLUMNS)] for name, stats in sorted(queues.items())],
                      left=1, alarm=_alarm_indexes(_QUEUE_COLUMNS))]
 
-    parts.append("<h2>Lateness by requested delay</h2>")
-    if "lateness_by_delay.png" in images:
-        parts.append(_img("lateness_by_delay.png", images["lateness_by_delay.png"], alts["lateness_by_delay.png"]))
+    parts += ["<h2>Lateness by requested delay</h2>", *_figures(images, "lateness_by_delay.png")]
     lateness = sorted(tables.get("lateness_by_delay", ()), key=lambda r: r["delay_bucket_s"])
     parts.append(_table(
         [("b", "delay bucket"), ("d", "delivered"), ("p50", "p50 late (ms)"), ("p99", "p99 late (ms)"), ("e", "early")],
@@ -315,9 +312,7 @@ def render_html(summary: Mapping[str, Any], tables: Mapping[str, Sequence[Mappin
     if exceptions:
         parts.append(_EXCEPTIONS_NOTE)
 
-    parts.append("<h2>Attempts to success</h2>")
-    if "attempts_to_success.png" in images:
-        parts.append(_img("attempts_to_success.png", images["attempts_to_success.png"], alts["attempts_to_success.png"]))
+    parts += ["<h2>Attempts to success</h2>", *_figures(images, "attempts_to_success.png")]
     attempts = sorted(tables.get("attempts_to_success", ()), key=lambda r: (r["task_name"], r["attempt"]))
     parts.append(_table([("t", "task"), ("a", "attempt"), ("c", "successes")],
                         [[r["task_name"], _fmt(r["attempt"]), _fmt(r["count"])] for r in attempts], left=1))
