@@ -19,23 +19,8 @@ from __future__ import annotations
 
 from typing import ClassVar, NamedTuple, Union
 
-__all__ = [
-    "CORE_FIELDS",
-    "DELAY_EVENTS",
-    "EVENT_CLASSES",
-    "EVENT_TYPES",
-    "FAILURE_EVENTS",
-    "Cancelled",
-    "Delivered",
-    "Exhausted",
-    "Failed",
-    "Parked",
-    "Replayed",
-    "Retried",
-    "Scheduled",
-    "Succeeded",
-    "TelemetryEvent",
-]
+__all__ = ["CORE_FIELDS", "DELAY_EVENTS", "EVENT_CLASSES", "EVENT_TYPES", "FAILURE_EVENTS", "Cancelled", "Delivered",
+           "Exhausted", "Failed", "Parked", "Replayed", "Retried", "Scheduled", "Succeeded", "TelemetryEvent"]
 
 #: The fields every event starts with, in this order.
 CORE_FIELDS: tuple[str, ...] = ("task_id", "task_name", "queue", "attempt", "ts")
@@ -166,9 +151,7 @@ class Cancelled(_CancelledFields):
     event: ClassVar[str] = "cancelled"
 
 
-TelemetryEvent = Union[
-    Scheduled, Delivered, Succeeded, Retried, Exhausted, Parked, Failed, Replayed, Cancelled
-]
+TelemetryEvent = Union[Scheduled, Delivered, Succeeded, Retried, Exhausted, Parked, Failed, Replayed, Cancelled]
 
 #: Every event type, in lifecycle order.
 EVENT_CLASSES: tuple[type[TelemetryEvent], ...] = (

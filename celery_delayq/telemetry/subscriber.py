@@ -12,7 +12,8 @@ import logging
 import threading
 import time
 import weakref
-from collections import OrderedDict
+from dataclasses import dataclass, field
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -78,16 +79,12 @@ def _exc_name(exc: Any) -> str:
 # -- publisher-side events: one tap per telemetry directory ------------------------------
 
 
+@dataclass
 class _Tap:
     """The publisher-side recording of one telemetry directory, shared by its subscriptions."""
 
-    def __init__(self, recorder: TelemetryRecorder) -> None:
-        self.recorder = recorder
-        self.parking_queues: dict[str, int] = {}  # name -> subscriptions that watch it
-
-    @property
-    def users(self) -> int:
-        return sum(self.parking_queues.values())
+    recorder: TelemetryRecorder
+    parking_queues: Counter[str] = field(default_factory=Counter)  # name -> subscriptions that watch it
 
 
 _TAPS: dict[str, _Tap] = {}
@@ -132,7 +129,7 @@ def _tap_acquire(root: str, parking_queue: str) -> _Tap:
         tap = _TAPS.get(root)
         if tap is None:
             tap = _TAPS[root] = _Tap(recorder_for(root))
-        tap.parking_queues[parking_queue] = tap.parking_queues.get(parking_queue, 0) + 1
+        tap.parking_queues[parking_queue] += 1
         return tap
 
 
@@ -141,12 +138,10 @@ def _tap_release(root: str, parking_queue: str) -> None:
         tap = _TAPS.get(root)
         if tap is None:
             return
-        left = tap.parking_queues.get(parking_queue, 0) - 1
-        if left > 0:
-            tap.parking_queues[parking_queue] = left
-        else:
-            tap.parking_queues.pop(parking_queue, None)
-        if not tap.users:
+        tap.parking_queues[parking_queue] -= 1
+        if tap.parking_queues[parking_queue] <= 0:
+            del tap.parking_queues[parking_queue]
+        if not tap.parking_queues:
             del _TAPS[root]
         if not _TAPS:
             signals.message_scheduled.disconnect(dispatch_uid=_on_scheduled)

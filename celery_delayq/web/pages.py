@@ -328,11 +328,15 @@ def _secure(request: Request) -> bool:
     return request.url.scheme == "https"
 
 
+def _login_form(request: Request, svc: Service, next: str, error: str | None = None) -> HTMLResponse:
+    return _render(request, svc, "login.html", tab="login", next=safe_next(next), error=error,
+                   token_mode=sessions_of(request).enabled,
+                   basic=bool(svc.settings.username and svc.settings.password))
+
+
 @router.get("/login", name="login_page")
 def login_page(request: Request, svc: ServiceDep, next: str = "/") -> Response:
-    sessions = sessions_of(request)
-    return _render(request, svc, "login.html", tab="login", next=safe_next(next), error=None,
-                   token_mode=sessions.enabled, basic=bool(svc.settings.username and svc.settings.password))
+    return _login_form(request, svc, next)
 
 
 @router.post("/login", name="login")
@@ -347,14 +351,12 @@ def login(request: Request, svc: ServiceDep, token: str = Form(""), next: str = 
         log.warning("delayq web: a login from %s was refused (%s)", client, why)
         if not throttled:
             sessions.failed(client)
-        page = _render(request, svc, "login.html", tab="login", next=safe_next(next), token_mode=sessions.enabled,
-                       basic=bool(svc.settings.username and svc.settings.password),
-                       error=f"{sessions.FAILS_ALLOWED} failed logins within a minute: wait a minute, then try "
-                             "again." if throttled else "That is not the token." if sessions.enabled else
-                       "This page has no token to log in with.")
+        page = _login_form(request, svc, next, f"{sessions.FAILS_ALLOWED} failed logins within a minute: wait a "
+                           "minute, then try again." if throttled else "That is not the token." if sessions.enabled
+                           else "This page has no token to log in with.")
         page.status_code = 429 if throttled else 401
         return page
-    log.info("delayq web: %s logged in with the token", request.client.host if request.client else "?")
+    log.info("delayq web: %s logged in with the token", client)
     response = RedirectResponse(root + safe_next(next), status_code=303)
     response.headers.append("set-cookie", sessions.cookie(sessions.issue(), path=root or "/",
                                                           secure=_secure(request)))
