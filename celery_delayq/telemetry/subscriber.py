@@ -12,9 +12,9 @@ import logging
 import threading
 import time
 import weakref
-from dataclasses import dataclass, field
 from collections import Counter, OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from celery import signals as celery_signals

@@ -74,7 +74,6 @@ class WaitingQuery(_Given):
         return svc.waiting_filter(**asdict(self), retries=retries)
 
 
-
 @dataclass(frozen=True)
 class ParkedQuery(_Given):
     """The parked list's filter as typed (blank = not given); :meth:`filter` reads it."""
@@ -89,7 +88,6 @@ class ParkedQuery(_Given):
         parked_id = (self.id or "").strip()
         return svc.parked_filter(task=self.task, exception=self.exception, message=self.message,
                                  ids=[parked_id] if parked_id else [])
-
 
 
 # -- the page's forms (a bulk form sends the filter it was shown with, as the page's own text) ----------

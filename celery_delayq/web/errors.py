@@ -94,7 +94,6 @@ def install_errors(app: FastAPI) -> None:
         app.add_exception_handler(refusal, answer(status))
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(HTTPException, http)
-    for down in (TopologyError, PublishError, StreamReadError):  # IndexUnavailable is a TopologyError
+    # IndexUnavailable is a TopologyError.
+    for down in (TopologyError, PublishError, StreamReadError, *CONNECTION_ERRORS, AMQPError):
         app.add_exception_handler(down, unavailable)
-    for cls in (*CONNECTION_ERRORS, AMQPError):
-        app.add_exception_handler(cls, unavailable)

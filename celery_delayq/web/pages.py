@@ -39,7 +39,6 @@ __all__ = ["router", "templates"]
 log = logging.getLogger("celery_delayq.web")
 
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
-templates.env.globals["human_duration"] = human_duration
 
 
 def _when(epoch: float | None) -> str:
@@ -51,8 +50,7 @@ def _when(epoch: float | None) -> str:
     return f"{iso(epoch)[:19].replace('T', ' ')} UTC ({rel})"
 
 
-templates.env.globals["when"] = _when
-templates.env.globals["urlencode"] = urlencode
+templates.env.globals.update(human_duration=human_duration, when=_when, urlencode=urlencode)
 router = APIRouter(include_in_schema=False)
 _PAGE = 50
 
@@ -324,10 +322,6 @@ def _n(count: int, noun: str) -> str:
 # GET /login shows the form; POST /login (CSRF-checked like every form) compares the token in constant time
 # and sets the session cookie (.session), then goes back to the page asked for (a path of this site only);
 # POST /logout revokes the cookie and clears it. Scripts keep Authorization: Bearer; basic auth needs no form.
-def _secure(request: Request) -> bool:
-    return request.url.scheme == "https"
-
-
 def _login_form(request: Request, svc: Service, next: str, error: str | None = None) -> HTMLResponse:
     return _render(request, svc, "login.html", tab="login", next=safe_next(next), error=error,
                    token_mode=sessions_of(request).enabled,
@@ -359,7 +353,7 @@ def login(request: Request, svc: ServiceDep, token: str = Form(""), next: str = 
     log.info("delayq web: %s logged in with the token", client)
     response = RedirectResponse(root + safe_next(next), status_code=303)
     response.headers.append("set-cookie", sessions.cookie(sessions.issue(), path=root or "/",
-                                                          secure=_secure(request)))
+                                                          secure=request.url.scheme == "https"))
     return response
 
 
@@ -369,5 +363,5 @@ def logout(request: Request) -> Response:
     sessions.revoke(request.cookies.get(SESSION_COOKIE))
     root = request.scope.get("root_path", "")
     response = RedirectResponse(f"{root}/login?msg=logged+out", status_code=303)
-    response.headers.append("set-cookie", Sessions.clear(path=root or "/", secure=_secure(request)))
+    response.headers.append("set-cookie", Sessions.clear(path=root or "/", secure=request.url.scheme == "https"))
     return response
