@@ -1,19 +1,9 @@
 """``python -m celery_delayq.analytics`` and ``celery -A APP delayq report``: the telemetry report's command.
 
-One click command with its options, here beside the job: ``python -m`` runs
-it, and the CLI registers the same command as ``delayq report`` (so
-``--help`` lists its options and a bad value is named in the usage line).
-Nothing here imports the CLI: its value
-types (:mod:`celery_delayq.options`) are shared. It stays importable without pyspark: ``--help``
-is fast, and an empty or missing events directory is answered before any
-JVM starts; the PySpark job (:mod:`celery_delayq.analytics.job`) is imported
-only to run.
-
-The events directory defaults to the app's ``delayq_telemetry_dir``
-(``celery -A APP`` hands the app over; standalone, give ``-A module:app``).
-When the app is known and its broker answers, the report opens with what
-waits, is held or is parked *now* (:func:`~celery_delayq.rabbitmq.status.ladder_status`,
-the numbers of ``delayq status``), before the history the events tell.
+One click command, which the CLI registers as ``delayq report``. It imports neither the CLI (the value types of
+:mod:`celery_delayq.options` are shared) nor pyspark until the job runs: ``--help`` is fast, and an empty or
+missing events directory is answered before any JVM starts. The events directory defaults to the app's
+``delayq_telemetry_dir``; with the app, the report opens with what the broker holds now (``delayq status``).
 """
 
 from __future__ import annotations

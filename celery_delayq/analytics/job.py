@@ -17,7 +17,8 @@ from pyspark.sql import functions as F
 from celery_delayq.analytics.errors import NoValidEventsError
 from celery_delayq.telemetry.files import EventFile, IncrementalState, is_local, list_event_files, split_sealed
 from celery_delayq.analytics.plots import render_all
-from celery_delayq.analytics.reader import check_events_path, malformed_of, parse_events, read_events, read_store
+from celery_delayq.analytics.reader import (check_events_path, in_window, malformed_of, parse_events, read_events,
+                                            read_store)
 from celery_delayq.analytics.report import render_html
 from celery_delayq.analytics.session import session_scope
 from celery_delayq.analytics.storms import find_storms
@@ -49,14 +50,6 @@ def _jvm_cpu_s(session: SparkSession) -> float | None:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except Exception:
         return None
-
-
-def _window(events: DataFrame, since: float | None, until: float | None) -> DataFrame:
-    if since is not None:
-        events = events.where(F.col("ts") >= F.lit(float(since)))
-    if until is not None:
-        events = events.where(F.col("ts") < F.lit(float(until)))
-    return events
 
 
 def _files_to_read(events_dir: str, since: float | None, until: float | None) -> list[EventFile] | None:
@@ -108,7 +101,7 @@ def _incremental_events(session: SparkSession, events_dir: str, out: Path, since
     if not parts:
         raise NoValidEventsError(f"no event files under {events_dir}")
     events = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
-    events = _window(events, since, until).persist(StorageLevel.MEMORY_AND_DISK)
+    events = in_window(events, since, until).persist(StorageLevel.MEMORY_AND_DISK)
     n_events = events.count()  # the open files' observation fires with it
     if observation is not None:
         malformed += malformed_of(observation)
@@ -177,8 +170,7 @@ def run_report(events_dir: str | os.PathLike[str], out_dir: str | os.PathLike[st
     for name, png in images.items():
         (out / name).write_bytes(png)
     (out / "report.html").write_text(render_html(summary, tables, images, events_dir=events_dir), encoding="utf-8")
-    clock.lap("html")
-    summary["timings_s"] = clock.stages
+    clock.lap("html")  # summary["timings_s"] is clock.stages: the html stage is in summary.json too
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     logger.info("report written to %s: %s; total %.1fs, driver jvm cpu %s", out,
                 ", ".join(f"{name} {secs:.1f}s" for name, secs in clock.stages.items()), clock.total(),

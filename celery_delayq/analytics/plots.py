@@ -74,11 +74,6 @@ def _no_data(fig: Figure, title: str) -> bytes:
     return _png(fig)
 
 
-def _top_series(totals: Mapping[str, float]) -> tuple[list[str], bool]:
-    ranked = sorted(totals, key=lambda name: (-totals[name], name))
-    return ranked[:MAX_SERIES], len(ranked) > MAX_SERIES
-
-
 def _stacks(points: Iterable[tuple[str, int, int]]) -> list[tuple[str, dict[int, int]]]:
     """``(task, x, n)`` summed per task and ``x`` (a minute, an attempt): the busiest tasks each alone, the
     rest folded into ``"other"`` (``[]`` when there are no points)."""
@@ -89,11 +84,11 @@ def _stacks(points: Iterable[tuple[str, int, int]]) -> list[tuple[str, dict[int,
         totals[name] += n
     if not totals:
         return []
-    shown, folded = _top_series(totals)
-    stacks = [(name, series[name]) for name in shown]
-    if folded:
+    ranked = sorted(totals, key=lambda name: (-totals[name], name))
+    stacks = [(name, series[name]) for name in ranked[:MAX_SERIES]]
+    if len(ranked) > MAX_SERIES:
         other: dict[int, int] = defaultdict(int)
-        for name in set(series) - set(shown):
+        for name in ranked[MAX_SERIES:]:
             for x, n in series[name].items():
                 other[x] += n
         stacks.append(("other", other))

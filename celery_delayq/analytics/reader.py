@@ -15,7 +15,7 @@ from celery_delayq.analytics.errors import NoValidEventsError
 from celery_delayq.telemetry.files import EventsNotFoundError, local_path
 from celery_delayq.analytics.schema import EVENT_COLUMNS, EVENT_SCHEMA, is_valid_event
 
-__all__ = ["check_events_path", "malformed_of", "parse_events", "read_events", "read_store"]
+__all__ = ["check_events_path", "in_window", "malformed_of", "parse_events", "read_events", "read_store"]
 
 _VALID = "_valid"
 
@@ -29,14 +29,13 @@ def check_events_path(path: str | os.PathLike[str]) -> str:
     return path
 
 
-def _in_window(since: float | None, until: float | None):  # -> Column | None
-    cond = None
+def in_window(events: DataFrame, since: float | None, until: float | None) -> DataFrame:
+    """The events with ``since <= ts < until`` (a bound that is None: no bound)."""
     if since is not None:
-        cond = F.col("ts") >= F.lit(float(since))
+        events = events.where(F.col("ts") >= F.lit(float(since)))
     if until is not None:
-        upper = F.col("ts") < F.lit(float(until))
-        cond = upper if cond is None else cond & upper
-    return cond
+        events = events.where(F.col("ts") < F.lit(float(until)))
+    return events
 
 
 def parse_events(spark: SparkSession, path: str | os.PathLike[str] | Sequence[str], *, since: float | None = None,
@@ -59,11 +58,7 @@ def parse_events(spark: SparkSession, path: str | os.PathLike[str] | Sequence[st
     # observe() also keeps the validity filter above the parse (else: a parse per referenced field).
     observed = parsed.observe(observation, F.count_if(F.col(_VALID)).alias("valid"),
                               F.count_if(~F.col(_VALID)).alias("malformed"))
-    valid = observed.where(F.col(_VALID)).drop(_VALID)
-    window = _in_window(since, until)
-    if window is not None:
-        valid = valid.where(window)
-    return valid, observation
+    return in_window(observed.where(F.col(_VALID)).drop(_VALID), since, until), observation
 
 
 def malformed_of(observation: Observation) -> int:
@@ -101,7 +96,4 @@ def read_store(spark: SparkSession, store: Path, *, since: float | None = None, 
         frame = frame.where(F.col("hour") >= int(since // 3600))
     if until is not None:
         frame = frame.where(F.col("hour") <= int(until // 3600))
-    window = _in_window(since, until)
-    if window is not None:
-        frame = frame.where(window)
-    return frame.select(*EVENT_COLUMNS)
+    return in_window(frame, since, until).select(*EVENT_COLUMNS)

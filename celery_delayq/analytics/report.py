@@ -87,14 +87,13 @@ def _fmt(value: Any, kind: str = "") -> str:
     return str(value)
 
 
-def _table(headers: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]], left: int = 0,
-           alarm: Sequence[int] = ()) -> str:
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 0, alarm: Sequence[int] = ()) -> str:
     """HTML table; ``left`` leading columns are text, ``alarm`` columns are red unless zero; no rows: one line."""
     if not rows:
         return '<p class="note">None in this window.</p>'
     head = "".join(
         f'<th class="l">{html.escape(label)}</th>' if i < left else f"<th>{html.escape(label)}</th>"
-        for i, (_, label) in enumerate(headers)
+        for i, label in enumerate(headers)
     )
 
     def cell(i: int, text: str) -> str:
@@ -133,10 +132,7 @@ def _card_row(items: Sequence[tuple[str, str, bool]]) -> str:
 def _cards(overall: Mapping[str, Any], malformed: int, storms: int, backlog_now: int | None) -> str:
     failures = celery_failures(overall)
     return _card_row([
-        ("scheduled", _fmt(overall.get("scheduled")), False),
-        ("delivered", _fmt(overall.get("delivered")), False),
-        ("succeeded", _fmt(overall.get("succeeded")), False),
-        ("retried", _fmt(overall.get("retried")), False),
+        *((key, _fmt(overall.get(key)), False) for key in ("scheduled", "delivered", "succeeded", "retried")),
         ("FAILURE (Celery)", _fmt(failures), bool(failures)),
         ("of which parked", _fmt(overall.get("parked")), bool(overall.get("parked"))),
         ("retry storms", _fmt(storms), bool(storms)),
@@ -180,7 +176,7 @@ def _now(live: Mapping[str, Any] | None) -> list[str]:
     parts.append(f'<p class="note">{" ".join(notes)}</p>')
     stuck = live.get("held") or {}
     if stuck:
-        parts.append(_table([("q", "queue holding overdue messages"), ("n", "messages")],
+        parts.append(_table(["queue holding overdue messages", "messages"],
                             [[name, _fmt(n)] for name, n in sorted(stuck.items())], left=1, alarm=(1,)))
         parts.append(f'<p class="note">These are due but RabbitMQ keeps them in the dead-letter state: after a '
                      f"broker restart <code>{hint} topology recover</code> moves them; an exit "
@@ -191,9 +187,21 @@ def _now(live: Mapping[str, Any] | None) -> list[str]:
     return parts
 
 
-def _img(name: str, png: bytes, alt: str) -> str:
-    data = base64.b64encode(png).decode("ascii")
-    return f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(alt)}" title="{html.escape(name)}"></figure>'
+#: Each chart's alt text.
+_ALTS = {
+    "lateness_over_time.png": "p50 and p99 delivery lateness per minute",
+    "backlog_throughput.png": "backlog (scheduled, not yet delivered or cancelled) and events per minute",
+    "retries_over_time.png": "retries per minute over time, per task, retry storms shaded",
+    "lateness_by_delay.png": "p50 and p99 delivery lateness by requested delay bucket",
+    "attempts_to_success.png": "histogram of the attempt on which tasks succeeded",
+}
+
+
+def _figures(images: Mapping[str, bytes], *names: str) -> list[str]:
+    """The charts ``names`` that were drawn, inline (a missing one is left out)."""
+    return [f'<figure><img src="data:image/png;base64,{base64.b64encode(images[name]).decode("ascii")}" '
+            f'alt="{html.escape(_ALTS[name])}" title="{html.escape(name)}"></figure>'
+            for name in names if name in images]
 
 
 def _utc(seconds: float) -> str:
@@ -212,16 +220,14 @@ def _attention(summary: Mapping[str, Any]) -> list[str]:
         return parts
     if hurt:
         parts.append(_table(
-            [("t", "task"), ("c", "FAILURE (Celery)"), ("f", "failed, not parked"), ("p", "parked"),
-             ("x", "exhausted"), ("r", "retried"), ("s", "succeeded")],
+            ["task", "FAILURE (Celery)", "failed, not parked", "parked", "exhausted", "retried", "succeeded"],
             [[name, _fmt(celery_failures(s)), _fmt(s.get("failed")), _fmt(s.get("parked")), _fmt(s.get("exhausted")),
               _fmt(s.get("retried")), _fmt(s.get("succeeded"))] for name, s in hurt],
             left=1, alarm=(1, 2, 3)))
     if storms:
         parts += [
             "<h3>Retry storms</h3>",
-            _table([("t", "task"), ("s", "from (UTC)"), ("e", "to (UTC)"), ("p", "peak / min"),
-                    ("b", "normal / min"), ("r", "retries")],
+            _table(["task", "from (UTC)", "to (UTC)", "peak / min", "normal / min", "retries"],
                    [[s["task_name"], _utc(s["start_s"]), _utc(s["end_s"]), _fmt(s["peak_per_minute"]),
                      _fmt(s["baseline_per_minute"]), _fmt(s["retries"])] for s in storms],
                    left=3),
@@ -263,19 +269,9 @@ def render_html(summary: Mapping[str, Any], tables: Mapping[str, Sequence[Mappin
         _cards(overall, int(summary.get("malformed", 0)), len(summary.get("retry_storms", [])), backlog_now),
         *_attention(summary),
         "<h2>Over time</h2>",
+        *_figures(images, "lateness_over_time.png", "backlog_throughput.png", "retries_over_time.png"),
     ]
-    alts = {
-        "lateness_over_time.png": "p50 and p99 delivery lateness per minute",
-        "backlog_throughput.png": "backlog (scheduled, not yet delivered or cancelled) and events per minute",
-        "retries_over_time.png": "retries per minute over time, per task, retry storms shaded",
-        "lateness_by_delay.png": "p50 and p99 delivery lateness by requested delay bucket",
-        "attempts_to_success.png": "histogram of the attempt on which tasks succeeded",
-    }
-    for name in ("lateness_over_time.png", "backlog_throughput.png", "retries_over_time.png"):
-        if name in images:
-            parts.append(_img(name, images[name], alts[name]))
-
-    headers = [("task", "task"), *_SUMMARY_COLUMNS]
+    headers = ["task", *(label for _, label in _SUMMARY_COLUMNS)]
     rows = [["all tasks", *_row(overall, _SUMMARY_COLUMNS)]]
     rows += [[name, *_row(stats, _SUMMARY_COLUMNS)] for name, stats in sorted(summary["tasks"].items())]
     parts += [
@@ -289,16 +285,14 @@ def render_html(summary: Mapping[str, Any], tables: Mapping[str, Sequence[Mappin
     ]
     queues = summary.get("queues", {})
     parts += ["<h2>Per queue</h2>",
-              _table([("queue", "queue"), *_QUEUE_COLUMNS],
+              _table(["queue", *(label for _, label in _QUEUE_COLUMNS)],
                      [[name, *_row(stats, _QUEUE_COLUMNS)] for name, stats in sorted(queues.items())],
                      left=1, alarm=_alarm_indexes(_QUEUE_COLUMNS))]
 
-    parts.append("<h2>Lateness by requested delay</h2>")
-    if "lateness_by_delay.png" in images:
-        parts.append(_img("lateness_by_delay.png", images["lateness_by_delay.png"], alts["lateness_by_delay.png"]))
+    parts += ["<h2>Lateness by requested delay</h2>", *_figures(images, "lateness_by_delay.png")]
     lateness = sorted(tables.get("lateness_by_delay", ()), key=lambda r: r["delay_bucket_s"])
     parts.append(_table(
-        [("b", "delay bucket"), ("d", "delivered"), ("p50", "p50 late (ms)"), ("p99", "p99 late (ms)"), ("e", "early")],
+        ["delay bucket", "delivered", "p50 late (ms)", "p99 late (ms)", "early"],
         [[_fmt(r["delay_bucket_s"], "duration"), _fmt(r["delivered"]), _fmt(r["lateness_p50_ms"]),
           _fmt(r["lateness_p99_ms"]), _fmt(r["early"])] for r in lateness],
         left=1))
@@ -307,26 +301,23 @@ def render_html(summary: Mapping[str, Any], tables: Mapping[str, Sequence[Mappin
 
     exceptions = sorted(tables.get("top_exceptions", ()), key=lambda r: (r["task_name"], r["rank"]))
     parts += ["<h2>Top exceptions</h2>", _table(
-        [("t", "task"), ("x", "exception"), ("r", "rank"), ("c", "count"), ("rt", "retried"),
-         ("ex", "exhausted"), ("pk", "parked"), ("f", "failed")],
+        ["task", "exception", "rank", "count", "retried", "exhausted", "parked", "failed"],
         [[r["task_name"], r["exception"], _fmt(r["rank"]), _fmt(r["count"]), _fmt(r["retried"]),
           _fmt(r.get("exhausted")), _fmt(r.get("parked")), _fmt(r.get("failed"))] for r in exceptions],
         left=2, alarm=(6, 7))]
     if exceptions:
         parts.append(_EXCEPTIONS_NOTE)
 
-    parts.append("<h2>Attempts to success</h2>")
-    if "attempts_to_success.png" in images:
-        parts.append(_img("attempts_to_success.png", images["attempts_to_success.png"], alts["attempts_to_success.png"]))
+    parts += ["<h2>Attempts to success</h2>", *_figures(images, "attempts_to_success.png")]
     attempts = sorted(tables.get("attempts_to_success", ()), key=lambda r: (r["task_name"], r["attempt"]))
-    parts.append(_table([("t", "task"), ("a", "attempt"), ("c", "successes")],
+    parts.append(_table(["task", "attempt", "successes"],
                         [[r["task_name"], _fmt(r["attempt"]), _fmt(r["count"])] for r in attempts], left=1))
 
     busiest = sorted(tables.get("retries_per_minute", ()),
                      key=lambda r: (-r["retries"], r["minute_s"], r["task_name"]))[:max_minutes]
     parts += [
         f"<h2>Busiest retry minutes (top {max_minutes})</h2>",
-        _table([("m", "minute (UTC)"), ("t", "task"), ("r", "retries")],
+        _table(["minute (UTC)", "task", "retries"],
                [[_utc(r["minute_s"]), r["task_name"], _fmt(r["retries"])] for r in busiest], left=2),
         "</main></body></html>",
     ]

@@ -1,20 +1,8 @@
 """The telemetry event schema as Spark sees it, and what makes a line valid.
 
-The contract is :mod:`celery_delayq.telemetry.recorder`'s; here it becomes a Spark schema (no
-inference) and a validity column (exact malformed counts). A line is **valid** when it is a
-JSON object whose
-
-* ``event`` is one of the event names (:data:`EVENT_TYPES`),
-* ``task_id``, ``task_name``, ``queue`` are present and not null,
-* ``attempt`` is a JSON integer >= 0,
-* ``ts`` is a finite JSON number,
-* ``delay_s`` and ``due_at`` are finite numbers for ``scheduled``/``delivered``,
-* ``exception`` is present for ``retried``/``exhausted``/``parked``/``failed``.
-
-Anything else (not JSON, not an object, a required field missing or null, ``"attempt": "3"``,
-``"ts": "1.5"``, a fractional attempt, ``"NaN"``...) is malformed. Text fields take any JSON
-scalar as its text (``"task_id": 42`` is ``"42"``; no producer of ours writes other types).
-Fields an event does not need are not checked, unknown ones ignored, blank lines skipped.
+The contract is :mod:`celery_delayq.telemetry.recorder`'s; here it becomes a Spark schema (no inference) and
+a validity column (exact malformed counts): docs/report.md ("Malformed lines") has the rules in words. Text
+fields take any JSON scalar as its text (no producer of ours writes other types).
 """
 
 from __future__ import annotations

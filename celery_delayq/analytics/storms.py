@@ -1,15 +1,7 @@
 """Retry storms: minutes in which a task's retries jump far above its own normal.
 
-Pure Python over the small ``retries_per_minute`` table (no Spark), so the
-rule is easy to read, test and tune.  For every task the minutes are walked
-in order; a minute is *stormy* when its retries are at least
-``max(min_retries, factor * baseline)``, where the baseline is the median of
-the task's last ``window`` calm minutes (silent minutes count as 0).  The
-first ``warmup`` minutes of the data only learn each task's normal: without a
-history there is no jump to see, and a system starting up ramps its retries
-from zero (first delays elapse) without storming.  The baseline is frozen while a storm lasts, so a long storm does
-not become the new normal.  Stormy minutes no more than ``gap`` minutes apart
-form one storm.
+Pure Python over the small ``retries_per_minute`` table (no Spark), so the rule is easy to read, test and tune:
+:func:`find_storms` has it, docs/report.md ("Definitions") says it in words.
 """
 
 from __future__ import annotations
@@ -43,18 +35,14 @@ class RetryStorm:
         return asdict(self)
 
 
-def find_storms(
-    rows: Iterable[Mapping[str, Any]],
-    *,
-    factor: float = 4.0,
-    min_retries: int = 10,
-    window: int = 15,
-    gap: int = 2,
-    warmup: int = 15,
-) -> list[RetryStorm]:
+def find_storms(rows: Iterable[Mapping[str, Any]], *, factor: float = 4.0, min_retries: int = 10, window: int = 15,
+                gap: int = 2, warmup: int = 15) -> list[RetryStorm]:
     """The retry storms in ``retries_per_minute`` rows (``task_name``, ``minute_s``, ``retries``).
 
-    Sorted by start time, then task name.
+    A minute is stormy when its retries reach ``max(min_retries, factor * baseline)``, the baseline being the
+    median of the task's last ``window`` calm minutes (silent minutes count as 0), frozen while a storm lasts;
+    the first ``warmup`` minutes only learn it; stormy minutes at most ``gap`` apart are one storm. Sorted by
+    start time, then task name.
     """
     series: dict[str, dict[int, int]] = defaultdict(dict)
     for row in rows:

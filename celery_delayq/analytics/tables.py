@@ -244,28 +244,10 @@ def build_tables(spark: SparkSession, df: DataFrame, *, top_exceptions: int = TO
                  sketches: bool = HAS_SKETCHES) -> dict[str, DataFrame]:
     """Build the report tables from valid events (see :func:`read_events`).
 
-    Returns lazy DataFrames keyed by :data:`TABLE_NAMES`, each reading ``df`` (persist it).
-    Row order is unspecified.
-
-    * ``task_summary``: ``scope`` (``"task"`` or ``"overall"``), ``task_name``
-      (null on the overall row), then :data:`SUMMARY_FIELDS`.
-    * ``queue_summary``: ``queue``, the event counts, ``lateness_p50_ms``,
-      ``lateness_p99_ms``, ``early``.
-    * ``lateness_by_delay``: ``delay_bucket_s`` (:func:`requested_bucket`), ``delivered``,
-      ``lateness_p50_ms``, ``lateness_p99_ms``, ``early``.
-    * ``timeline``: ``minute_s`` (epoch seconds, UTC), the counts of :data:`TIMELINE_EVENTS`,
-      and the ``lateness_p50_ms``/``lateness_p99_ms`` of its deliveries.
-    * ``backlog``: ``minute_s``, ``entered`` and ``left`` (ladder passes, see :func:`_backlog`).
-    * ``retries_per_minute``: ``task_name``, ``minute_s``, ``retries``.
-    * ``top_exceptions``: ``task_name``, ``rank`` (1 = most frequent),
-      ``exception``, ``count`` (runs that failed with it, each once: see
-      :func:`_top_exceptions`), then ``retried``, ``exhausted``, ``parked``,
-      ``failed``; top ``top_exceptions`` per task.
-    * ``attempts_to_success``: ``task_name``, ``attempt`` (of the
-      ``succeeded`` event, 0 = first run), ``count``.
-
-    Lateness percentiles merge KLL sketches; ``sketches=False`` (default before pyspark 4.1.2)
-    uses ``percentile_approx``. ``spark`` is unused (symmetry with :func:`read_events`).
+    Returns lazy DataFrames keyed by :data:`TABLE_NAMES`, each reading ``df`` (persist it); docs/report.md
+    ("The Parquet tables") lists their columns; ``top_exceptions`` are kept per task. Lateness percentiles
+    merge KLL sketches; ``sketches=False`` (default before pyspark 4.1.2) uses ``percentile_approx``.
+    ``spark`` is unused (symmetry with :func:`read_events`).
     """
     counts, source = _reduce(df, sketches=sketches)
     task_summary, queue_summary = _summaries(df, counts, source)

@@ -1,41 +1,18 @@
 """The telemetry events: one named tuple per event type.
 
-A tuple per event keeps the worker's hot path cheap (no dict, no validation:
-the recorder's writer thread formats it later), and naming the fields makes
-every producer and every test say what it records.  Each type's ``event``
-class attribute is the ``event`` field written to the JSON line; the other
-fields are written under their own names, in this order. (The fields are a
-private named tuple and the public class adds ``event``: a named tuple's
-body may hold nothing but fields. The four failure events share one.)
-
-Every event starts with the same five fields (:data:`CORE_FIELDS`):
-``task_id``, ``task_name``, ``queue`` (the routing key the task was, or will
-be, delivered with), ``attempt`` (Celery's retries counter, 0 for the first
-run) and ``ts`` (epoch seconds).  Stdlib only, like the rest of
-:mod:`celery_delayq.telemetry`.
+A tuple per event keeps the worker's hot path cheap (no dict, no validation: the recorder's writer thread formats
+it later), and naming the fields makes every producer and every test say what it records. Each type's ``event``
+class attribute is the ``event`` field of its JSON line, its fields (:data:`CORE_FIELDS` first) the others, in
+this order. The fields are a private named tuple and the public class adds ``event`` (a named tuple's body may
+hold nothing but fields; the four failure events share one). Stdlib only.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar, NamedTuple, Union
 
-__all__ = [
-    "CORE_FIELDS",
-    "DELAY_EVENTS",
-    "EVENT_CLASSES",
-    "EVENT_TYPES",
-    "FAILURE_EVENTS",
-    "Cancelled",
-    "Delivered",
-    "Exhausted",
-    "Failed",
-    "Parked",
-    "Replayed",
-    "Retried",
-    "Scheduled",
-    "Succeeded",
-    "TelemetryEvent",
-]
+__all__ = ["CORE_FIELDS", "DELAY_EVENTS", "EVENT_CLASSES", "EVENT_TYPES", "FAILURE_EVENTS", "Cancelled", "Delivered",
+           "Exhausted", "Failed", "Parked", "Replayed", "Retried", "Scheduled", "Succeeded", "TelemetryEvent"]
 
 #: The fields every event starts with, in this order.
 CORE_FIELDS: tuple[str, ...] = ("task_id", "task_name", "queue", "attempt", "ts")
@@ -166,9 +143,7 @@ class Cancelled(_CancelledFields):
     event: ClassVar[str] = "cancelled"
 
 
-TelemetryEvent = Union[
-    Scheduled, Delivered, Succeeded, Retried, Exhausted, Parked, Failed, Replayed, Cancelled
-]
+TelemetryEvent = Union[Scheduled, Delivered, Succeeded, Retried, Exhausted, Parked, Failed, Replayed, Cancelled]
 
 #: Every event type, in lifecycle order.
 EVENT_CLASSES: tuple[type[TelemetryEvent], ...] = (

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -90,28 +90,19 @@ class EventCounters:
         self.lateness = Histogram("delayq_delivery_lateness_seconds",
                                   "Seconds between a delivered message's due time and its arrival at a worker.",
                                   buckets=LATENESS_BUCKETS, registry=registry)
-        self._receivers = [
-            (signals.message_scheduled, self._on_scheduled),
+        self._receivers: list[tuple[Any, Callable[..., None]]] = [
+            (signals.message_scheduled, lambda **_: self.scheduled.inc()),
             (signals.message_delivered, self._on_delivered),
-            (signals.retry_scheduled, self._on_retry),
-            (signals.message_parked, self._on_parked),
+            (signals.retry_scheduled, lambda **_: self.retried.inc()),
+            (signals.message_parked, lambda **_: self.parked.inc()),
         ]
         for signal, receiver in self._receivers:
             signal.connect(receiver, weak=False)
-
-    def _on_scheduled(self, **_: Any) -> None:
-        self.scheduled.inc()
 
     def _on_delivered(self, lateness: float | None = None, **_: Any) -> None:
         self.delivered.inc()
         if lateness is not None:
             self.lateness.observe(float(lateness))
-
-    def _on_retry(self, **_: Any) -> None:
-        self.retried.inc()
-
-    def _on_parked(self, **_: Any) -> None:
-        self.parked.inc()
 
     def close(self) -> None:
         """Stop counting."""

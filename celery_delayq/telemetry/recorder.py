@@ -257,7 +257,8 @@ class TelemetryRecorder:
     # -- per-process state -------------------------------------------------
 
     def _init_process_state(self) -> None:
-        """(Re)create everything that must not be shared across a fork."""
+        """(Re)create everything that must not be shared across a fork: a forked child takes no events, file
+        or locks from its parent (which flushes what it buffered)."""
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()  # batches hit the file in record order
         self._wake = threading.Event()
@@ -274,10 +275,6 @@ class TelemetryRecorder:
         self._partitions: dict[int, tuple[str, str]] = {}
         #: Base name of this process's file inside each partition directory.
         self.filename = f"events-{_HOSTNAME}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
-
-    def _after_fork_in_child(self) -> None:
-        # The parent flushes what it buffered; the child takes no events, file or locks from it.
-        self._init_process_state()
 
     @property
     def written(self) -> int:
@@ -339,11 +336,8 @@ class TelemetryRecorder:
             return
         buf.append(item)
         if not self._thread_claimed:
-            start_thread = False
-            with self._lock:
-                if not self._thread_claimed:  # lazily: a prefork parent needs no thread
-                    self._thread_claimed = True
-                    start_thread = True
+            with self._lock:  # lazily: a prefork parent needs no thread
+                start_thread, self._thread_claimed = not self._thread_claimed, True
             if start_thread:
                 self._start_thread()
         self._after_append(len(buf))
@@ -557,7 +551,7 @@ def _close_all() -> None:
 
 def _reinit_all_after_fork() -> None:
     for recorder in list(_LIVE_RECORDERS):
-        recorder._after_fork_in_child()
+        recorder._init_process_state()
 
 
 atexit.register(_close_all)

@@ -1,12 +1,8 @@
 """Telemetry over a window (1 h, 24 h, 7 d) in time buckets, for the web page's charts.
 
-Reads what the recorder already writes under ``delayq_telemetry_dir`` (the
-JSON Lines files of :mod:`.recorder`, listed by :mod:`.files`, only the
-partitions of the window; no Spark): per bucket, how many messages were
-``scheduled`` (confirmed into the ladder by a publisher), ``delivered`` (reached a worker
-from the ladder), ``retried`` and ``parked``, and the lateness of the
-deliveries (``ts - due_at``) at p50 and p99. :func:`read_window` is the one
-reader, shared with :func:`~.lasthour.last_hour`. Nothing here writes.
+Reads the recorder's JSON Lines files under ``delayq_telemetry_dir`` (only the window's partitions; no Spark):
+per bucket, the :data:`COUNTED` events and the deliveries' lateness (``ts - due_at``) at p50 and p99.
+:func:`read_window` is the one reader, shared with :func:`~.lasthour.last_hour`. Nothing here writes.
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """Telemetry as a subscriber: attach it to an app, detach it again.
 
 :func:`attach` connects receivers to Celery's task signals and to :mod:`celery_delayq.signals`;
-each records only what concerns *its* app. What is recorded, and from which signal:
-
-=============  ==========================================================
-``scheduled``  :data:`~celery_delayq.signals.message_scheduled` (publisher)
-``delivered``  :data:`~celery_delayq.signals.message_delivered`
-``succeeded``  Celery's ``task_success``
-``retried``    Celery's ``task_retry``
-``exhausted``  :data:`~celery_delayq.signals.retry_exhausted`
-``parked``     :data:`~celery_delayq.signals.message_parked` (also ``delayq_park_on``)
-``failed``     Celery's ``task_failure``, unless the message was parked
-``replayed``   :data:`~celery_delayq.signals.message_replayed`
-``cancelled``  Celery's ``task_revoked`` and :data:`~celery_delayq.signals.message_cancelled`
-               when a worker drops the task (once per task; the cancel request itself,
-               ``reason="requested"``, is not a drop)
-=============  ==========================================================
-
-Publisher-side events (``scheduled``, ``replayed``) are recorded once per telemetry directory,
-however many apps share it. Receivers never raise into Celery (a failure is logged at debug).
+each records only what concerns *its* app, and never raises into Celery (a failure is logged at
+debug). Publisher-side events are recorded once per telemetry directory, however many apps share it.
+docs/operations.md ("Telemetry and the analytics report") has which signal records which event.
 """
 
 from __future__ import annotations
@@ -27,8 +12,9 @@ import logging
 import threading
 import time
 import weakref
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from celery import signals as celery_signals
@@ -93,16 +79,12 @@ def _exc_name(exc: Any) -> str:
 # -- publisher-side events: one tap per telemetry directory ------------------------------
 
 
+@dataclass
 class _Tap:
     """The publisher-side recording of one telemetry directory, shared by its subscriptions."""
 
-    def __init__(self, recorder: TelemetryRecorder) -> None:
-        self.recorder = recorder
-        self.parking_queues: dict[str, int] = {}  # name -> subscriptions that watch it
-
-    @property
-    def users(self) -> int:
-        return sum(self.parking_queues.values())
+    recorder: TelemetryRecorder
+    parking_queues: Counter[str] = field(default_factory=Counter)  # name -> subscriptions that watch it
 
 
 _TAPS: dict[str, _Tap] = {}
@@ -147,7 +129,7 @@ def _tap_acquire(root: str, parking_queue: str) -> _Tap:
         tap = _TAPS.get(root)
         if tap is None:
             tap = _TAPS[root] = _Tap(recorder_for(root))
-        tap.parking_queues[parking_queue] = tap.parking_queues.get(parking_queue, 0) + 1
+        tap.parking_queues[parking_queue] += 1
         return tap
 
 
@@ -156,12 +138,10 @@ def _tap_release(root: str, parking_queue: str) -> None:
         tap = _TAPS.get(root)
         if tap is None:
             return
-        left = tap.parking_queues.get(parking_queue, 0) - 1
-        if left > 0:
-            tap.parking_queues[parking_queue] = left
-        else:
-            tap.parking_queues.pop(parking_queue, None)
-        if not tap.users:
+        tap.parking_queues[parking_queue] -= 1
+        if tap.parking_queues[parking_queue] <= 0:
+            del tap.parking_queues[parking_queue]
+        if not tap.parking_queues:
             del _TAPS[root]
         if not _TAPS:
             signals.message_scheduled.disconnect(dispatch_uid=_on_scheduled)

@@ -50,8 +50,14 @@ TaskId = Annotated[str, Path(min_length=1, max_length=ID_MAX, description="A tas
 ParkedId = Annotated[str, Path(min_length=1, max_length=ID_MAX, description="A parked id, or its start.")]
 
 
+class _Given:
+    def given(self) -> dict[str, str]:
+        """The fields given (for the page's links and its bulk forms)."""
+        return {k: v.strip() for k, v in vars(self).items() if v and v.strip()}
+
+
 @dataclass(frozen=True)
-class WaitingQuery:
+class WaitingQuery(_Given):
     """The waiting list's filter as typed (blank = not given); :meth:`filter` reads it."""
 
     task: Annotated[str | None, Query(max_length=500, description="Glob on the task name.")] = None
@@ -67,13 +73,9 @@ class WaitingQuery:
         """The filter (:meth:`Service.waiting_filter`), or :class:`BadInput` for a time that is not one."""
         return svc.waiting_filter(**asdict(self), retries=retries)
 
-    def given(self) -> dict[str, str]:
-        """The fields given (for the page's links and its bulk forms)."""
-        return _given(self)
-
 
 @dataclass(frozen=True)
-class ParkedQuery:
+class ParkedQuery(_Given):
     """The parked list's filter as typed (blank = not given); :meth:`filter` reads it."""
 
     task: Annotated[str | None, Query(max_length=500, description="Glob on the task name.")] = None
@@ -86,14 +88,6 @@ class ParkedQuery:
         parked_id = (self.id or "").strip()
         return svc.parked_filter(task=self.task, exception=self.exception, message=self.message,
                                  ids=[parked_id] if parked_id else [])
-
-    def given(self) -> dict[str, str]:
-        """The fields given (for the page's links and its bulk forms)."""
-        return _given(self)
-
-
-def _given(q: "WaitingQuery | ParkedQuery") -> dict[str, str]:
-    return {k: v.strip() for k, v in asdict(q).items() if v and v.strip()}
 
 
 # -- the page's forms (a bulk form sends the filter it was shown with, as the page's own text) ----------

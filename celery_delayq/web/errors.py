@@ -1,35 +1,9 @@
-"""The API's answers besides 200, each from one of the package's own exceptions.
+"""The API's answers besides 200, each from one of the package's own exceptions (:data:`STATUS`).
 
-Bad input is a 4xx with ``{"error": ..., "status": ...}`` (:class:`~.schemas.Error`)
-and changes nothing; every route declares what it can answer (:data:`READ`,
-:data:`READ_ONE`, :data:`WRITE`), so the OpenAPI document is the contract a fuzzer
-(schemathesis, in the tests) checks.
-
-======  =====================================================================
-Status  When
-======  =====================================================================
-400     a value that passed its type but means nothing (:class:`BadInput`): a
-        due time that is empty, in the past or not a time (names ``run-now``),
-        a bad id, a bulk action without a filter or ``all`` or without
-        ``expect``, a page over ``delayq_web_page_max``; a malformed form or
-        ``Content-Length``
-401     authentication is configured and missing or wrong
-403     read-only, or a browser's write without the CSRF token
-404     no such waiting task (:class:`TaskNotWaiting`, :class:`TaskIdNotFound`)
-        or parked message (:class:`ParkedMessageNotFound`)
-405     a method the path does not take
-409     a bulk action whose filter now matches another count than ``expect``
-        (:class:`SelectionChanged`: nothing was done); a task whose arguments
-        cannot be moved (:class:`CannotReschedule`); a parking queue that is
-        not safe to read (:class:`UnsafeToBrowse`)
-413     a request body over ``delayq_web_body_limit`` (1 MiB)
-422     a request that does not fit its schema; a due time or delay beyond the
-        app's longest (:class:`DelayTooLong`)
-503     the broker or the index is not available (:class:`TopologyError`,
-        :class:`PublishError`, a stream read that broke, a connection error)
-======  =====================================================================
-
-Any other exception is a bug, and a 500.
+Bad input is a 4xx with ``{"error": ..., "status": ...}`` (:class:`~.schemas.Error`) and changes
+nothing; every route declares what it can answer (:data:`READ`, :data:`READ_ONE`, :data:`WRITE`), so
+the OpenAPI document is the contract a fuzzer checks. docs/web.md ("API") has the table of statuses;
+any other exception is a bug, and a 500.
 """
 
 from __future__ import annotations
@@ -120,7 +94,6 @@ def install_errors(app: FastAPI) -> None:
         app.add_exception_handler(refusal, answer(status))
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(HTTPException, http)
-    for down in (TopologyError, PublishError, StreamReadError):  # IndexUnavailable is a TopologyError
+    # IndexUnavailable is a TopologyError.
+    for down in (TopologyError, PublishError, StreamReadError, *CONNECTION_ERRORS, AMQPError):
         app.add_exception_handler(down, unavailable)
-    for cls in (*CONNECTION_ERRORS, AMQPError):
-        app.add_exception_handler(cls, unavailable)

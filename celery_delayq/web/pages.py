@@ -1,22 +1,11 @@
 """The HTML views (Overview, Waiting, Retries, Parked, a page per waiting and parked task) and the browser's
-action forms.
+action forms (docs/web.md describes the pages).
 
-Pages are server-rendered Jinja2 templates: they work without JavaScript
-(the small ``static/delayq.js`` only asks "are you sure?", ``static/lists.js``
-ticks every row for the header's box), load nothing from another site, and
-hold at most one page of tasks, never the whole index. A list's page is in
-its address (``offset``, ``limit``), so it can be bookmarked; a bulk button
-acts on every task its filter matches, the row boxes on the rows ticked
-(their count is the number of ids sent).
-Every form posts with the CSRF token (:mod:`.security`) and comes back to
-the page it was sent from with a one-line result. A form's values are read
-by the same :class:`~.service.Service` methods as the API's (through
-:mod:`celery_delayq.inputs`): a due time in the past is refused naming
-run-now, a bulk button sends the count it showed (``expect``) and ``all``
-when no filter is set, and a refusal comes back as the page's red line,
-having changed nothing. A route takes the service and the caller from
-:mod:`.deps`, as the API's routes do, and reads a list's filter through the
-same :class:`~.deps.WaitingQuery` and :class:`~.deps.ParkedQuery`.
+Server-rendered Jinja2 templates that work without JavaScript and hold at most one page of tasks (its
+``offset`` and ``limit`` in the address). Every form posts with the CSRF token (:mod:`.security`), is read by
+the same :class:`~.service.Service` methods as the API's, and comes back to its page with a one-line result
+(a refusal, having changed nothing, as the red line). Routes take the service, the caller and a list's filter
+from :mod:`.deps`, as the API's routes do.
 """
 
 from __future__ import annotations
@@ -50,7 +39,6 @@ __all__ = ["router", "templates"]
 log = logging.getLogger("celery_delayq.web")
 
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
-templates.env.globals["human_duration"] = human_duration
 
 
 def _when(epoch: float | None) -> str:
@@ -62,8 +50,7 @@ def _when(epoch: float | None) -> str:
     return f"{iso(epoch)[:19].replace('T', ' ')} UTC ({rel})"
 
 
-templates.env.globals["when"] = _when
-templates.env.globals["urlencode"] = urlencode
+templates.env.globals.update(human_duration=human_duration, when=_when, urlencode=urlencode)
 router = APIRouter(include_in_schema=False)
 _PAGE = 50
 
@@ -335,15 +322,15 @@ def _n(count: int, noun: str) -> str:
 # GET /login shows the form; POST /login (CSRF-checked like every form) compares the token in constant time
 # and sets the session cookie (.session), then goes back to the page asked for (a path of this site only);
 # POST /logout revokes the cookie and clears it. Scripts keep Authorization: Bearer; basic auth needs no form.
-def _secure(request: Request) -> bool:
-    return request.url.scheme == "https"
+def _login_form(request: Request, svc: Service, next: str, error: str | None = None) -> HTMLResponse:
+    return _render(request, svc, "login.html", tab="login", next=safe_next(next), error=error,
+                   token_mode=sessions_of(request).enabled,
+                   basic=bool(svc.settings.username and svc.settings.password))
 
 
 @router.get("/login", name="login_page")
 def login_page(request: Request, svc: ServiceDep, next: str = "/") -> Response:
-    sessions = sessions_of(request)
-    return _render(request, svc, "login.html", tab="login", next=safe_next(next), error=None,
-                   token_mode=sessions.enabled, basic=bool(svc.settings.username and svc.settings.password))
+    return _login_form(request, svc, next)
 
 
 @router.post("/login", name="login")
@@ -358,17 +345,15 @@ def login(request: Request, svc: ServiceDep, token: str = Form(""), next: str = 
         log.warning("delayq web: a login from %s was refused (%s)", client, why)
         if not throttled:
             sessions.failed(client)
-        page = _render(request, svc, "login.html", tab="login", next=safe_next(next), token_mode=sessions.enabled,
-                       basic=bool(svc.settings.username and svc.settings.password),
-                       error=f"{sessions.FAILS_ALLOWED} failed logins within a minute: wait a minute, then try "
-                             "again." if throttled else "That is not the token." if sessions.enabled else
-                       "This page has no token to log in with.")
+        page = _login_form(request, svc, next, f"{sessions.FAILS_ALLOWED} failed logins within a minute: wait a "
+                           "minute, then try again." if throttled else "That is not the token." if sessions.enabled
+                           else "This page has no token to log in with.")
         page.status_code = 429 if throttled else 401
         return page
-    log.info("delayq web: %s logged in with the token", request.client.host if request.client else "?")
+    log.info("delayq web: %s logged in with the token", client)
     response = RedirectResponse(root + safe_next(next), status_code=303)
     response.headers.append("set-cookie", sessions.cookie(sessions.issue(), path=root or "/",
-                                                          secure=_secure(request)))
+                                                          secure=request.url.scheme == "https"))
     return response
 
 
@@ -378,5 +363,5 @@ def logout(request: Request) -> Response:
     sessions.revoke(request.cookies.get(SESSION_COOKIE))
     root = request.scope.get("root_path", "")
     response = RedirectResponse(f"{root}/login?msg=logged+out", status_code=303)
-    response.headers.append("set-cookie", Sessions.clear(path=root or "/", secure=_secure(request)))
+    response.headers.append("set-cookie", Sessions.clear(path=root or "/", secure=request.url.scheme == "https"))
     return response

@@ -1,12 +1,8 @@
 """What the page and the API read and do, on top of the package's own functions (no I/O of its own).
 
-Every number comes from what the CLI uses: ``delayq status``'s
-:func:`~celery_delayq.rabbitmq.status.ladder_status`, the doctor's
-:func:`~celery_delayq.doctor.diagnose`, :func:`~celery_delayq.pending.pending`
-(through :mod:`celery_delayq.pending.browse`), the parking queue's own
-operations, :func:`~celery_delayq.cancel` and
-:func:`~celery_delayq.cancels.reschedule.reschedule`. What it returns is
-what the API answers (:mod:`.schemas`), so a route only asks and hands on.
+Every number comes from what the CLI uses (``delayq status``, the doctor, ``delayq pending``, the parking
+queue's own operations, :func:`~celery_delayq.cancel`, :func:`~celery_delayq.cancels.reschedule.reschedule`);
+what it returns is what the API answers (:mod:`.schemas`), so a route only asks and hands on.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """A browser's login in token mode: the token, typed once, traded for a signed session cookie.
 
-The cookie (:data:`SESSION_COOKIE`, ``HttpOnly; SameSite=Strict``, ``Secure``
-over https) holds ``v1.EXPIRES.NONCE.SIGNATURE``: the expiry (epoch seconds),
-a random nonce, and an HMAC-SHA256 of both under a key derived from a secret
-of this process and the token. The token itself is never in it, in clear or
-otherwise; changing the token, restarting the process, the expiry
-(:data:`SESSION_TTL_S`, 12 h) or logging out (the nonce is revoked in this
-process) ends a session. Signatures are compared in constant time
-(:func:`hmac.compare_digest`), and so is the token typed at the login form;
-a client that fails :attr:`Sessions.FAILS_ALLOWED` logins in a minute is refused
-(429) without a check until the minute has passed.
-A cookie-authenticated write still needs the CSRF token (:mod:`.security`).
+The cookie (:data:`SESSION_COOKIE`) holds ``v1.EXPIRES.NONCE.SIGNATURE``, an HMAC-SHA256 under a key derived
+from a secret of this process and the token, never the token itself: a new token, a restart, the expiry
+(:data:`SESSION_TTL_S`) or logging out ends a session. Everything is compared in constant time; a client that
+fails :attr:`Sessions.FAILS_ALLOWED` logins in a minute is refused (429). docs/web.md, "Security".
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
-"""The web page's settings: from the app's ``delayq_web_*`` settings, then the environment.
+"""The web page's settings: from the app's ``delayq_web_*`` settings, then the environment (docs/web.md,
+"Security", has the table).
 
-Secrets (a token, a basic-auth password) come from settings or the
-environment, never from the command line, where ``ps`` would show them.
-
-==============================  ===============================  ===========================================
-Setting (``app.conf``)          Environment                      Meaning (default)
-==============================  ===============================  ===========================================
-``delayq_web_token``            ``DELAYQ_WEB_TOKEN``             ``Authorization: Bearer`` token (none)
-``delayq_web_username``         ``DELAYQ_WEB_USERNAME``          HTTP basic user (none)
-``delayq_web_password``         ``DELAYQ_WEB_PASSWORD``          HTTP basic password (none)
-``delayq_web_body_max``         ``DELAYQ_WEB_BODY_MAX``          Characters of a message body shown (4096)
-``delayq_web_page_max``         (none)                           Largest page size the API accepts (500)
-``delayq_web_body_limit``       ``DELAYQ_WEB_BODY_LIMIT``        Bytes of a request body accepted (1048576)
-==============================  ===============================  ===========================================
-
-A token or a password shorter than :data:`SECRET_MIN` characters is refused
-(:class:`WeakSecret`): a guessable secret on a page that cancels production
-work is no authentication. A request body over ``body_limit`` bytes is
-answered 413 before it is read (:class:`~celery_delayq.web.security.BodyLimit`).
+Secrets (a token, a basic-auth password) come from settings or the environment, never from the command
+line, where ``ps`` would show them; one shorter than :data:`SECRET_MIN` characters is refused
+(:class:`WeakSecret`): a guessable secret on a page that cancels production work is no authentication.
 """
 
 from __future__ import annotations

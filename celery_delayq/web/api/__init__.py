@@ -1,13 +1,8 @@
-"""The JSON API (``/api/...``), documented at ``/api/openapi.json``: one router per resource.
+"""The JSON API (``/api/...``), documented at ``/api/openapi.json``: one router per resource (:mod:`.overview`,
+:mod:`.waiting`, :mod:`.parked`, :mod:`.live`).
 
-* :mod:`.overview`: the ladder's counts and the doctor's findings;
-* :mod:`.waiting`: waiting tasks, and cancelling, running now or moving them;
-* :mod:`.parked`: parked messages, and replaying or deleting them.
-
-A route only asks: FastAPI validates every parameter against the types declared
-(JSON booleans are strict: ``"false"`` is not ``false``), the route takes the
-:class:`~celery_delayq.web.service.Service` and the caller from :mod:`..deps`, calls one
-method (which reads each value through :mod:`celery_delayq.inputs`, as the page and the
-CLI do) and returns its model (:mod:`..schemas`). The statuses besides 200 come from the
-package's own exceptions (:mod:`..errors`).
+A route only asks: FastAPI validates every parameter against its declared type (JSON booleans are strict), the
+route takes the service and the caller from :mod:`..deps`, calls one method (which reads each value through
+:mod:`celery_delayq.inputs`, as the page and the CLI do) and returns its model (:mod:`..schemas`); the
+statuses besides 200 come from the package's own exceptions (:mod:`..errors`).
 """
