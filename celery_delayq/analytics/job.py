@@ -52,6 +52,15 @@ def _jvm_cpu_s(session: SparkSession) -> float | None:
         return None
 
 
+def _window_text(since: float | None, until: float | None) -> str:
+    """`` between <since> and <until>`` (UTC) for an error about a ``--since/--until`` window; empty without one."""
+    if since is None and until is None:
+        return ""
+    start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since)) if since is not None else "the start"
+    end = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(until)) if until is not None else "now"
+    return f" between {start} and {end}"
+
+
 def _files_to_read(events_dir: str, since: float | None, until: float | None) -> list[EventFile] | None:
     """The local files to parse (None: a remote path, Spark lists it); none: NoValidEventsError before any JVM."""
     if not is_local(events_dir):

@@ -7,7 +7,9 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from celery_delayq.analytics import run_report
+import pytest
+
+from celery_delayq.analytics import NoValidEventsError, run_report
 from celery_delayq.telemetry.files import IncrementalState, list_event_files, split_sealed
 
 H0 = 1_704_067_200.0  # 2024-01-01T00:00:00Z
@@ -90,3 +92,19 @@ def test_incremental_reads_each_finished_file_once(spark, tmp_path):
 
     windowed = run_report(root, out, spark=spark, incremental=True, since=H0 + 3600, until=H0 + 2 * 3600)
     assert windowed["overall"]["succeeded"] == 4 and windowed["overall"]["failed"] == 0
+
+
+def test_a_window_without_files_is_named_before_spark_starts(tmp_path):
+    """No spark fixture: a ``--since/--until`` that no event file's hour meets is refused with the window."""
+    root = tmp_path / "ev"
+    _write_hour(root, H0, 2)
+    with pytest.raises(NoValidEventsError) as info:
+        run_report(root, tmp_path / "out", since=H0 + 5 * 3600, until=H0 + 6 * 3600)
+    assert str(info.value) == (f"no event files under {root} between 2024-01-01T05:00:00Z and 2024-01-01T06:00:00Z")
+
+
+def test_an_incremental_window_without_events_names_the_window(spark, tmp_path):
+    root = tmp_path / "ev"
+    _write_hour(root, H0, 2)
+    with pytest.raises(NoValidEventsError, match=r"no valid events under .* between 2024-01-01T05:00:00Z and now"):
+        run_report(root, tmp_path / "out", spark=spark, since=H0 + 5 * 3600, incremental=True)
