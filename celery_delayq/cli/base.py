@@ -1,28 +1,9 @@
 """What every ``delayq`` sub-command shares: the app, its broker, short errors, confirmation, audit lines.
 
-* :class:`DelayqGroup` is the one place that turns every failure into one
-  line on stderr and a non-zero exit status, never a traceback: broker down
-  or login refused (the broker URL, password masked, and the cause), a
-  :class:`~celery_delayq.errors.DelayqError` (``BadInput`` included: exit 1),
-  a usage error (exit 2, as click gives it, on one line), text that is not
-  UTF-8, and, as a last resort, any other error by its type (``DELAYQ_DEBUG=1``
-  shows the traceback). Commands just let errors rise.
-* :func:`app_context` gives commands the app's
-  :class:`~celery_delayq.glue.app_ladder.AppLadder` (settings and a
-  connection; the ladder hook is not installed, so reading commands cannot write).
-* :func:`confirm` is the one confirmation rule of every destructive command;
-  :func:`check_bulk` and :func:`confirm_bulk` add the bulk rule
-  (:func:`celery_delayq.inputs.require_selection`): a filter or ``--all``, and
-  with ``--yes`` an ``--expect N`` equal to what a dry run counts now.
-* :class:`Action` marks a command that changes state: its refusals are audit
-  lines; :func:`audit_action` writes the line of what it did. During a CLI run
-  the ``celery_delayq.audit`` logger also prints to stderr, for the operator.
-* :func:`named` puts the app's own name into the ``celery -A APP ...`` hints
-  that the layers below write without knowing it.
-
-Exit status, the same for every command: 0 done (or nothing to do), 1 an
-error or a refusal (an unknown id, a count that changed, no ``--yes``...),
-2 a usage error (an unknown option, a value that is not a time, an id, ...).
+:class:`DelayqGroup` turns every failure into one line on stderr and a non-zero exit status (never a
+traceback); :func:`confirm`, :func:`check_bulk` and :func:`confirm_bulk` are the one confirmation rule of
+destructive and bulk commands; :class:`Action` and :func:`audit_action` write the audit lines. The exit
+statuses, the bulk rule and the audit line are described in docs/operations.md ("Wrong input changes nothing").
 """
 
 from __future__ import annotations
@@ -94,7 +75,7 @@ def _cause(exc: BaseException) -> str:
 
 
 class DelayqGroup(click.Group):
-    """The ``delayq`` group: runs a sub-command and turns every failure into one line (see the module docstring)."""
+    """The ``delayq`` group: runs a sub-command and turns every failure into one line (docs/operations.md)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         with _audit_shown():

@@ -1,21 +1,13 @@
 """``celery -A proj delayq parking ...``: list, inspect, replay and purge parked messages.
 
-Works on the app's parking queue (``delayq_parking_queue``, else
-``<delayq_prefix>.parking``) unless ``--queue`` names another one. Reading
-commands leave the queue as it was.
-
-``replay`` and ``purge`` act on a selection: filters, ``--id`` (each must name
-exactly one parked message: an unknown id is an error, exit status 1), or
-``--all`` (an empty filter never means everything). ``--dry-run`` counts and
-shows it; ``--yes`` acts only with ``--expect N`` equal to the count now
-(``--id`` alone needs no ``--expect``: the ids are the count), and at a
-terminal the prompt, which shows the count, confirms instead. They act on
-exactly the messages counted (a message parked meanwhile is left alone), and
-each action is an audit line (:mod:`celery_delayq.audit`).
+Works on the app's parking queue (``delayq_parking_queue``) unless ``--queue`` names another; reading
+commands leave it as it was. ``replay`` and ``purge`` act on exactly the messages counted (filters, ``--id``
+or ``--all``), confirmed by the bulk rule of :mod:`.base`, each an audit line: docs/operations.md, docs/retries.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
@@ -82,23 +74,13 @@ def _destination(p: ParkedMessage) -> str:
     return f"queue {p.routing_key}" if not p.exchange else f"{p.exchange} / {p.routing_key}"
 
 
-class _Bar:
-    """A rich progress bar fed by ``(done, total)`` callbacks."""
-
-    def __init__(self, label: str, out: Console) -> None:
-        self.progress = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                                 console=out, transient=True)
-        self.task_id = self.progress.add_task(label, total=None)
-
-    def __call__(self, done: int, total: int) -> None:
-        self.progress.update(self.task_id, completed=done, total=total)
-
-    def __enter__(self) -> "_Bar":
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
+@contextlib.contextmanager
+def _bar(label: str, out: Console) -> Iterator[Callable[[int, int], None]]:
+    """A rich progress bar, fed by the ``(done, total)`` callbacks it gives."""
+    with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=out,
+                  transient=True) as progress:
+        task_id = progress.add_task(label, total=None)
+        yield lambda done, total: progress.update(task_id, completed=done, total=total)
 
 
 def _candidates(pq: ParkingQueue, prefix: str, found: list[ParkedMessage], *, more: bool) -> click.ClickException:
@@ -317,7 +299,7 @@ def replay_(ctx: click.Context, queue: str | None, task: str | None, exception: 
         chosen = _confirmed(out, pq, found, described, expect, yes, ask="Replay", done="replayed")
         if chosen is None:
             return
-        with _Bar("replaying", out) as bar:
+        with _bar("replaying", out) as bar:
             report = pq.replay(ParkedFilter(exactly=frozenset(chosen)), delay=delay, reset_attempts=reset_attempts,
                                batch_size=batch_size, progress=bar)
     audit_action(ctx, ids=chosen, queue=pq.name, filter=described or "--all", replayed=report.replayed,
@@ -355,7 +337,7 @@ def purge_(ctx: click.Context, queue: str | None, task: str | None, exception: s
                             warning=" There is no undo")
         if chosen is None:
             return
-        with _Bar("purging", out) as bar:
+        with _bar("purging", out) as bar:
             deleted = pq.purge(ParkedFilter(exactly=frozenset(chosen)), progress=bar)
     audit_action(ctx, ids=chosen, queue=pq.name, filter=described or "--all", deleted=deleted)
     out.print(f"purged {deleted} message(s) from {pq.name}")

@@ -1,19 +1,8 @@
 """``delayq run-now``, ``delayq reschedule`` and ``delayq cancel-matching``: act on waiting tasks.
 
-``run-now`` and ``reschedule`` publish the task again (same id, name,
-destination, attempt and arguments) and cancel the copy still in the ladder
-by its pass, so it runs once (:mod:`celery_delayq.cancels.reschedule`). A new
-due time must be in the future (:func:`celery_delayq.inputs.parse_due`): a
-past one, ``-5m`` or ``""`` is refused and names ``run-now``, never runs the
-task now.
-
-``cancel-matching`` selects the waiting tasks a filter matches (or ``--all``:
-an empty filter never means everything), counts them, and cancels exactly
-those: ``--dry-run`` only counts; ``--yes`` acts only with ``--expect N``
-equal to the count now, and at a terminal the prompt, which shows the count,
-confirms instead. The web page and its API (``delayq web``) follow the same
-rule (:func:`celery_delayq.inputs.require_selection`) through the same functions.
-Every action is an audit line (:mod:`celery_delayq.audit`).
+``run-now`` and ``reschedule`` publish the task again and cancel its copy in the ladder by its pass, so it
+runs once (:mod:`celery_delayq.cancels.reschedule`); ``cancel-matching`` cancels exactly the waiting tasks a
+filter (or ``--all``) counted, by the bulk rule of :mod:`.base`. The due-time and bulk rules: docs/cancel.md.
 """
 
 from __future__ import annotations
