@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections import Counter
 from datetime import datetime
 from typing import Any, Iterable
 
@@ -355,11 +356,8 @@ def worker_eta_finding(replies: dict[str, list[dict[str, Any]]] | None, *, enabl
                        "Start a worker or raise --timeout, then run the doctor again.", {"workers": {}})
     per_worker = {name: len(items or ()) for name, items in replies.items()}
     etas = sorted(e for items in replies.values() for e in (_eta_of(i) for i in items or ()) if e is not None)
-    names: dict[str, int] = {}
-    for items in replies.values():
-        for item in items or ():
-            task = str((item.get("request") or {}).get("name") or "?")
-            names[task] = names.get(task, 0) + 1
+    names = dict(Counter(str((i.get("request") or {}).get("name") or "?") for items in replies.values()
+                         for i in items or ()))
     held = sum(per_worker.values())
     details: dict[str, Any] = {"workers": per_worker, "held": held, "tasks": names,
                                "first_eta": etas[0] if etas else None, "last_eta": etas[-1] if etas else None}

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import TopologyMismatch
 from ..glue.app_ladder import AppLadder
@@ -32,6 +32,8 @@ from .finding import ApiReach, Finding
 from ..typing import CeleryApp
 
 __all__ = ["Observations", "observe", "classify", "diagnose", "probe_plain_process"]
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -72,13 +74,10 @@ class Observations:
 class _DoctorAPI(ManagementAPI):
     """The management API GETs the doctor needs beyond :class:`ManagementAPI`'s."""
 
-    def get_list(self, path: str) -> list[dict[str, Any]] | None:
+    def get(self, path: str, kind: type[_T]) -> _T | None:
+        """The answer to ``GET path`` when it is a ``kind`` (a list, a dict), else ``None``."""
         found = self._get(path)
-        return found if isinstance(found, list) else None
-
-    def get_dict(self, path: str) -> dict[str, Any] | None:
-        found = self._get(path)
-        return found if isinstance(found, dict) else None
+        return found if isinstance(found, kind) else None
 
     def vhost_path(self, kind: str) -> str:
         return f"/api/{kind}/{urllib.parse.quote(self.vhost, safe='')}"
@@ -89,12 +88,10 @@ def _reach(api: _DoctorAPI | None, raw: Connection) -> tuple[ApiReach, dict[str,
     if api is None:
         return ApiReach(None, "off"), None
     found = api.identity()
-    if found.state == "unreachable":
-        return ApiReach(api.base_url, "unreachable", found.how), None
-    if found.state == "other_broker":
-        return ApiReach(api.base_url, "other_broker", found.how), None
+    if found.state in ("unreachable", "other_broker"):
+        return ApiReach(api.base_url, found.state, found.how), None
     return ApiReach(api.base_url, "ok", f"cluster {found.api_cluster} (matched by {found.how})"), \
-        api.get_dict("/api/overview")
+        api.get("/api/overview", dict)
 
 
 _PROBE = r"""
@@ -141,10 +138,8 @@ def probe_plain_process(app_spec: str, *, timeout: float = 60.0) -> dict[str, An
 
 
 def _has_quorum_queue(app: CeleryApp) -> bool:
-    for queue in app.amqp.queues.values():
-        if (getattr(queue, "queue_arguments", None) or {}).get("x-queue-type") == "quorum":
-            return True
-    return False
+    return any((getattr(q, "queue_arguments", None) or {}).get("x-queue-type") == "quorum"
+               for q in app.amqp.queues.values())
 
 
 def observe(ladder: AppLadder, raw: Connection, *, inspect_timeout: float = 1.0,
@@ -180,15 +175,15 @@ def observe(ladder: AppLadder, raw: Connection, *, inspect_timeout: float = 1.0,
     flags = nodes = api_queues = exchanges = fd_limits = all_queues = None
     plugin_enabled = None
     if api is not None and reach.usable:
-        flags = api.get_list("/api/feature-flags")
-        found_nodes = api.get_list("/api/nodes?columns=name,running,fd_total")
+        flags = api.get("/api/feature-flags", list)
+        found_nodes = api.get("/api/nodes?columns=name,running,fd_total", list)
         nodes = None if found_nodes is None else [str(n["name"]) for n in found_nodes if n.get("running", True)]
         if found_nodes is not None and version < RESERVATIONS_GONE_FROM:
             fd_limits = {str(n["name"]): int(n["fd_total"]) for n in found_nodes
                          if n.get("running", True) and isinstance(n.get("fd_total"), int)} or None
-            all_queues = api.get_list("/api/queues?columns=type,node,leader,members")  # every vhost
-        api_queues = api.get_list(api.vhost_path("queues") + "?columns=name,type,node,leader,members,messages")
-        exchanges = api.get_list(api.vhost_path("exchanges"))
+            all_queues = api.get("/api/queues?columns=type,node,leader,members", list)  # every vhost
+        api_queues = api.get(api.vhost_path("queues") + "?columns=name,type,node,leader,members,messages", list)
+        exchanges = api.get(api.vhost_path("exchanges"), list)
         types = (overview or {}).get("exchange_types")
         if isinstance(types, list):
             plugin_enabled = any(t.get("name") == PLUGIN_TYPE for t in types if isinstance(t, dict))
