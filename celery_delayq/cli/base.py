@@ -242,10 +242,6 @@ def _uri(ctx: click.Context) -> str:
         return "the app's broker"
 
 
-def _interactive() -> bool:
-    return sys.stdin is not None and sys.stdin.isatty()
-
-
 def confirm(question: str, yes: bool, *, go_ahead: str = "--yes") -> None:
     """Go ahead with a destructive action only with ``--yes`` or an explicit "y" at a prompt.
 
@@ -254,7 +250,7 @@ def confirm(question: str, yes: bool, *, go_ahead: str = "--yes") -> None:
     """
     if yes:
         return
-    if not _interactive():
+    if sys.stdin is None or not sys.stdin.isatty():
         raise click.ClickException(f"{question.rstrip('?')}: not without {go_ahead} in a non-interactive shell. "
                                    f"Add {go_ahead} to go ahead.")
     click.confirm(question, abort=True)

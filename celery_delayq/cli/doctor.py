@@ -27,12 +27,6 @@ __all__ = ["doctor"]
 _MARK = {OK: "[green]ok   [/green]", WARN: "[yellow]warn [/yellow]", ERROR: "[red]error[/red]"}
 
 
-def _app_spec(ctx: click.Context) -> str | None:
-    """The ``-A`` value Celery's CLI was given, when it was a string (to probe a fresh process)."""
-    value = ctx.find_root().params.get("app")
-    return value if isinstance(value, str) and value else None
-
-
 def extension_lines(app: CeleryApp) -> list[str]:
     """One line per extension the app's ladder has (or would have once installed): its name, what it does."""
     ladder = ladder_for(app)
@@ -79,7 +73,9 @@ def doctor(ctx: click.Context, as_json: bool, timeout: float) -> None:
     """
     app = app_context(ctx)
     with app.connected() as raw:
-        findings = diagnose(app, raw, inspect_timeout=timeout, app_spec=_app_spec(ctx))
+        spec = ctx.find_root().params.get("app")  # the -A value, when a string: to probe a fresh process
+        findings = diagnose(app, raw, inspect_timeout=timeout,
+                            app_spec=spec if isinstance(spec, str) and spec else None)
     if as_json:
         docs = [{**f.as_dict(), "next_step": named(ctx, f.next_step)} for f in findings]
         click.echo(json.dumps(docs, indent=2, default=str))

@@ -8,6 +8,7 @@ or ``--all``), confirmed by the bulk rule of :mod:`.base`, each an audit line: d
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
@@ -68,10 +69,6 @@ def _when(epoch: float | None) -> str:
     if epoch is None:
         return "-"
     return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _destination(p: ParkedMessage) -> str:
-    return f"queue {p.routing_key}" if not p.exchange else f"{p.exchange} / {p.routing_key}"
 
 
 @contextlib.contextmanager
@@ -143,9 +140,10 @@ def list_(ctx: click.Context, queue: str | None, task: str | None, exception: st
           since: float | None, until: float | None, ids: tuple[str, ...], limit: int, as_json: bool) -> None:
     """List parked messages, oldest first. The queue is left as it was."""
     app = app_context(ctx)
+    match = _match(task, exception, since, until, ids)
     with ParkingQueue.for_app(app.app, queue) as pq:
         exists = queue_exists(pq.connection, pq.name)
-        found = pq.list(_match(task, exception, since, until, ids), limit=limit) if exists else []
+        found = pq.list(match, limit=limit) if exists else []
         total = pq.count() if exists else 0
     if as_json:
         click.echo(json.dumps([p.to_dict() for p in found], indent=2, default=str))
@@ -153,7 +151,6 @@ def list_(ctx: click.Context, queue: str | None, task: str | None, exception: st
     if not exists:
         click.echo(f"no parking queue {pq.name!r} on {app.uri}: nothing has been parked yet")
         return
-    match = _match(task, exception, since, until, ids)
     if not found:
         if match.everything:
             click.echo(f"nothing is parked in {pq.name}")
@@ -202,11 +199,12 @@ def inspect_(ctx: click.Context, parked_id: str, queue: str | None, as_json: boo
         data["headers"] = {k: v for k, v in data["headers"].items() if k not in _SHOWN_HEADERS}
         click.echo(json.dumps(data, default=str, indent=2))
         return
-    _print_details(parked, console(ctx))
-
-
-def _print_details(p: ParkedMessage, out: Console) -> None:
-    for label, value in _details(p):
+    out, p = console(ctx), parked
+    for label, value in (("parked id", p.parked_id), ("parked at", _when(p.parked_at)), ("reason", p.reason),
+                         ("task", f"{p.task} [{p.task_id}]"),
+                         ("attempts", f"{p.attempts} (first {_when(p.first_attempt)}, last {_when(p.last_attempt)})"),
+                         ("exception", f"{p.exc_type}: {p.exc_message}"),
+                         ("replays to", f"exchange {p.exchange!r}, routing key {p.routing_key!r}")):
         out.print(f"[bold]{label}:[/bold] {value}")
     out.print("[bold]traceback:[/bold]")
     out.print(p.traceback or "-", markup=False)
@@ -218,33 +216,19 @@ def _print_details(p: ParkedMessage, out: Console) -> None:
     out.print(p.body.decode("utf-8", "replace"), markup=False)
 
 
-def _details(p: ParkedMessage) -> Iterator[tuple[str, str]]:
-    yield "parked id", p.parked_id
-    yield "parked at", _when(p.parked_at)
-    yield "reason", p.reason
-    yield "task", f"{p.task} [{p.task_id}]"
-    yield "attempts", f"{p.attempts} (first {_when(p.first_attempt)}, last {_when(p.last_attempt)})"
-    yield "exception", f"{p.exc_type}: {p.exc_message}"
-    yield "replays to", f"exchange {p.exchange!r}, routing key {p.routing_key!r}"
-
-
 def _dry_run(ctx: click.Context, pq: ParkingQueue, found: list[ParkedMessage], delay: float | None) -> None:
     out = console(ctx)
-    routable: dict[tuple[str, str], bool] = {}
-    for p in found:
-        key = (p.exchange, p.routing_key)
-        if key not in routable:
-            routable[key] = destination_exists(pq.connection, *key)
+    routable = functools.cache(functools.partial(destination_exists, pq.connection))  # once per destination
     table = Table(title=f"dry run: {len(found)} of {pq.count()} parked message(s) in {pq.name} would be replayed",
                   title_justify="left")
     for column in ("id", "task", "task id", "attempts", "to", "destination"):
         table.add_column(column, overflow="fold")
     for p in found:
-        ok = routable[(p.exchange, p.routing_key)]
-        table.add_row(p.parked_id[:12], p.task, p.task_id, str(p.attempts), _destination(p),
-                      "exists" if ok else "[red]missing: would stay parked[/red]")
+        to = f"queue {p.routing_key}" if not p.exchange else f"{p.exchange} / {p.routing_key}"
+        table.add_row(p.parked_id[:12], p.task, p.task_id, str(p.attempts), to,
+                      "exists" if routable(p.exchange, p.routing_key) else "[red]missing: would stay parked[/red]")
     out.print(table)
-    stuck = sum(1 for p in found if not routable[(p.exchange, p.routing_key)])
+    stuck = sum(1 for p in found if not routable(p.exchange, p.routing_key))
     when = f"after {delay:g} s in the ladder" if delay else "at once"
     out.print(f"would replay {len(found) - stuck} {when}; {stuck} would stay parked (destination missing). "
               f"Nothing was changed.{_act_hint(len(found), 'replay')}")

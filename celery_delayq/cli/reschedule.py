@@ -8,7 +8,6 @@ filter (or ``--all``) counted, by the bulk rule of :mod:`.base`. The due-time an
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import click
 
@@ -20,17 +19,8 @@ from ..inputs import DUE_FORMS
 from .base import (Action, app_context, audit_action, bulk_options, check_bulk, confirm, confirm_bulk, console,
                    yes_option)
 from ..options import DueTime, Id, Moment
-from ..typing import CeleryApp
 
 __all__ = ["run_now", "reschedule", "cancel_matching"]
-
-
-def _installed(app: CeleryApp) -> Any:
-    """The app with the ladder installed: the moved copy is published through it."""
-    from ..glue.integration import install
-
-    install(app)
-    return app
 
 
 #: Due times look ahead: ``--due-before 10m`` is ten minutes from now.
@@ -61,9 +51,12 @@ def reschedule(ctx: click.Context, task_id: str, when: float, as_json: bool, yes
 
 def _move(ctx: click.Context, task_id: str, due: float | None, question: str, as_json: bool, yes: bool) -> None:
     """Publish the task again due at ``due`` (None: now) once the operator said yes, and say what moved."""
+    from ..glue.integration import install
+
     app = app_context(ctx)
     confirm(question, yes)
-    done = move(_installed(app.app), task_id, due=due)
+    install(app.app)  # the moved copy is published through the ladder
+    done = move(app.app, task_id, due=due)
     audit_action(ctx, ids=[done.old.task_id], task=done.old.task_name, was_due=done.old.due_iso,
                  due=iso(due) if due is not None else "now")
     if as_json:

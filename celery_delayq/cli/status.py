@@ -39,10 +39,8 @@ def _render(doc: dict[str, Any], ctx: click.Context) -> None:
                       levels=doc["ladder"]["levels"], radix=doc["ladder"]["radix"],
                       shards=doc["ladder"].get("shards", 1))
     table = Table(title=f"{describe_ladder(spec)}\n{doc['broker']}", title_justify="left")
-    table.add_column("level", justify="right")
-    table.add_column("waits", justify="right")
-    table.add_column("messages", justify="right")
-    table.add_column("due within", justify="right")
+    for column in ("level", "waits", "messages", "due within"):
+        table.add_column(column, justify="right")
     clustered = len(doc.get("nodes") or ()) > 1
     if clustered:
         table.add_column("leaders")

@@ -10,13 +10,12 @@ refused before anything is changed.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import math
 import time
 from collections import Counter
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import click
 
@@ -219,9 +218,14 @@ def broker_listing(api: ManagementAPI | None, where: str) -> tuple[list[dict[str
     Raises:
         click.ClickException: the API is off, unreachable, of another broker, or refused the user.
     """
-    with _quiet(logging.getLogger(ManagementAPI.__module__)):
+    # An API that cannot list is said once, by the refusal, on one line: its own log lines are dropped meanwhile.
+    logger, drop = logging.getLogger(ManagementAPI.__module__), (lambda _record: False)
+    logger.addFilter(drop)
+    try:
         queues = api.queues() if api is not None else None
         exchanges = api.exchanges() if api is not None and queues is not None else None
+    finally:
+        logger.removeFilter(drop)
     if queues is None or exchanges is None:
         why = ("is switched off (delayq_management_url = '')" if api is None else
                f"at {api.base_url} did not list them for this broker")
@@ -231,19 +235,6 @@ def broker_listing(api: ManagementAPI | None, where: str) -> tuple[list[dict[str
             "rabbitmq_management`) and set delayq_management_url to its URL (a user with the management or "
             "monitoring tag), then delete again.")
     return queues, exchanges
-
-
-@contextlib.contextmanager
-def _quiet(logger: logging.Logger) -> Iterator[None]:
-    """Drop ``logger``'s lines for a moment: an API that cannot list is said once, by the refusal, on one line."""
-    def drop(_record: logging.LogRecord) -> bool:
-        return False
-
-    logger.addFilter(drop)
-    try:
-        yield
-    finally:
-        logger.removeFilter(drop)
 
 
 #: How long the management API's message counts may lag (RabbitMQ's collect_statistics_interval, 5 s).
