@@ -29,7 +29,6 @@ from .checks import (
     plugin_finding, worker_eta_finding,
 )
 from .finding import ApiReach, Finding
-from ..typing import CeleryApp
 
 __all__ = ["Observations", "observe", "classify", "diagnose", "probe_plain_process"]
 
@@ -137,11 +136,6 @@ def probe_plain_process(app_spec: str, *, timeout: float = 60.0) -> dict[str, An
     return answer
 
 
-def _has_quorum_queue(app: CeleryApp) -> bool:
-    return any((getattr(q, "queue_arguments", None) or {}).get("x-queue-type") == "quorum"
-               for q in app.amqp.queues.values())
-
-
 def observe(ladder: AppLadder, raw: Connection, *, inspect_timeout: float = 1.0,
             app_spec: str | None = None) -> Observations:
     """Look at everything the checks need. Creates nothing on the broker (see the module docstring).
@@ -214,7 +208,8 @@ def observe(ladder: AppLadder, raw: Connection, *, inspect_timeout: float = 1.0,
         enabled=enabled, installed=installed, ladder_tasks=ladder_tasks, plain_process=plain, scheduled=scheduled,
         inspect_timeout=inspect_timeout, native=native,
         native_delivery=exchange_exists(raw, NATIVE_DELIVERY_EXCHANGE),
-        quorum_app=_has_quorum_queue(app))
+        quorum_app=any((getattr(q, "queue_arguments", None) or {}).get("x-queue-type") == "quorum"
+                       for q in app.amqp.queues.values()))
 
 
 def _missing(obs: Observations, ladder_queues: list[str]) -> int:
