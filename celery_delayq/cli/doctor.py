@@ -1,10 +1,6 @@
-"""``delayq doctor [--json]``: a read-only switch-over check, one finding per question.
+"""``delayq doctor [--json]``: a read-only switch-over check, one finding per question (:mod:`celery_delayq.doctor`).
 
-The checks and what each looks at are in :mod:`celery_delayq.doctor`. This
-module only gathers the app's context, prints the findings for people (a
-table, each with its next step) or for scripts (``--json``: a JSON array of
-objects ``{check, status, summary, next_step, details}``), and sets the exit
-status: 1 when any finding is an ``error``, else 0.
+This module prints the findings (a table, or ``--json``'s array) and exits 1 when any is an ``error``.
 """
 
 from __future__ import annotations

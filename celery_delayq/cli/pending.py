@@ -1,12 +1,7 @@
-"""``celery -A APP delayq pending``: the delayed tasks and retries waiting in the ladder.
+"""``celery -A APP delayq pending``: the delayed tasks and retries waiting in the ladder (docs/operations.md).
 
-Reads the ladder's index (:mod:`celery_delayq.pending`); the ladder itself is
-not touched, so nothing is delivered early, late or twice because of it.
-``--json`` prints a JSON array of objects with the keys ``task_id``,
-``task``, ``exchange``, ``routing_key``, ``queue``, ``due`` (ISO 8601 UTC),
-``attempt``, ``args`` and ``kwargs`` (Celery's argsrepr/kwargsrepr, cut at 256
-characters; ``null`` when unknown) and ``last_error`` (a retry's exception,
-short); an empty result is ``[]``.
+Reads the ladder's index (:mod:`celery_delayq.pending`), never the ladder itself, so nothing is delivered
+early, late or twice because of it.
 """
 
 from __future__ import annotations

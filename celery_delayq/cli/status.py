@@ -1,11 +1,8 @@
 """``delayq status [--json]``: what waits in the ladder, what is parked, what could not be routed.
 
-The document, its keys and what its due-time bounds mean are described in
-:mod:`celery_delayq.rabbitmq.status`, which reads it (by passive declares, so
-a status of a ladder that does not exist creates nothing and says so). This
-module prints it for people, or as JSON with ``--json``, and adds
-``totals.cancelled`` from the cancel log.
-The exit status is 1 when there is no ladder of the app's name and shape.
+:mod:`celery_delayq.rabbitmq.status` reads the document (passive declares: a missing ladder is said, not
+created); this module prints it, or its JSON, with ``totals.cancelled`` from the cancel log added. Exit
+status 1 when there is no ladder of the app's name and shape.
 """
 
 from __future__ import annotations

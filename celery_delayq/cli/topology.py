@@ -1,11 +1,7 @@
 """``delayq topology declare|verify|recover|delete``: the ladder's exchanges and queues on the broker.
 
-``verify`` only looks (passive declares); ``delete`` deletes only what is
-there, asks first, and finds what to delete in the broker's own listing of
-the virtual host (RabbitMQ's management API): every queue and exchange the
-prefix's naming scheme made, whatever destination, shard or backend made it.
-Bad input (a destination that names nothing, a negative ``--held-for``) is
-refused before anything is changed.
+``verify`` only looks; ``delete`` asks first and deletes what the broker's own listing (its management API)
+shows the prefix made, whatever made it. Bad input is refused before anything is changed.
 """
 
 from __future__ import annotations
