@@ -103,14 +103,12 @@ class DelayqGroup(click.Group):
             except UnicodeError as exc:  # a surrogate-escaped argument ($'\xff') reached text that must be UTF-8
                 raise click.ClickException(
                     f"{_first_line(exc)}: an argument is not valid text (UTF-8); type it again") from None
-            except (ValueError, OverflowError) as exc:
+            except Exception as exc:  # a bad value, or the last resort (a bug): one line; the traceback on request
                 if os.environ.get(DEBUG_ENV):
                     raise
-                raise click.ClickException(f"invalid value: {_first_line(exc)} ({type(exc).__name__}; "
-                                           f"{DEBUG_ENV}=1 shows the traceback)") from None
-            except Exception as exc:  # the last resort: a bug, still one line; the traceback on request
-                if os.environ.get(DEBUG_ENV):
-                    raise
+                if isinstance(exc, (ValueError, OverflowError)):
+                    raise click.ClickException(f"invalid value: {_first_line(exc)} ({type(exc).__name__}; "
+                                               f"{DEBUG_ENV}=1 shows the traceback)") from None
                 raise click.ClickException(f"unexpected {type(exc).__name__}: {_first_line(exc)} (a bug: run "
                                            f"again with {DEBUG_ENV}=1 to see the traceback, and report it)") from None
 

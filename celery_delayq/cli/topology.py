@@ -356,9 +356,8 @@ def delete(ctx: click.Context, discard_messages: bool, with_parking: bool, keep_
         deleted = set(topo.delete_listed(raw, present, if_empty=not discard_messages))
         again = topo.look(raw, present)  # a worker or publisher still running declares the ladder again
     gone = [o for o in present if f"{o.kind} {o.name}" in deleted]
-    audit_action(ctx, prefix=spec.prefix, queues=sum(1 for o in gone if o.kind == "queue"),
-                 exchanges=sum(1 for o in gone if o.kind == "exchange"), dropped=held)
     n_exchanges = sum(1 for o in gone if o.kind == "exchange")
+    audit_action(ctx, prefix=spec.prefix, queues=len(gone) - n_exchanges, exchanges=n_exchanges, dropped=held)
     exits = [o.name for o in gone if o.role in ("exit", "fixed")]
     click.echo(f"deleted ladder {spec.prefix!r} on {app.uri}: {n_exchanges} exchanges, "
                f"{len(gone) - n_exchanges} queues ({sum(1 for o in gone if o.role == 'exit')} of them exit queues)")

@@ -150,10 +150,7 @@ def leaders_finding(queues: list[dict[str, Any]] | None, nodes: list[str] | None
     wanted = set(ladder_queues)
     mine = [q for q in queues if q.get("name") in wanted]
     running = sorted(nodes)
-    spread: dict[str, int] = {}
-    for q in mine:
-        where = str(q.get("leader") or q.get("node") or "?")
-        spread[where] = spread.get(where, 0) + 1
+    spread = dict(Counter(str(q.get("leader") or q.get("node") or "?") for q in mine))
     details: dict[str, Any] = {"nodes": running, "leaders": spread, "queues": len(mine)}
     if not mine:
         return Finding("leaders", OK, f"no ladder queues yet ({len(running)} node(s)).",
