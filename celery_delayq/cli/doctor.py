@@ -45,7 +45,7 @@ def _render(findings: list[Finding], ctx: click.Context, uri: str, extensions: l
     out.print(f"{counts[OK]} ok · {counts[WARN]} warn · {counts[ERROR]} error")
 
 
-def _finite(value: float, param: click.Parameter, ctx: click.Context) -> float:
+def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
     """A number of seconds, not ``nan`` (which every range comparison lets through)."""
     if math.isnan(value):
         raise click.BadParameter("nan is not a number of seconds", ctx=ctx, param=param)
@@ -56,8 +56,7 @@ def _finite(value: float, param: click.Parameter, ctx: click.Context) -> float:
 @click.option("--json", "as_json", is_flag=True,
               help="Print a JSON array of {check, status, summary, next_step, details} instead of the table.")
 @click.option("--timeout", type=click.FloatRange(min=0.1, max=600.0), default=2.0, show_default=True,
-              callback=lambda ctx, param, value: _finite(value, param, ctx),
-              help="Seconds to wait for workers to answer `inspect scheduled` (0.1 to 600).")
+              callback=_finite, help="Seconds to wait for workers to answer `inspect scheduled` (0.1 to 600).")
 @click.pass_context
 def doctor(ctx: click.Context, as_json: bool, timeout: float) -> None:
     """Check, read-only, whether this app can switch to the ladder (or back) without losing a task.

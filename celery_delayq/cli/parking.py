@@ -89,9 +89,12 @@ def _candidates(pq: ParkingQueue, prefix: str, found: list[ParkedMessage], *, mo
     return click.ClickException("\n".join(lines))
 
 
-def _check_ids(pq: ParkingQueue, ids: tuple[str, ...], found: list[ParkedMessage], described: str) -> None:
-    """Each ``--id`` must name exactly one of the messages found: a short prefix that catches several is
-    refused (listing them), and one that names none is an error, as for ``cancel`` and ``inspect``."""
+def _select(pq: ParkingQueue, match: ParkedFilter, ids: tuple[str, ...], described: str,
+            limit: int | None = None) -> list[ParkedMessage]:
+    """The messages a bulk command acts on, counted now, at most ``limit``. Each ``--id`` must name exactly one
+    of them: a short prefix that catches several is refused (listing them), and one that names none is an
+    error, as for ``cancel`` and ``inspect``."""
+    found = pq.list(match, limit=None if ids else limit)
     for prefix in ids:
         hits = [p for p in found if p.parked_id.startswith(prefix)]
         if len(hits) > 1:
@@ -100,13 +103,6 @@ def _check_ids(pq: ParkingQueue, ids: tuple[str, ...], found: list[ParkedMessage
             among = f" matching {described}" if described != f"--id {prefix}" else ""
             raise click.ClickException(f"no parked message{among} in {pq.name!r} has an id starting with {prefix!r}; "
                                        "nothing was changed. `celery -A APP delayq parking list` shows the ids")
-
-
-def _select(pq: ParkingQueue, match: ParkedFilter, ids: tuple[str, ...], described: str,
-            limit: int | None = None) -> list[ParkedMessage]:
-    """The messages a bulk command acts on, counted now (each ``--id`` checked), at most ``limit``."""
-    found = pq.list(match, limit=None if ids else limit)
-    _check_ids(pq, ids, found, described)
     return found[:limit] if limit else found
 
 

@@ -52,22 +52,16 @@ def pending(ctx: click.Context, task_glob: str | None, queue: str | None, task_i
         shown = found if limit is None else found[:limit]
         click.echo(json.dumps([t.as_dict() for t in shown], indent=None))
         return
-    _table(ctx, found, now, limit if limit is not None else _TABLE_ROWS, time.monotonic() - started,
-           _filters(task_glob, queue, task_id, due_before, due_after))
+    # The filters given, as the options that gave them (for "no waiting task matches ...").
+    given = [f"{name} {value}" for name, value in (("--task", task_glob), ("--queue", queue), ("--id", task_id))
+             if value]
+    given += [f"{name} {iso(value)}" for name, value in (("--due-before", due_before), ("--due-after", due_after))
+              if value is not None]
+    _table(ctx, found, now, limit if limit is not None else _TABLE_ROWS, time.monotonic() - started, " ".join(given))
 
 
 #: Below this many columns (and when piped: rich assumes 80) a task takes two lines.
 _WIDE = 120
-
-
-def _filters(task_glob: str | None, queue: str | None, task_id: str | None, due_before: float | None,
-             due_after: float | None) -> str:
-    """The filters given, as the options that gave them (for "no waiting task matches ...")."""
-    parts = [f"{name} {value}" for name, value in (("--task", task_glob), ("--queue", queue), ("--id", task_id))
-             if value]
-    parts += [f"{name} {iso(value)}" for name, value in (("--due-before", due_before), ("--due-after", due_after))
-              if value is not None]
-    return " ".join(parts)
 
 
 def _table(ctx: click.Context, found: list[Any], now: float, limit: int, took: float, filters: str = "") -> None:
