@@ -22,7 +22,7 @@ import traceback
 import weakref
 from multiprocessing.connection import Connection as Pipe
 from multiprocessing.process import BaseProcess
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..glue.app_ladder import index_of
 from ..index.priority import mirror, urgent
@@ -31,7 +31,7 @@ from ..index.writer import flush_buffers
 from ..typing import CeleryApp
 from .listing import read_pending
 
-__all__ = ["ReaderProcess", "ReaderProcessError", "CHUNK"]
+__all__ = ["ReaderProcess", "ReaderProcessError", "CHUNK", "chunks"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,12 @@ class _ChildLost(Exception):
 
 class _NotStarted(_ChildLost):
     """A new child did not say it is ready (it could not start, or ran something else)."""
+
+
+def chunks(items: Sequence[PendingTask], size: int = CHUNK) -> Iterator[list[PendingTask]]:
+    """``items`` in lists of at most ``size`` (none for an empty list)."""
+    for start in range(0, len(items), size):
+        yield list(items[start:start + size])
 
 
 class ReaderProcess:
@@ -306,6 +312,6 @@ def _follow(counter: Any, reading: threading.Event, stop: threading.Event | None
 
 def _answer(items: list[PendingTask], size: int) -> Iterator[bytes]:
     """The messages of one answer: the chunks, pickled as they are sent (the parent unpickles one meanwhile)."""
-    for start in range(0, len(items), size):
-        yield pickle.dumps(("items", items[start:start + size]))
+    for part in chunks(items, size):
+        yield pickle.dumps(("items", part))
     yield pickle.dumps(("done", len(items)))
