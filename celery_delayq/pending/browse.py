@@ -125,6 +125,11 @@ class Snapshot:
         self._gone: set[str] | None = None  # forgotten while the read under way ran (None: no action since it began)
         self.error: BaseException | None = None
 
+    def invalidate(self) -> None:
+        """Forget the read entirely: the next :meth:`get` reads again and waits."""
+        with self._lock:
+            self._items, self._taken = None, 0.0
+
     def forget(self, task_ids: Iterable[str]) -> None:
         """Drop these tasks from the kept list now, and read the index again in the background."""
         gone = set(task_ids)
