@@ -212,27 +212,21 @@ def observe(ladder: AppLadder, raw: Connection, *, inspect_timeout: float = 1.0,
                        for q in app.amqp.queues.values()))
 
 
-def _missing(obs: Observations, ladder_queues: list[str]) -> int:
-    """Ladder level queues the API does not list yet (a first start declares them)."""
-    if obs.api_queues is None:
-        return 0
-    present = {q.get("name") for q in obs.api_queues}
-    return sum(1 for name in ladder_queues if name not in present)
-
-
 def classify(obs: Observations, *, now: float | None = None) -> list[Finding]:
     """Every finding for ``obs``, in :data:`CHECKS` order (pure)."""
     spec = obs.spec
     ladder_queues = [q.name for q in spec.level_queues()]
     parking_row = next((q for q in obs.api_queues or () if q.get("name") == obs.parking_queue), {})
+    listed = {q.get("name") for q in obs.api_queues or ()}  # level queues not listed yet: a first start adds them
+    missing = (sum(q not in listed for q in ladder_queues)
+               if obs.queue_type == "quorum" and obs.api_queues is not None else 0)
     return [
         broker_finding(obs.version, obs.queue_type),
         feature_flags_finding(obs.flags, obs.api),
         ladder_finding(obs.ladder, spec, obs.queue_type, declare=obs.declare, mismatch=obs.mismatch),
         leaders_finding(obs.api_queues, obs.nodes, ladder_queues, obs.api, vhost=obs.vhost, namespace=spec.namespace),
         node_loss_finding(obs.version, obs.nodes, obs.queue_type, obs.api),
-        file_handles_finding(obs.version, obs.fd_limits, obs.all_queues, obs.api,
-                             missing_ladder_queues=0 if obs.queue_type != "quorum" else _missing(obs, ladder_queues)),
+        file_handles_finding(obs.version, obs.fd_limits, obs.all_queues, obs.api, missing_ladder_queues=missing),
         parking_finding(park=obs.park, name=obs.parking_queue, exists=obs.parking_exists,
                         messages=obs.parking_messages, queue_type=parking_row.get("type"),
                         node=parking_row.get("leader") or parking_row.get("node"), risk=obs.parking_risk,
