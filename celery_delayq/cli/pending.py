@@ -67,10 +67,8 @@ _WIDE = 120
 def _table(ctx: click.Context, found: list[Any], now: float, limit: int, took: float, filters: str = "") -> None:
     out = console(ctx)
     if not found:
-        if filters:
-            out.print(f"no waiting task matches {filters} (read in {human_duration(took)})")
-        else:
-            out.print(f"no delayed task is waiting in the ladder (read in {human_duration(took)})")
+        what = f"no waiting task matches {filters}" if filters else "no delayed task is waiting in the ladder"
+        out.print(f"{what} (read in {human_duration(took)})")
         return
     title = f"{len(found):,} waiting{' matching ' + filters if filters else ''} (read in {human_duration(took)})"
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)

@@ -44,10 +44,8 @@ def _render(doc: dict[str, Any], ctx: click.Context) -> None:
     for lv in doc["levels"]:
         ttls = [q["ttl_s"] for q in lv["queues"]]
         waits = human_duration(ttls[0]) if len(ttls) == 1 else f"{human_duration(ttls[0])} – {human_duration(ttls[-1])}"
-        if not all(q["exists"] for q in lv["queues"]):
-            count = "[red]missing[/red]"
-        else:
-            count = f"{lv['messages']:,}" if lv["messages"] else "[dim]0[/dim]"
+        count = f"{lv['messages']:,}" if lv["messages"] else "[dim]0[/dim]"
+        count = count if all(q["exists"] for q in lv["queues"]) else "[red]missing[/red]"
         due = human_duration(lv["due_within_s"]) if lv["due_within_s"] is not None else ""
         row = [f"L{lv['level']:02d}", waits, count, due]
         if clustered:
