@@ -47,10 +47,8 @@ def app_context(ctx: click.Context) -> AppLadder:
 def app_name(ctx: click.Context | None) -> str:
     """How the operator names the app: the ``-A`` value given to ``celery``, else the app's ``main``, else ``APP``.
 
-    The ``-A`` text is what they typed (``proj``, ``proj.celery:app``), so a
-    hint that repeats it can be pasted back as it is. An app's ``main`` is the
-    name it was created with (``Celery("shop")``), a fair guess when it was
-    handed over without ``-A`` (tests, embedding); ``__main__`` is not a name.
+    The ``-A`` text is what they typed, so a hint that repeats it can be pasted back as it is; an app's ``main``
+    (``Celery("shop")``) is a fair guess without ``-A`` (tests, embedding); ``__main__`` is not a name.
     """
     if ctx is None:
         return "APP"

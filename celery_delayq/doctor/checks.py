@@ -49,14 +49,11 @@ def broker_finding(version: tuple[int, ...], queue_type: str) -> Finding:
         return Finding("broker", WARN, f"RabbitMQ {shown}: the ladder uses classic queues ({why}), whose "
                        "dead-lettering is at-most-once: a broker crash can lose a delayed message in flight.",
                        "Use quorum queues: RabbitMQ 3.10+ with delayq_queue_type 'auto' (the default).", details)
-    if version < PLUGIN_GONE_FROM:
-        return Finding("broker", OK, f"RabbitMQ {shown}: the ladder uses quorum queues with at-least-once "
-                       "dead-lettering.",
-                       "Nothing to do now. Before upgrading to 4.3+: drain the delayed-message plugin's "
-                       "exchanges if you use it (it cannot run there); 4.3 also recovers a ladder faster after a "
-                       "crash (3.10 to 4.2 can hold ladder messages up to 3 min).", details)
+    upgrade = ("Nothing to do now. Before upgrading to 4.3+: drain the delayed-message plugin's exchanges if you "
+               "use it (it cannot run there); 4.3 also recovers a ladder faster after a crash (3.10 to 4.2 can hold "
+               "ladder messages up to 3 min)." if version < PLUGIN_GONE_FROM else "Nothing to do.")
     return Finding("broker", OK, f"RabbitMQ {shown}: the ladder uses quorum queues with at-least-once "
-                   "dead-lettering.", "Nothing to do.", details)
+                   "dead-lettering.", upgrade, details)
 
 
 def feature_flags_finding(flags: list[dict[str, Any]] | None, api: ApiReach) -> Finding:
