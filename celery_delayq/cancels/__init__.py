@@ -1,17 +1,9 @@
-"""Durable cancel of delayed tasks: ``celery_delayq.cancel(app, *task_ids)``.
+"""Durable cancel of delayed tasks: ``celery_delayq.cancel(app, *task_ids)`` (docs/cancel.md).
 
-A cancel is a confirmed entry in the ladder's cancel log (a RabbitMQ stream,
-:mod:`celery_delayq.index.cancel_log`). Every worker reads the log when it starts and follows it
-(:mod:`.worker`), and drops a cancelled task when it arrives, through
-Celery's own revocation path, so the result backend shows ``REVOKED``. So a
-cancel holds however long the delay, across worker restarts (``kill -9``
-included) and broker restarts, unlike Celery's in-memory ``revoke``, which
-:func:`celery_delayq.install` makes durable the same way (:mod:`.revoke`).
-
-Which ids a cancel takes and how long it holds: :func:`cancel`, and docs/cancel.md.
-
-* :mod:`.requests`: :func:`cancel` and the other records; :mod:`.reschedule`: run now, move;
-* :mod:`.worker`, :mod:`.extension`, :mod:`.revoke`: the worker's follower, the extension, Celery's revoke.
+A cancel is a confirmed entry in the ladder's cancel log (a stream, :mod:`celery_delayq.index.cancel_log`)
+that every worker reads at start and follows, dropping the task through Celery's own revoke path: it holds
+across worker and broker restarts, as Celery's ``revoke`` does once installed. :mod:`.requests` records
+cancels, :mod:`.reschedule` moves tasks, :mod:`.worker` follows the log, :mod:`.revoke` hooks Celery's revoke.
 """
 
 from __future__ import annotations

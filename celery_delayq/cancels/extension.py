@@ -1,12 +1,8 @@
 """The ``cancels`` extension: durable cancels and revokes for the app (:mod:`celery_delayq.glue.extensions`).
 
-* in every process that installs the ladder, Celery's ``revoke`` is recorded
-  in the cancel log before it is broadcast (:mod:`.revoke`);
-* in each worker, :class:`~celery_delayq.cancels.worker.CancelStep` loads the
-  cancel log before the first task and follows it; the follower it starts
-  is this extension's :attr:`CancelsExtension.follower`, the app's state;
-* each time Celery asks whether a request is revoked, a cancelled one is
-  dropped as revoked and a superseded ladder pass is dropped quietly.
+It hooks Celery's ``revoke`` (:mod:`.revoke`), runs the worker's cancel-log follower
+(:class:`~celery_delayq.cancels.worker.CancelStep`; the follower is this extension's state), and answers
+Celery's "is this request revoked?": a cancelled one is dropped as revoked, a superseded pass quietly.
 """
 
 from __future__ import annotations
@@ -60,5 +56,4 @@ class CancelsExtension(Extension[AppLadder]):
 
     def describe(self, ladder: AppLadder) -> str:
         """Whether this process follows the cancel log."""
-        where = "following the cancel log" if self.follower is not None else "revokes recorded in the cancel log"
-        return where
+        return "following the cancel log" if self.follower is not None else "revokes recorded in the cancel log"

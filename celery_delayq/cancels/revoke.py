@@ -1,22 +1,9 @@
-"""Make Celery's own revoke durable for tasks waiting in the ladder.
+"""Make Celery's own revoke durable for tasks waiting in the ladder, and tell workers of this package's cancels.
 
-Celery's ``revoke`` is a broadcast to the workers running at that moment,
-kept in their memory for three hours: a worker that restarts forgets it,
-and a worker that was down never hears it. :func:`hook_revoke` wraps the
-app's ``control.broadcast`` (which ``app.control.revoke``,
-``AsyncResult.revoke`` and ``celery control revoke`` all go through) so that
-a ``revoke`` is first recorded in the cancel log, confirmed, and then
-broadcast as usual. Done per app by :func:`celery_delayq.install`, in the
-process that revokes: that is where the revoke is known for certain, even
-when no worker runs. The hook is given what records the revoke
-(:func:`~celery_delayq.cancels.requests.record_cancels`, by the extension):
-this module reads no index itself.
-
-The other way round, :func:`tell_workers` sends Celery's ``revoke`` for a cancel
-this package recorded (``delayq cancel``, the page, a run-now's or a move's pass
-cancel): the log is what holds, the broadcast reaches running workers even when
-their log follower is behind (reconnecting, or reading a replica cut off by a
-partition), as Celery's own revoke does for a revoked id.
+:func:`hook_revoke` wraps the app's ``control.broadcast`` so that a ``revoke`` is recorded in the cancel log
+(by the ``record_cancels`` it is given: this module reads no index), confirmed, before it is broadcast.
+:func:`tell_workers` sends Celery's ``revoke`` for a cancel recorded here (``delayq cancel``, the page, a
+move's pass cancel), so running workers drop it even when their log follower is behind. docs/cancel.md.
 """
 
 from __future__ import annotations

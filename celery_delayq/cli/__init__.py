@@ -26,21 +26,8 @@ from .web import web
 __all__ = ["delayq"]
 
 
-@click.group(name="delayq", cls=DelayqGroup)
+@click.group(name="delayq", cls=DelayqGroup, commands=[topology, status, export, parking, doctor, pending, cancel,
+                                                       cancel_matching, run_now, reschedule, metrics, web,
+                                                       report_command])
 def delayq() -> None:
     """The delay ladder: topology, status, waiting tasks, cancel, export, parked messages, web page, analytics report."""
-
-
-delayq.add_command(topology)
-delayq.add_command(status)
-delayq.add_command(export)
-delayq.add_command(parking)
-delayq.add_command(doctor)
-delayq.add_command(pending)
-delayq.add_command(cancel)
-delayq.add_command(cancel_matching)
-delayq.add_command(run_now)
-delayq.add_command(reschedule)
-delayq.add_command(metrics)
-delayq.add_command(web)
-delayq.add_command(report_command)

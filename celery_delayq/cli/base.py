@@ -1,28 +1,9 @@
 """What every ``delayq`` sub-command shares: the app, its broker, short errors, confirmation, audit lines.
 
-* :class:`DelayqGroup` is the one place that turns every failure into one
-  line on stderr and a non-zero exit status, never a traceback: broker down
-  or login refused (the broker URL, password masked, and the cause), a
-  :class:`~celery_delayq.errors.DelayqError` (``BadInput`` included: exit 1),
-  a usage error (exit 2, as click gives it, on one line), text that is not
-  UTF-8, and, as a last resort, any other error by its type (``DELAYQ_DEBUG=1``
-  shows the traceback). Commands just let errors rise.
-* :func:`app_context` gives commands the app's
-  :class:`~celery_delayq.glue.app_ladder.AppLadder` (settings and a
-  connection; the ladder hook is not installed, so reading commands cannot write).
-* :func:`confirm` is the one confirmation rule of every destructive command;
-  :func:`check_bulk` and :func:`confirm_bulk` add the bulk rule
-  (:func:`celery_delayq.inputs.require_selection`): a filter or ``--all``, and
-  with ``--yes`` an ``--expect N`` equal to what a dry run counts now.
-* :class:`Action` marks a command that changes state: its refusals are audit
-  lines; :func:`audit_action` writes the line of what it did. During a CLI run
-  the ``celery_delayq.audit`` logger also prints to stderr, for the operator.
-* :func:`named` puts the app's own name into the ``celery -A APP ...`` hints
-  that the layers below write without knowing it.
-
-Exit status, the same for every command: 0 done (or nothing to do), 1 an
-error or a refusal (an unknown id, a count that changed, no ``--yes``...),
-2 a usage error (an unknown option, a value that is not a time, an id, ...).
+:class:`DelayqGroup` turns every failure into one line on stderr and a non-zero exit status (never a
+traceback); :func:`confirm`, :func:`check_bulk` and :func:`confirm_bulk` are the one confirmation rule of
+destructive and bulk commands; :class:`Action` and :func:`audit_action` write the audit lines. The exit
+statuses, the bulk rule and the audit line are described in docs/operations.md ("Wrong input changes nothing").
 """
 
 from __future__ import annotations
@@ -66,10 +47,8 @@ def app_context(ctx: click.Context) -> AppLadder:
 def app_name(ctx: click.Context | None) -> str:
     """How the operator names the app: the ``-A`` value given to ``celery``, else the app's ``main``, else ``APP``.
 
-    The ``-A`` text is what they typed (``proj``, ``proj.celery:app``), so a
-    hint that repeats it can be pasted back as it is. An app's ``main`` is the
-    name it was created with (``Celery("shop")``), a fair guess when it was
-    handed over without ``-A`` (tests, embedding); ``__main__`` is not a name.
+    The ``-A`` text is what they typed, so a hint that repeats it can be pasted back as it is; an app's ``main``
+    (``Celery("shop")``) is a fair guess without ``-A`` (tests, embedding); ``__main__`` is not a name.
     """
     if ctx is None:
         return "APP"
@@ -94,7 +73,7 @@ def _cause(exc: BaseException) -> str:
 
 
 class DelayqGroup(click.Group):
-    """The ``delayq`` group: runs a sub-command and turns every failure into one line (see the module docstring)."""
+    """The ``delayq`` group: runs a sub-command and turns every failure into one line (docs/operations.md)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         with _audit_shown():
@@ -122,14 +101,12 @@ class DelayqGroup(click.Group):
             except UnicodeError as exc:  # a surrogate-escaped argument ($'\xff') reached text that must be UTF-8
                 raise click.ClickException(
                     f"{_first_line(exc)}: an argument is not valid text (UTF-8); type it again") from None
-            except (ValueError, OverflowError) as exc:
+            except Exception as exc:  # a bad value, or the last resort (a bug): one line; the traceback on request
                 if os.environ.get(DEBUG_ENV):
                     raise
-                raise click.ClickException(f"invalid value: {_first_line(exc)} ({type(exc).__name__}; "
-                                           f"{DEBUG_ENV}=1 shows the traceback)") from None
-            except Exception as exc:  # the last resort: a bug, still one line; the traceback on request
-                if os.environ.get(DEBUG_ENV):
-                    raise
+                if isinstance(exc, (ValueError, OverflowError)):
+                    raise click.ClickException(f"invalid value: {_first_line(exc)} ({type(exc).__name__}; "
+                                               f"{DEBUG_ENV}=1 shows the traceback)") from None
                 raise click.ClickException(f"unexpected {type(exc).__name__}: {_first_line(exc)} (a bug: run "
                                            f"again with {DEBUG_ENV}=1 to see the traceback, and report it)") from None
 
@@ -261,10 +238,6 @@ def _uri(ctx: click.Context) -> str:
         return "the app's broker"
 
 
-def _interactive() -> bool:
-    return sys.stdin is not None and sys.stdin.isatty()
-
-
 def confirm(question: str, yes: bool, *, go_ahead: str = "--yes") -> None:
     """Go ahead with a destructive action only with ``--yes`` or an explicit "y" at a prompt.
 
@@ -273,7 +246,7 @@ def confirm(question: str, yes: bool, *, go_ahead: str = "--yes") -> None:
     """
     if yes:
         return
-    if not _interactive():
+    if sys.stdin is None or not sys.stdin.isatty():
         raise click.ClickException(f"{question.rstrip('?')}: not without {go_ahead} in a non-interactive shell. "
                                    f"Add {go_ahead} to go ahead.")
     click.confirm(question, abort=True)

@@ -1,17 +1,8 @@
-"""``celery -A APP delayq cancel TASK_ID...``: cancel delayed tasks for good.
+"""``celery -A APP delayq cancel TASK_ID...``: cancel delayed tasks for good (docs/cancel.md).
 
-Each cancel is recorded in the ladder's cancel log and confirmed by the
-broker before the command returns; workers drop the task when it arrives
-(the result backend shows ``REVOKED``), however long it still waits and
-across worker and broker restarts. Like ``celery control revoke``, it acts
-on the ids given without asking.
-
-Each id must name a task waiting in the ladder: its full id, or the start of
-exactly one waiting id (``delayq pending`` lists them). An id that names no
-waiting task (a typo) is an error, exit status 1, and nothing is recorded,
-unless ``--force`` says to record it as given (a task not published yet).
-An id that is not one (empty, unprintable, not UTF-8) is a usage error
-(exit status 2). Each cancel is an audit line (:mod:`celery_delayq.audit`).
+Each cancel is recorded in the ladder's cancel log, confirmed, before the command returns; like ``celery
+control revoke`` it acts on the ids given without asking. An id must name one waiting task (its full id or a
+unique start; else exit status 1, nothing recorded) unless ``--force`` records it as given.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""``delayq doctor [--json]``: a read-only switch-over check, one finding per question.
+"""``delayq doctor [--json]``: a read-only switch-over check, one finding per question (:mod:`celery_delayq.doctor`).
 
-The checks and what each looks at are in :mod:`celery_delayq.doctor`. This
-module only gathers the app's context, prints the findings for people (a
-table, each with its next step) or for scripts (``--json``: a JSON array of
-objects ``{check, status, summary, next_step, details}``), and sets the exit
-status: 1 when any finding is an ``error``, else 0.
+This module prints the findings (a table, or ``--json``'s array) and exits 1 when any is an ``error``.
 """
 
 from __future__ import annotations
@@ -25,12 +21,6 @@ from .base import app_context, console, named
 __all__ = ["doctor"]
 
 _MARK = {OK: "[green]ok   [/green]", WARN: "[yellow]warn [/yellow]", ERROR: "[red]error[/red]"}
-
-
-def _app_spec(ctx: click.Context) -> str | None:
-    """The ``-A`` value Celery's CLI was given, when it was a string (to probe a fresh process)."""
-    value = ctx.find_root().params.get("app")
-    return value if isinstance(value, str) and value else None
 
 
 def extension_lines(app: CeleryApp) -> list[str]:
@@ -55,7 +45,7 @@ def _render(findings: list[Finding], ctx: click.Context, uri: str, extensions: l
     out.print(f"{counts[OK]} ok · {counts[WARN]} warn · {counts[ERROR]} error")
 
 
-def _finite(value: float, param: click.Parameter, ctx: click.Context) -> float:
+def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
     """A number of seconds, not ``nan`` (which every range comparison lets through)."""
     if math.isnan(value):
         raise click.BadParameter("nan is not a number of seconds", ctx=ctx, param=param)
@@ -66,8 +56,7 @@ def _finite(value: float, param: click.Parameter, ctx: click.Context) -> float:
 @click.option("--json", "as_json", is_flag=True,
               help="Print a JSON array of {check, status, summary, next_step, details} instead of the table.")
 @click.option("--timeout", type=click.FloatRange(min=0.1, max=600.0), default=2.0, show_default=True,
-              callback=lambda ctx, param, value: _finite(value, param, ctx),
-              help="Seconds to wait for workers to answer `inspect scheduled` (0.1 to 600).")
+              callback=_finite, help="Seconds to wait for workers to answer `inspect scheduled` (0.1 to 600).")
 @click.pass_context
 def doctor(ctx: click.Context, as_json: bool, timeout: float) -> None:
     """Check, read-only, whether this app can switch to the ladder (or back) without losing a task.
@@ -79,7 +68,9 @@ def doctor(ctx: click.Context, as_json: bool, timeout: float) -> None:
     """
     app = app_context(ctx)
     with app.connected() as raw:
-        findings = diagnose(app, raw, inspect_timeout=timeout, app_spec=_app_spec(ctx))
+        spec = ctx.find_root().params.get("app")  # the -A value, when a string: to probe a fresh process
+        findings = diagnose(app, raw, inspect_timeout=timeout,
+                            app_spec=spec if isinstance(spec, str) and spec else None)
     if as_json:
         docs = [{**f.as_dict(), "next_step": named(ctx, f.next_step)} for f in findings]
         click.echo(json.dumps(docs, indent=2, default=str))

@@ -1,11 +1,7 @@
-"""``delayq metrics --port N [--addr A]``: serve Prometheus metrics until interrupted.
+"""``delayq metrics --port N [--addr A]``: serve Prometheus metrics until interrupted (docs/operations.md).
 
-The broker gauges (waiting per level, parked, unroutable) are read at each
-scrape; see :mod:`celery_delayq.telemetry.metrics` for every name. Event counters of a
-standalone exporter stay at 0 (it publishes and consumes nothing): set
-``delayq_metrics_port`` to run the exporter inside each worker for those.
-It listens on ``delayq_metrics_address`` (``127.0.0.1`` by default) unless
-``--addr`` names another address.
+The broker gauges are read at each scrape (:mod:`celery_delayq.telemetry.metrics`); the event counters of
+a standalone exporter stay at 0: ``delayq_metrics_port`` runs the exporter inside each worker for those.
 """
 
 from __future__ import annotations

@@ -1,21 +1,14 @@
 """``celery -A proj delayq parking ...``: list, inspect, replay and purge parked messages.
 
-Works on the app's parking queue (``delayq_parking_queue``, else
-``<delayq_prefix>.parking``) unless ``--queue`` names another one. Reading
-commands leave the queue as it was.
-
-``replay`` and ``purge`` act on a selection: filters, ``--id`` (each must name
-exactly one parked message: an unknown id is an error, exit status 1), or
-``--all`` (an empty filter never means everything). ``--dry-run`` counts and
-shows it; ``--yes`` acts only with ``--expect N`` equal to the count now
-(``--id`` alone needs no ``--expect``: the ids are the count), and at a
-terminal the prompt, which shows the count, confirms instead. They act on
-exactly the messages counted (a message parked meanwhile is left alone), and
-each action is an audit line (:mod:`celery_delayq.audit`).
+Works on the app's parking queue (``delayq_parking_queue``) unless ``--queue`` names another; reading
+commands leave it as it was. ``replay`` and ``purge`` act on exactly the messages counted (filters, ``--id``
+or ``--all``), confirmed by the bulk rule of :mod:`.base`, each an audit line: docs/operations.md, docs/retries.md.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
@@ -78,27 +71,13 @@ def _when(epoch: float | None) -> str:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _destination(p: ParkedMessage) -> str:
-    return f"queue {p.routing_key}" if not p.exchange else f"{p.exchange} / {p.routing_key}"
-
-
-class _Bar:
-    """A rich progress bar fed by ``(done, total)`` callbacks."""
-
-    def __init__(self, label: str, out: Console) -> None:
-        self.progress = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                                 console=out, transient=True)
-        self.task_id = self.progress.add_task(label, total=None)
-
-    def __call__(self, done: int, total: int) -> None:
-        self.progress.update(self.task_id, completed=done, total=total)
-
-    def __enter__(self) -> "_Bar":
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
+@contextlib.contextmanager
+def _bar(label: str, out: Console) -> Iterator[Callable[[int, int], None]]:
+    """A rich progress bar, fed by the ``(done, total)`` callbacks it gives."""
+    with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=out,
+                  transient=True) as progress:
+        task_id = progress.add_task(label, total=None)
+        yield lambda done, total: progress.update(task_id, completed=done, total=total)
 
 
 def _candidates(pq: ParkingQueue, prefix: str, found: list[ParkedMessage], *, more: bool) -> click.ClickException:
@@ -110,9 +89,12 @@ def _candidates(pq: ParkingQueue, prefix: str, found: list[ParkedMessage], *, mo
     return click.ClickException("\n".join(lines))
 
 
-def _check_ids(pq: ParkingQueue, ids: tuple[str, ...], found: list[ParkedMessage], described: str) -> None:
-    """Each ``--id`` must name exactly one of the messages found: a short prefix that catches several is
-    refused (listing them), and one that names none is an error, as for ``cancel`` and ``inspect``."""
+def _select(pq: ParkingQueue, match: ParkedFilter, ids: tuple[str, ...], described: str,
+            limit: int | None = None) -> list[ParkedMessage]:
+    """The messages a bulk command acts on, counted now, at most ``limit``. Each ``--id`` must name exactly one
+    of them: a short prefix that catches several is refused (listing them), and one that names none is an
+    error, as for ``cancel`` and ``inspect``."""
+    found = pq.list(match, limit=None if ids else limit)
     for prefix in ids:
         hits = [p for p in found if p.parked_id.startswith(prefix)]
         if len(hits) > 1:
@@ -121,13 +103,6 @@ def _check_ids(pq: ParkingQueue, ids: tuple[str, ...], found: list[ParkedMessage
             among = f" matching {described}" if described != f"--id {prefix}" else ""
             raise click.ClickException(f"no parked message{among} in {pq.name!r} has an id starting with {prefix!r}; "
                                        "nothing was changed. `celery -A APP delayq parking list` shows the ids")
-
-
-def _select(pq: ParkingQueue, match: ParkedFilter, ids: tuple[str, ...], described: str,
-            limit: int | None = None) -> list[ParkedMessage]:
-    """The messages a bulk command acts on, counted now (each ``--id`` checked), at most ``limit``."""
-    found = pq.list(match, limit=None if ids else limit)
-    _check_ids(pq, ids, found, described)
     return found[:limit] if limit else found
 
 
@@ -161,9 +136,10 @@ def list_(ctx: click.Context, queue: str | None, task: str | None, exception: st
           since: float | None, until: float | None, ids: tuple[str, ...], limit: int, as_json: bool) -> None:
     """List parked messages, oldest first. The queue is left as it was."""
     app = app_context(ctx)
+    match = _match(task, exception, since, until, ids)
     with ParkingQueue.for_app(app.app, queue) as pq:
         exists = queue_exists(pq.connection, pq.name)
-        found = pq.list(_match(task, exception, since, until, ids), limit=limit) if exists else []
+        found = pq.list(match, limit=limit) if exists else []
         total = pq.count() if exists else 0
     if as_json:
         click.echo(json.dumps([p.to_dict() for p in found], indent=2, default=str))
@@ -171,7 +147,6 @@ def list_(ctx: click.Context, queue: str | None, task: str | None, exception: st
     if not exists:
         click.echo(f"no parking queue {pq.name!r} on {app.uri}: nothing has been parked yet")
         return
-    match = _match(task, exception, since, until, ids)
     if not found:
         if match.everything:
             click.echo(f"nothing is parked in {pq.name}")
@@ -220,11 +195,12 @@ def inspect_(ctx: click.Context, parked_id: str, queue: str | None, as_json: boo
         data["headers"] = {k: v for k, v in data["headers"].items() if k not in _SHOWN_HEADERS}
         click.echo(json.dumps(data, default=str, indent=2))
         return
-    _print_details(parked, console(ctx))
-
-
-def _print_details(p: ParkedMessage, out: Console) -> None:
-    for label, value in _details(p):
+    out, p = console(ctx), parked
+    for label, value in (("parked id", p.parked_id), ("parked at", _when(p.parked_at)), ("reason", p.reason),
+                         ("task", f"{p.task} [{p.task_id}]"),
+                         ("attempts", f"{p.attempts} (first {_when(p.first_attempt)}, last {_when(p.last_attempt)})"),
+                         ("exception", f"{p.exc_type}: {p.exc_message}"),
+                         ("replays to", f"exchange {p.exchange!r}, routing key {p.routing_key!r}")):
         out.print(f"[bold]{label}:[/bold] {value}")
     out.print("[bold]traceback:[/bold]")
     out.print(p.traceback or "-", markup=False)
@@ -236,33 +212,19 @@ def _print_details(p: ParkedMessage, out: Console) -> None:
     out.print(p.body.decode("utf-8", "replace"), markup=False)
 
 
-def _details(p: ParkedMessage) -> Iterator[tuple[str, str]]:
-    yield "parked id", p.parked_id
-    yield "parked at", _when(p.parked_at)
-    yield "reason", p.reason
-    yield "task", f"{p.task} [{p.task_id}]"
-    yield "attempts", f"{p.attempts} (first {_when(p.first_attempt)}, last {_when(p.last_attempt)})"
-    yield "exception", f"{p.exc_type}: {p.exc_message}"
-    yield "replays to", f"exchange {p.exchange!r}, routing key {p.routing_key!r}"
-
-
 def _dry_run(ctx: click.Context, pq: ParkingQueue, found: list[ParkedMessage], delay: float | None) -> None:
     out = console(ctx)
-    routable: dict[tuple[str, str], bool] = {}
-    for p in found:
-        key = (p.exchange, p.routing_key)
-        if key not in routable:
-            routable[key] = destination_exists(pq.connection, *key)
+    routable = functools.cache(functools.partial(destination_exists, pq.connection))  # once per destination
     table = Table(title=f"dry run: {len(found)} of {pq.count()} parked message(s) in {pq.name} would be replayed",
                   title_justify="left")
     for column in ("id", "task", "task id", "attempts", "to", "destination"):
         table.add_column(column, overflow="fold")
     for p in found:
-        ok = routable[(p.exchange, p.routing_key)]
-        table.add_row(p.parked_id[:12], p.task, p.task_id, str(p.attempts), _destination(p),
-                      "exists" if ok else "[red]missing: would stay parked[/red]")
+        to = f"queue {p.routing_key}" if not p.exchange else f"{p.exchange} / {p.routing_key}"
+        table.add_row(p.parked_id[:12], p.task, p.task_id, str(p.attempts), to,
+                      "exists" if routable(p.exchange, p.routing_key) else "[red]missing: would stay parked[/red]")
     out.print(table)
-    stuck = sum(1 for p in found if not routable[(p.exchange, p.routing_key)])
+    stuck = sum(1 for p in found if not routable(p.exchange, p.routing_key))
     when = f"after {delay:g} s in the ladder" if delay else "at once"
     out.print(f"would replay {len(found) - stuck} {when}; {stuck} would stay parked (destination missing). "
               f"Nothing was changed.{_act_hint(len(found), 'replay')}")
@@ -317,7 +279,7 @@ def replay_(ctx: click.Context, queue: str | None, task: str | None, exception: 
         chosen = _confirmed(out, pq, found, described, expect, yes, ask="Replay", done="replayed")
         if chosen is None:
             return
-        with _Bar("replaying", out) as bar:
+        with _bar("replaying", out) as bar:
             report = pq.replay(ParkedFilter(exactly=frozenset(chosen)), delay=delay, reset_attempts=reset_attempts,
                                batch_size=batch_size, progress=bar)
     audit_action(ctx, ids=chosen, queue=pq.name, filter=described or "--all", replayed=report.replayed,
@@ -355,7 +317,7 @@ def purge_(ctx: click.Context, queue: str | None, task: str | None, exception: s
                             warning=" There is no undo")
         if chosen is None:
             return
-        with _Bar("purging", out) as bar:
+        with _bar("purging", out) as bar:
             deleted = pq.purge(ParkedFilter(exactly=frozenset(chosen)), progress=bar)
     audit_action(ctx, ids=chosen, queue=pq.name, filter=described or "--all", deleted=deleted)
     out.print(f"purged {deleted} message(s) from {pq.name}")

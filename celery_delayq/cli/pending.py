@@ -1,12 +1,7 @@
-"""``celery -A APP delayq pending``: the delayed tasks and retries waiting in the ladder.
+"""``celery -A APP delayq pending``: the delayed tasks and retries waiting in the ladder (docs/operations.md).
 
-Reads the ladder's index (:mod:`celery_delayq.pending`); the ladder itself is
-not touched, so nothing is delivered early, late or twice because of it.
-``--json`` prints a JSON array of objects with the keys ``task_id``,
-``task``, ``exchange``, ``routing_key``, ``queue``, ``due`` (ISO 8601 UTC),
-``attempt``, ``args`` and ``kwargs`` (Celery's argsrepr/kwargsrepr, cut at 256
-characters; ``null`` when unknown) and ``last_error`` (a retry's exception,
-short); an empty result is ``[]``.
+Reads the ladder's index (:mod:`celery_delayq.pending`), never the ladder itself, so nothing is delivered
+early, late or twice because of it.
 """
 
 from __future__ import annotations
@@ -57,31 +52,23 @@ def pending(ctx: click.Context, task_glob: str | None, queue: str | None, task_i
         shown = found if limit is None else found[:limit]
         click.echo(json.dumps([t.as_dict() for t in shown], indent=None))
         return
-    _table(ctx, found, now, limit if limit is not None else _TABLE_ROWS, time.monotonic() - started,
-           _filters(task_glob, queue, task_id, due_before, due_after))
+    # The filters given, as the options that gave them (for "no waiting task matches ...").
+    given = [f"{name} {value}" for name, value in (("--task", task_glob), ("--queue", queue), ("--id", task_id))
+             if value]
+    given += [f"{name} {iso(value)}" for name, value in (("--due-before", due_before), ("--due-after", due_after))
+              if value is not None]
+    _table(ctx, found, now, limit if limit is not None else _TABLE_ROWS, time.monotonic() - started, " ".join(given))
 
 
 #: Below this many columns (and when piped: rich assumes 80) a task takes two lines.
 _WIDE = 120
 
 
-def _filters(task_glob: str | None, queue: str | None, task_id: str | None, due_before: float | None,
-             due_after: float | None) -> str:
-    """The filters given, as the options that gave them (for "no waiting task matches ...")."""
-    parts = [f"{name} {value}" for name, value in (("--task", task_glob), ("--queue", queue), ("--id", task_id))
-             if value]
-    parts += [f"{name} {iso(value)}" for name, value in (("--due-before", due_before), ("--due-after", due_after))
-              if value is not None]
-    return " ".join(parts)
-
-
 def _table(ctx: click.Context, found: list[Any], now: float, limit: int, took: float, filters: str = "") -> None:
     out = console(ctx)
     if not found:
-        if filters:
-            out.print(f"no waiting task matches {filters} (read in {human_duration(took)})")
-        else:
-            out.print(f"no delayed task is waiting in the ladder (read in {human_duration(took)})")
+        what = f"no waiting task matches {filters}" if filters else "no delayed task is waiting in the ladder"
+        out.print(f"{what} (read in {human_duration(took)})")
         return
     title = f"{len(found):,} waiting{' matching ' + filters if filters else ''} (read in {human_duration(took)})"
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)

@@ -1,25 +1,13 @@
 """``delayq run-now``, ``delayq reschedule`` and ``delayq cancel-matching``: act on waiting tasks.
 
-``run-now`` and ``reschedule`` publish the task again (same id, name,
-destination, attempt and arguments) and cancel the copy still in the ladder
-by its pass, so it runs once (:mod:`celery_delayq.cancels.reschedule`). A new
-due time must be in the future (:func:`celery_delayq.inputs.parse_due`): a
-past one, ``-5m`` or ``""`` is refused and names ``run-now``, never runs the
-task now.
-
-``cancel-matching`` selects the waiting tasks a filter matches (or ``--all``:
-an empty filter never means everything), counts them, and cancels exactly
-those: ``--dry-run`` only counts; ``--yes`` acts only with ``--expect N``
-equal to the count now, and at a terminal the prompt, which shows the count,
-confirms instead. The web page and its API (``delayq web``) follow the same
-rule (:func:`celery_delayq.inputs.require_selection`) through the same functions.
-Every action is an audit line (:mod:`celery_delayq.audit`).
+``run-now`` and ``reschedule`` publish the task again and cancel its copy in the ladder by its pass, so it
+runs once (:mod:`celery_delayq.cancels.reschedule`); ``cancel-matching`` cancels exactly the waiting tasks a
+filter (or ``--all``) counted, by the bulk rule of :mod:`.base`. The due-time and bulk rules: docs/cancel.md.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import click
 
@@ -31,17 +19,8 @@ from ..inputs import DUE_FORMS
 from .base import (Action, app_context, audit_action, bulk_options, check_bulk, confirm, confirm_bulk, console,
                    yes_option)
 from ..options import DueTime, Id, Moment
-from ..typing import CeleryApp
 
 __all__ = ["run_now", "reschedule", "cancel_matching"]
-
-
-def _installed(app: CeleryApp) -> Any:
-    """The app with the ladder installed: the moved copy is published through it."""
-    from ..glue.integration import install
-
-    install(app)
-    return app
 
 
 #: Due times look ahead: ``--due-before 10m`` is ten minutes from now.
@@ -72,9 +51,12 @@ def reschedule(ctx: click.Context, task_id: str, when: float, as_json: bool, yes
 
 def _move(ctx: click.Context, task_id: str, due: float | None, question: str, as_json: bool, yes: bool) -> None:
     """Publish the task again due at ``due`` (None: now) once the operator said yes, and say what moved."""
+    from ..glue.integration import install
+
     app = app_context(ctx)
     confirm(question, yes)
-    done = move(_installed(app.app), task_id, due=due)
+    install(app.app)  # the moved copy is published through the ladder
+    done = move(app.app, task_id, due=due)
     audit_action(ctx, ids=[done.old.task_id], task=done.old.task_name, was_due=done.old.due_iso,
                  due=iso(due) if due is not None else "now")
     if as_json:

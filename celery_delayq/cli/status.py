@@ -1,11 +1,8 @@
 """``delayq status [--json]``: what waits in the ladder, what is parked, what could not be routed.
 
-The document, its keys and what its due-time bounds mean are described in
-:mod:`celery_delayq.rabbitmq.status`, which reads it (by passive declares, so
-a status of a ladder that does not exist creates nothing and says so). This
-module prints it for people, or as JSON with ``--json``, and adds
-``totals.cancelled`` from the cancel log.
-The exit status is 1 when there is no ladder of the app's name and shape.
+:mod:`celery_delayq.rabbitmq.status` reads the document (passive declares: a missing ladder is said, not
+created); this module prints it, or its JSON, with ``totals.cancelled`` from the cancel log added. Exit
+status 1 when there is no ladder of the app's name and shape.
 """
 
 from __future__ import annotations
@@ -39,20 +36,16 @@ def _render(doc: dict[str, Any], ctx: click.Context) -> None:
                       levels=doc["ladder"]["levels"], radix=doc["ladder"]["radix"],
                       shards=doc["ladder"].get("shards", 1))
     table = Table(title=f"{describe_ladder(spec)}\n{doc['broker']}", title_justify="left")
-    table.add_column("level", justify="right")
-    table.add_column("waits", justify="right")
-    table.add_column("messages", justify="right")
-    table.add_column("due within", justify="right")
+    for column in ("level", "waits", "messages", "due within"):
+        table.add_column(column, justify="right")
     clustered = len(doc.get("nodes") or ()) > 1
     if clustered:
         table.add_column("leaders")
     for lv in doc["levels"]:
         ttls = [q["ttl_s"] for q in lv["queues"]]
         waits = human_duration(ttls[0]) if len(ttls) == 1 else f"{human_duration(ttls[0])} – {human_duration(ttls[-1])}"
-        if not all(q["exists"] for q in lv["queues"]):
-            count = "[red]missing[/red]"
-        else:
-            count = f"{lv['messages']:,}" if lv["messages"] else "[dim]0[/dim]"
+        count = f"{lv['messages']:,}" if lv["messages"] else "[dim]0[/dim]"
+        count = count if all(q["exists"] for q in lv["queues"]) else "[red]missing[/red]"
         due = human_duration(lv["due_within_s"]) if lv["due_within_s"] is not None else ""
         row = [f"L{lv['level']:02d}", waits, count, due]
         if clustered:

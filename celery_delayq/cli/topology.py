@@ -1,22 +1,17 @@
 """``delayq topology declare|verify|recover|delete``: the ladder's exchanges and queues on the broker.
 
-``verify`` only looks (passive declares); ``delete`` deletes only what is
-there, asks first, and finds what to delete in the broker's own listing of
-the virtual host (RabbitMQ's management API): every queue and exchange the
-prefix's naming scheme made, whatever destination, shard or backend made it.
-Bad input (a destination that names nothing, a negative ``--held-for``) is
-refused before anything is changed.
+``verify`` only looks; ``delete`` asks first and deletes what the broker's own listing (its management API)
+shows the prefix made, whatever made it. Bad input is refused before anything is changed.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import math
 import time
 from collections import Counter
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import click
 
@@ -219,9 +214,14 @@ def broker_listing(api: ManagementAPI | None, where: str) -> tuple[list[dict[str
     Raises:
         click.ClickException: the API is off, unreachable, of another broker, or refused the user.
     """
-    with _quiet(logging.getLogger(ManagementAPI.__module__)):
+    # An API that cannot list is said once, by the refusal, on one line: its own log lines are dropped meanwhile.
+    logger, drop = logging.getLogger(ManagementAPI.__module__), (lambda _record: False)
+    logger.addFilter(drop)
+    try:
         queues = api.queues() if api is not None else None
         exchanges = api.exchanges() if api is not None and queues is not None else None
+    finally:
+        logger.removeFilter(drop)
     if queues is None or exchanges is None:
         why = ("is switched off (delayq_management_url = '')" if api is None else
                f"at {api.base_url} did not list them for this broker")
@@ -231,19 +231,6 @@ def broker_listing(api: ManagementAPI | None, where: str) -> tuple[list[dict[str
             "rabbitmq_management`) and set delayq_management_url to its URL (a user with the management or "
             "monitoring tag), then delete again.")
     return queues, exchanges
-
-
-@contextlib.contextmanager
-def _quiet(logger: logging.Logger) -> Iterator[None]:
-    """Drop ``logger``'s lines for a moment: an API that cannot list is said once, by the refusal, on one line."""
-    def drop(_record: logging.LogRecord) -> bool:
-        return False
-
-    logger.addFilter(drop)
-    try:
-        yield
-    finally:
-        logger.removeFilter(drop)
 
 
 #: How long the management API's message counts may lag (RabbitMQ's collect_statistics_interval, 5 s).
@@ -369,9 +356,8 @@ def delete(ctx: click.Context, discard_messages: bool, with_parking: bool, keep_
         deleted = set(topo.delete_listed(raw, present, if_empty=not discard_messages))
         again = topo.look(raw, present)  # a worker or publisher still running declares the ladder again
     gone = [o for o in present if f"{o.kind} {o.name}" in deleted]
-    audit_action(ctx, prefix=spec.prefix, queues=sum(1 for o in gone if o.kind == "queue"),
-                 exchanges=sum(1 for o in gone if o.kind == "exchange"), dropped=held)
     n_exchanges = sum(1 for o in gone if o.kind == "exchange")
+    audit_action(ctx, prefix=spec.prefix, queues=len(gone) - n_exchanges, exchanges=n_exchanges, dropped=held)
     exits = [o.name for o in gone if o.role in ("exit", "fixed")]
     click.echo(f"deleted ladder {spec.prefix!r} on {app.uri}: {n_exchanges} exchanges, "
                f"{len(gone) - n_exchanges} queues ({sum(1 for o in gone if o.role == 'exit')} of them exit queues)")

@@ -1,14 +1,8 @@
 """``celery -A APP delayq web``: serve the operator's page and JSON API (needs the ``web`` extra).
 
-Binds to 127.0.0.1 by default (``--address``, or ``--host`` as uvicorn and
-Flower call it). Another address needs authentication
-(``DELAYQ_WEB_TOKEN``, or ``DELAYQ_WEB_USERNAME`` and ``DELAYQ_WEB_PASSWORD``,
-or the ``delayq_web_*`` settings); an empty address (which uvicorn would read as
-every interface) is a usage error. There is no option for a secret, since a
-command line is visible to every user of the host. A token or password
-shorter than 16 characters is refused at start (``WeakSecret``, one line and
-exit status 1 through :class:`~celery_delayq.cli.base.DelayqGroup`), before
-anything is served.
+Binds to 127.0.0.1 unless ``--address``/``--host`` says otherwise, which needs authentication; an empty
+address and a weak secret are refused before anything is served (docs/web.md). No option takes a secret: a
+command line is visible to every user of the host.
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
-"""Django system checks (``manage.py check``) for celery_delayq's settings.
+"""Django system checks (``manage.py check``) for celery_delayq's settings: what would fail late, said at start.
 
-Why checks: a Django project configures the ladder through ``CELERY_*``
-settings, and each mistake below fails late and far from its cause. A
-misspelt ``CELERY_DELAYQ_ENABLD`` is silently ignored (Celery reads only the
-names it knows), a Redis broker makes every delayed publish fail at run
-time, and a project with no broker URL quietly talks to Celery's default
-``amqp://guest@localhost//``. ``manage.py check`` (and ``runserver``,
-``migrate``, ...) reports them at start-up instead.
-
-=======================  ==========================================================
-``celery_delayq.W001``   no broker URL is configured
-``celery_delayq.E001``   the broker is not RabbitMQ over AMQP 0-9-1 (py-amqp)
-``celery_delayq.W002``   a ``CELERY_DELAYQ_*`` setting celery_delayq does not know
-``celery_delayq.W003``   a ``DELAYQ_*`` setting without the Celery namespace (never read)
-``celery_delayq.E003``   a setting celery_delayq cannot use (its message says why)
-``celery_delayq.E002``   ``check --deploy`` only: the broker does not accept a connection
-=======================  ==========================================================
-
-The default checks do no I/O, like Django's own (which reach the database
-only when asked); the connection check runs with ``manage.py check --deploy``.
+A misspelt or un-namespaced ``CELERY_DELAYQ_*`` setting, a value it cannot use, no broker URL or one that
+is not RabbitMQ; ``check --deploy`` also connects to the broker (the default checks do no I/O). The check
+ids and what each reports: docs/api.md ("Django system checks").
 """
 
 from __future__ import annotations

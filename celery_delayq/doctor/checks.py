@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections import Counter
 from datetime import datetime
 from typing import Any, Iterable
 
@@ -48,14 +49,11 @@ def broker_finding(version: tuple[int, ...], queue_type: str) -> Finding:
         return Finding("broker", WARN, f"RabbitMQ {shown}: the ladder uses classic queues ({why}), whose "
                        "dead-lettering is at-most-once: a broker crash can lose a delayed message in flight.",
                        "Use quorum queues: RabbitMQ 3.10+ with delayq_queue_type 'auto' (the default).", details)
-    if version < PLUGIN_GONE_FROM:
-        return Finding("broker", OK, f"RabbitMQ {shown}: the ladder uses quorum queues with at-least-once "
-                       "dead-lettering.",
-                       "Nothing to do now. Before upgrading to 4.3+: drain the delayed-message plugin's "
-                       "exchanges if you use it (it cannot run there); 4.3 also recovers a ladder faster after a "
-                       "crash (3.10 to 4.2 can hold ladder messages up to 3 min).", details)
+    upgrade = ("Nothing to do now. Before upgrading to 4.3+: drain the delayed-message plugin's exchanges if you "
+               "use it (it cannot run there); 4.3 also recovers a ladder faster after a crash (3.10 to 4.2 can hold "
+               "ladder messages up to 3 min)." if version < PLUGIN_GONE_FROM else "Nothing to do.")
     return Finding("broker", OK, f"RabbitMQ {shown}: the ladder uses quorum queues with at-least-once "
-                   "dead-lettering.", "Nothing to do.", details)
+                   "dead-lettering.", upgrade, details)
 
 
 def feature_flags_finding(flags: list[dict[str, Any]] | None, api: ApiReach) -> Finding:
@@ -149,10 +147,7 @@ def leaders_finding(queues: list[dict[str, Any]] | None, nodes: list[str] | None
     wanted = set(ladder_queues)
     mine = [q for q in queues if q.get("name") in wanted]
     running = sorted(nodes)
-    spread: dict[str, int] = {}
-    for q in mine:
-        where = str(q.get("leader") or q.get("node") or "?")
-        spread[where] = spread.get(where, 0) + 1
+    spread = dict(Counter(str(q.get("leader") or q.get("node") or "?") for q in mine))
     details: dict[str, Any] = {"nodes": running, "leaders": spread, "queues": len(mine)}
     if not mine:
         return Finding("leaders", OK, f"no ladder queues yet ({len(running)} node(s)).",
@@ -355,11 +350,8 @@ def worker_eta_finding(replies: dict[str, list[dict[str, Any]]] | None, *, enabl
                        "Start a worker or raise --timeout, then run the doctor again.", {"workers": {}})
     per_worker = {name: len(items or ()) for name, items in replies.items()}
     etas = sorted(e for items in replies.values() for e in (_eta_of(i) for i in items or ()) if e is not None)
-    names: dict[str, int] = {}
-    for items in replies.values():
-        for item in items or ():
-            task = str((item.get("request") or {}).get("name") or "?")
-            names[task] = names.get(task, 0) + 1
+    names = dict(Counter(str((i.get("request") or {}).get("name") or "?") for items in replies.values()
+                         for i in items or ()))
     held = sum(per_worker.values())
     details: dict[str, Any] = {"workers": per_worker, "held": held, "tasks": names,
                                "first_eta": etas[0] if etas else None, "last_eta": etas[-1] if etas else None}

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import TopologyMismatch
 from ..glue.app_ladder import AppLadder
@@ -29,9 +29,10 @@ from .checks import (
     plugin_finding, worker_eta_finding,
 )
 from .finding import ApiReach, Finding
-from ..typing import CeleryApp
 
 __all__ = ["Observations", "observe", "classify", "diagnose", "probe_plain_process"]
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -72,13 +73,10 @@ class Observations:
 class _DoctorAPI(ManagementAPI):
     """The management API GETs the doctor needs beyond :class:`ManagementAPI`'s."""
 
-    def get_list(self, path: str) -> list[dict[str, Any]] | None:
+    def get(self, path: str, kind: type[_T]) -> _T | None:
+        """The answer to ``GET path`` when it is a ``kind`` (a list, a dict), else ``None``."""
         found = self._get(path)
-        return found if isinstance(found, list) else None
-
-    def get_dict(self, path: str) -> dict[str, Any] | None:
-        found = self._get(path)
-        return found if isinstance(found, dict) else None
+        return found if isinstance(found, kind) else None
 
     def vhost_path(self, kind: str) -> str:
         return f"/api/{kind}/{urllib.parse.quote(self.vhost, safe='')}"
@@ -89,12 +87,10 @@ def _reach(api: _DoctorAPI | None, raw: Connection) -> tuple[ApiReach, dict[str,
     if api is None:
         return ApiReach(None, "off"), None
     found = api.identity()
-    if found.state == "unreachable":
-        return ApiReach(api.base_url, "unreachable", found.how), None
-    if found.state == "other_broker":
-        return ApiReach(api.base_url, "other_broker", found.how), None
+    if found.state in ("unreachable", "other_broker"):
+        return ApiReach(api.base_url, found.state, found.how), None
     return ApiReach(api.base_url, "ok", f"cluster {found.api_cluster} (matched by {found.how})"), \
-        api.get_dict("/api/overview")
+        api.get("/api/overview", dict)
 
 
 _PROBE = r"""
@@ -140,13 +136,6 @@ def probe_plain_process(app_spec: str, *, timeout: float = 60.0) -> dict[str, An
     return answer
 
 
-def _has_quorum_queue(app: CeleryApp) -> bool:
-    for queue in app.amqp.queues.values():
-        if (getattr(queue, "queue_arguments", None) or {}).get("x-queue-type") == "quorum":
-            return True
-    return False
-
-
 def observe(ladder: AppLadder, raw: Connection, *, inspect_timeout: float = 1.0,
             app_spec: str | None = None) -> Observations:
     """Look at everything the checks need. Creates nothing on the broker (see the module docstring).
@@ -180,15 +169,15 @@ def observe(ladder: AppLadder, raw: Connection, *, inspect_timeout: float = 1.0,
     flags = nodes = api_queues = exchanges = fd_limits = all_queues = None
     plugin_enabled = None
     if api is not None and reach.usable:
-        flags = api.get_list("/api/feature-flags")
-        found_nodes = api.get_list("/api/nodes?columns=name,running,fd_total")
+        flags = api.get("/api/feature-flags", list)
+        found_nodes = api.get("/api/nodes?columns=name,running,fd_total", list)
         nodes = None if found_nodes is None else [str(n["name"]) for n in found_nodes if n.get("running", True)]
         if found_nodes is not None and version < RESERVATIONS_GONE_FROM:
             fd_limits = {str(n["name"]): int(n["fd_total"]) for n in found_nodes
                          if n.get("running", True) and isinstance(n.get("fd_total"), int)} or None
-            all_queues = api.get_list("/api/queues?columns=type,node,leader,members")  # every vhost
-        api_queues = api.get_list(api.vhost_path("queues") + "?columns=name,type,node,leader,members,messages")
-        exchanges = api.get_list(api.vhost_path("exchanges"))
+            all_queues = api.get("/api/queues?columns=type,node,leader,members", list)  # every vhost
+        api_queues = api.get(api.vhost_path("queues") + "?columns=name,type,node,leader,members,messages", list)
+        exchanges = api.get(api.vhost_path("exchanges"), list)
         types = (overview or {}).get("exchange_types")
         if isinstance(types, list):
             plugin_enabled = any(t.get("name") == PLUGIN_TYPE for t in types if isinstance(t, dict))
@@ -219,15 +208,8 @@ def observe(ladder: AppLadder, raw: Connection, *, inspect_timeout: float = 1.0,
         enabled=enabled, installed=installed, ladder_tasks=ladder_tasks, plain_process=plain, scheduled=scheduled,
         inspect_timeout=inspect_timeout, native=native,
         native_delivery=exchange_exists(raw, NATIVE_DELIVERY_EXCHANGE),
-        quorum_app=_has_quorum_queue(app))
-
-
-def _missing(obs: Observations, ladder_queues: list[str]) -> int:
-    """Ladder level queues the API does not list yet (a first start declares them)."""
-    if obs.api_queues is None:
-        return 0
-    present = {q.get("name") for q in obs.api_queues}
-    return sum(1 for name in ladder_queues if name not in present)
+        quorum_app=any((getattr(q, "queue_arguments", None) or {}).get("x-queue-type") == "quorum"
+                       for q in app.amqp.queues.values()))
 
 
 def classify(obs: Observations, *, now: float | None = None) -> list[Finding]:
@@ -235,14 +217,16 @@ def classify(obs: Observations, *, now: float | None = None) -> list[Finding]:
     spec = obs.spec
     ladder_queues = [q.name for q in spec.level_queues()]
     parking_row = next((q for q in obs.api_queues or () if q.get("name") == obs.parking_queue), {})
+    listed = {q.get("name") for q in obs.api_queues or ()}  # level queues not listed yet: a first start adds them
+    missing = (sum(q not in listed for q in ladder_queues)
+               if obs.queue_type == "quorum" and obs.api_queues is not None else 0)
     return [
         broker_finding(obs.version, obs.queue_type),
         feature_flags_finding(obs.flags, obs.api),
         ladder_finding(obs.ladder, spec, obs.queue_type, declare=obs.declare, mismatch=obs.mismatch),
         leaders_finding(obs.api_queues, obs.nodes, ladder_queues, obs.api, vhost=obs.vhost, namespace=spec.namespace),
         node_loss_finding(obs.version, obs.nodes, obs.queue_type, obs.api),
-        file_handles_finding(obs.version, obs.fd_limits, obs.all_queues, obs.api,
-                             missing_ladder_queues=0 if obs.queue_type != "quorum" else _missing(obs, ladder_queues)),
+        file_handles_finding(obs.version, obs.fd_limits, obs.all_queues, obs.api, missing_ladder_queues=missing),
         parking_finding(park=obs.park, name=obs.parking_queue, exists=obs.parking_exists,
                         messages=obs.parking_messages, queue_type=parking_row.get("type"),
                         node=parking_row.get("leader") or parking_row.get("node"), risk=obs.parking_risk,

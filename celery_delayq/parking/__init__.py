@@ -1,10 +1,7 @@
-"""Parking queues: where a DelayedRetryTask's message goes when its retries are exhausted.
+"""Parking queues: where a DelayedRetryTask's message goes when its retries are exhausted (docs/retries.md).
 
-* :class:`ParkingQueue` — list, inspect (:meth:`~ParkingQueue.get`), replay, purge and
-  :meth:`~ParkingQueue.redeclare` (drop a delivery limit, see :mod:`.limits`).
-* :class:`ParkedMessage`, :class:`ParkedFilter` — a parked message's metadata, and filters.
-* :class:`Parker` — the confirmed publish that parks a message (DelayedRetryTask uses it).
-* CLI: ``celery -A proj delayq parking list|inspect|replay|purge``.
+:class:`ParkingQueue` lists, inspects, replays, purges and redeclares one (the CLI's ``delayq parking``);
+:class:`ParkedMessage` and :class:`ParkedFilter` are a parked message and a filter; :class:`Parker` parks.
 """
 
 from __future__ import annotations

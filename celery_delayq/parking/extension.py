@@ -1,9 +1,7 @@
 """The ``parking`` extension: a ``DelayedRetryTask`` attempt that gives up is parked, not dropped.
 
-The glue's task asks the app's extensions to park (:meth:`~celery_delayq.glue.extensions.Extensions.park`);
-this extension answers with :func:`~celery_delayq.parking.park.park_attempt`, so
-the glue imports nothing of :mod:`celery_delayq.parking`. Whether a task parks
-at all is its ``delayq_park`` / ``delayq_park_on`` options.
+The glue asks the app's extensions to park; this one answers with :func:`~celery_delayq.parking.park.park_attempt`,
+so the glue imports nothing of :mod:`celery_delayq.parking`. A task's ``delayq_park``/``delayq_park_on`` decide.
 """
 
 from __future__ import annotations

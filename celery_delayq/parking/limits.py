@@ -1,10 +1,7 @@
 """Delivery limits: why a look at a parking queue can cost a parked message, and how it cannot (docs/retries.md).
 
-A browse hands each message back, which a quorum queue may count towards its ``delivery-limit``:
-3.10 has no default (and reads ``-1`` as "drop at once"), 4.0 a default of 20 counting every
-return, 4.3 does not count ``basic.nack(requeue)``. So parking queues are declared without a limit
-(:func:`celery_delayq.rabbitmq.delivery_limit.declare_arguments`), looks hand back with a nack,
-and a queue declared with a limit earlier is refused before a look, naming
+A look hands each message back, which a quorum queue may count towards its ``delivery-limit`` (each broker
+line differently): a queue declared with one earlier is refused before a look, naming
 :func:`~celery_delayq.parking.queue.ParkingQueue.redeclare`.
 """
 

@@ -10,7 +10,7 @@ the duplicate guard can tell a replay from the run that failed.
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from ..error_groups import message_matches
@@ -132,14 +132,8 @@ class ParkedMessage:
         return hdrs
 
     def to_dict(self, *, with_body: bool = False) -> dict[str, Any]:
-        """JSON-friendly form (the CLI's ``--json`` output)."""
-        out: dict[str, Any] = {
-            "parked_id": self.parked_id, "parked_at": self.parked_at, "reason": self.reason,
-            "task": self.task, "task_id": self.task_id, "attempts": self.attempts,
-            "first_attempt": self.first_attempt, "last_attempt": self.last_attempt,
-            "exc_type": self.exc_type, "exc_message": self.exc_message, "traceback": self.traceback,
-            "exchange": self.exchange, "routing_key": self.routing_key,
-        }
+        """JSON-friendly form (the CLI's ``--json`` output): the metadata fields; ``with_body`` adds the message."""
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self) if f.repr}
         if with_body:
             out["headers"] = {k: _text(v) if isinstance(v, bytes) else v for k, v in self.headers.items()}
             out["properties"] = dict(self.properties)

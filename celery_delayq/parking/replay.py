@@ -8,6 +8,7 @@ by a destination deleted meanwhile is parked again.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -34,20 +35,6 @@ class ReplayReport:
     reparked: int = 0
 
 
-class _Destinations:
-    """Is a destination routable? Checked once per destination, on a scratch channel."""
-
-    def __init__(self, connection: Connection) -> None:
-        self.connection = connection
-        self.known: dict[tuple[str, str], bool] = {}
-
-    def routable(self, exchange: str, routing_key: str) -> bool:
-        key = (exchange, routing_key)
-        if key not in self.known:
-            self.known[key] = bool(routing_key or exchange) and destination_exists(self.connection, *key)
-        return self.known[key]
-
-
 def _copy(parked: ParkedMessage, headers: dict[str, Any]) -> Message:
     return Message(parked.body, application_headers=headers, **dict(parked.properties))
 
@@ -71,7 +58,9 @@ def replay(connection: Connection, queue: str, *, match: ParkedFilter | None = N
         raise ValueError("a delayed replay needs the ladder publisher (ladder=...)")
     match = match or ParkedFilter()
     report = ReplayReport()
-    destinations = _Destinations(connection)
+    # Is a destination routable? Checked once per destination, on a scratch channel.
+    routable = functools.cache(lambda exchange, routing_key: bool(exchange or routing_key)
+                               and destination_exists(connection, exchange, routing_key))
     returned: list[str] = []
     with Scan(connection, queue, transactional=True) as scan:
         ch = scan.channel
@@ -103,8 +92,7 @@ def replay(connection: Connection, queue: str, *, match: ParkedFilter | None = N
             if not match(parked) or (limit is not None and report.replayed + len(batch) >= limit):
                 report.skipped += 1
                 continue  # not taken: the scan hands it back when it ends
-            if (not parked.exchange and not parked.routing_key) or not destinations.routable(
-                    parked.exchange, parked.routing_key):
+            if not routable(parked.exchange, parked.routing_key):
                 report.unroutable += 1
                 continue
             headers = parked.replay_headers(reset_attempts=reset_attempts)

@@ -1,12 +1,9 @@
-"""Read a parking queue message by message, without losing any, however often it is read.
+"""Read a parking queue message by message, without losing any, however often it is read (docs/retries.md).
 
-A scan takes the messages that were there when it started (manual acks) and hands back what the
-caller did not ack. A consumer with a prefetch covering the pass reads them (3,000 on a quorum
-queue: 1-2 s, against 11-21 s by ``basic.get``, which takes only what lies past 65,535). Since a
-hand-back can count towards a delivery limit, a scan checks first (:func:`~.limits.check_browsable`),
-hands back with ``basic.nack(requeue)`` (4.3 does not count it; closing the channel counts
-everywhere), reads to the end of the pass even when the caller stops early (a partial hand-back
-rotates a quorum queue), and waits until the broker has put them back for the next look.
+A scan takes the messages that were there when it started (manual acks, through a consumer whose prefetch
+covers the pass) and hands back what the caller did not ack: after checking the delivery limit
+(:func:`~.limits.check_browsable`), with ``basic.nack(requeue)``, to the end of the pass even when the caller
+stops early (a partial hand-back rotates a quorum queue), then waits until the broker has put them back.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """A page of the waiting tasks, filtered: what the web page and the API ask of the index.
 
-:func:`~celery_delayq.pending.pending` returns every waiting task; a page
-shows a few dozen of them. :class:`WaitingFilter` adds what an operator
-searches by (id prefix, argument text, retries only) to pending's own
-filters, and :func:`page_of` cuts the sorted list. A full task id is looked
-up in its index shard alone (the fast path); anything else reads the whole
-index once, which :class:`Snapshot` lets a caller reuse for a few seconds
-while paging.
+:class:`WaitingFilter` adds what an operator searches by to :func:`~celery_delayq.pending.pending`'s filters
+and :func:`page_of` cuts the sorted list; a full task id reads its index shard alone, anything else the whole
+index, which :class:`Snapshot` keeps for a few seconds while pages poll.
 """
 
 from __future__ import annotations

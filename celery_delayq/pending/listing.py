@@ -1,10 +1,8 @@
 """``celery_delayq.pending(app, ...)``: the tasks waiting in the index, less those cancelled.
 
-It reads the index and the cancel log (:mod:`celery_delayq.index`) with the app's
-connection and layout, and leaves out what :func:`~celery_delayq.index.ids.hidden` hides.
-:func:`read_pending` is the same read from a connection and a layout alone (no app), so a
-process that has only those (the web page's reader process,
-:mod:`celery_delayq.pending.reader_process`) reads exactly what ``pending`` does.
+It reads the index and the cancel log (:mod:`celery_delayq.index`) and leaves out what
+:func:`~celery_delayq.index.ids.hidden` hides. :func:`read_pending` is the same read from a connection and a
+layout alone, so the web page's reader process (which has only those) reads exactly what ``pending`` does.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""Retry policies for DelayedRetryTask: tenacity strategies, evaluated across processes.
+"""Retry policies for DelayedRetryTask: tenacity strategies, evaluated across processes (docs/retries.md).
 
-* :class:`RetryPolicy` — the wait/stop/retry triple (tenacity's objects or ours).
-* :func:`call_state` — a tenacity ``RetryCallState`` from headers (attempt, first attempt).
-* :class:`RetryAfter` / :func:`parse_retry_after` — explicit delays (HTTP 429).
-* :func:`resolve_options` — call, then task, then app options, in one place.
-* Celery's own rules as tenacity strategies: :class:`wait_celery_backoff`,
-  :class:`stop_after_retries`, :class:`retry_if_celery_autoretry`.
+:class:`RetryPolicy` (the wait/stop/retry triple), :func:`call_state` (a tenacity state from the headers),
+:class:`RetryAfter` (explicit delays), :func:`resolve_options` (call, then task, then app), and Celery's own
+rules as tenacity strategies.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
 """One retry decision for a failed attempt: retry (with which delay), give up, or park now. Pure.
 
-``DelayedRetryTask.retry`` asks :func:`decide_retry` once and then only acts:
-it parks, signals and hands Celery the countdown and the ``max_retries`` that
-make Celery do the same thing, so Celery's own bookkeeping (``task_retry``,
-``MaxRetriesExceededError``, FAILURE) is unchanged. The rules, in order:
-
-1. :class:`~celery_delayq.policies.RetryAfter` names its own delay (capped by ``max_delay``).
-2. An exception in ``park_on`` is never retried, not even by ``autoretry_for``: park now.
-3. Without a policy, Celery's options decide, exactly as in Celery.
-4. With one, an explicit ``countdown``/``eta`` is used as given, else the policy's
-   wait; the policy's stop rule, and an explicit ``max_retries``, end the retries.
-
-The decision carries the delay it chose (:attr:`RetryDecision.delay`), which
-the ``retry_scheduled`` signal reports as it is. An exception that escapes
-the task body without a ``retry()`` call is decided here too
-(:func:`decide_failure`): the task only acts on the answer.
+``DelayedRetryTask`` asks :func:`decide_retry` (or, for an exception that escaped the task body,
+:func:`decide_failure`) and then only acts, handing Celery the countdown and ``max_retries`` that make it do
+the same, so Celery's own bookkeeping is unchanged. The rules, in order: docs/retries.md.
 """
 
 from __future__ import annotations

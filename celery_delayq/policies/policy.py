@@ -1,14 +1,8 @@
-"""``RetryPolicy``: tenacity's wait/stop/retry triple, evaluated one attempt at a time.
+"""``RetryPolicy``: tenacity's wait/stop/retry triple, evaluated one attempt at a time (docs/retries.md).
 
-tenacity runs a loop in one process. A Celery task's attempts run in many
-processes, days apart, so celery_delayq evaluates the same strategies one
-attempt at a time, on a state rebuilt from the message headers
-(:func:`~celery_delayq.policies.state.call_state`), in tenacity's order:
-the retry predicate, then the wait, then the stop rule (which may look at the
-upcoming wait, as ``stop_before_delay`` does). The wait is the ladder delay.
-
-Any tenacity strategy (or plain callable of a ``RetryCallState``) fits each
-slot, and so does a whole ``tenacity.Retrying``.
+A task's attempts run in many processes, days apart, so each evaluates the strategies on a state rebuilt
+from the headers (:func:`~celery_delayq.policies.state.call_state`), in tenacity's order: retry predicate,
+wait (the ladder delay), then stop. Any tenacity strategy, or a whole ``tenacity.Retrying``, fits.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""Where every retry option of a DelayedRetryTask is resolved: call, then task, then app.
+"""Where every retry option of a DelayedRetryTask is resolved: call, then task, then app (docs/retries.md).
 
-*Call* options are the ``delayq_*`` keywords given to ``self.retry(...)``;
-*task* options are ``delayq_*`` attributes (``@app.task(delayq_stop=...)``);
-*app* options are the ``delayq_*`` settings (:class:`~celery_delayq.DelayqConfig`).
-The first level that sets an option wins. A retry policy is resolved slot by
-slot (``wait``, ``stop``, ``retry``); slots nobody sets come from the task's
-Celery options (:meth:`RetryPolicy.from_celery`), so a task that only says
-``delayq_stop=stop_after_delay(3600)`` keeps its Celery backoff.
+The first of ``self.retry(delayq_*=...)``, the task's ``delayq_*`` attributes and the ``delayq_*`` settings
+that sets an option wins; a policy is resolved slot by slot, and slots nobody sets come from the task's
+Celery options (:meth:`RetryPolicy.from_celery`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Build a tenacity ``RetryCallState`` for an attempt that ran in another process, or another day.
 
-tenacity measures time with ``time.monotonic()``, which means nothing across
-processes. celery_delayq carries the attempt number and the *wall-clock*
-time of the first attempt in the message headers instead, and translates
-them here: the state's ``start_time`` is placed so that
-``seconds_since_start`` equals ``now - first_attempt``. So ``stop_after_delay``
-holds across workers and restarts, and every tenacity strategy sees a state
-it understands.
+tenacity's ``time.monotonic()`` means nothing across processes, so the state's ``start_time`` is placed
+for ``seconds_since_start`` to equal ``now - first_attempt`` (wall clock, from the headers): so
+``stop_after_delay`` holds across workers and restarts.
 """
 
 from __future__ import annotations
