@@ -165,11 +165,10 @@ def read_index(connection: kombu.Connection, layout: IndexLayout, *, task_ids: I
 
     def one(job: tuple[IndexLayout, int]) -> dict[str, PendingTask]:
         where, shard = job
-        found: dict[str, PendingTask] = {}
-        for task in _passes(connection, where, shard, _start(where, now), prefilter, pause):
-            if not wanted or task.task_id in wanted:
-                found[task.task_id] = task  # offsets increase: a later pass replaces an earlier one
-        return found
+        with reader_connection(connection) as raw:  # each shard on a connection of its own
+            # offsets increase: a later pass replaces an earlier one
+            return {task.task_id: task for task in _passes_on(raw, where, shard, _start(where, now), prefilter, pause)
+                    if not wanted or task.task_id in wanted}
 
     jobs = [(where, shard) for where in layouts for shard in shards]
     if len(jobs) == 1:
@@ -199,16 +198,9 @@ def _start(layout: IndexLayout, now: float) -> datetime:
     return datetime.fromtimestamp(max(0.0, since), tz=timezone.utc)
 
 
-def _passes(connection: kombu.Connection, layout: IndexLayout, shard: int, start: datetime,
-            prefilter: re.Pattern[bytes] | None, pause: Callable[[], None] | None = None) -> Iterator[PendingTask]:
-    """Every pass in one shard of the index from ``start``, oldest first (on a connection of its own)."""
-    with reader_connection(connection) as raw:
-        yield from _passes_on(raw, layout, shard, start, prefilter, pause)
-
-
 def _passes_on(raw: Connection, layout: IndexLayout, shard: int, start: datetime,
                prefilter: re.Pattern[bytes] | None, pause: Callable[[], None] | None = None) -> Iterator[PendingTask]:
-    """:func:`_passes` on an open reader connection."""
+    """Every pass in one shard of the index from ``start``, oldest first, on an open reader connection."""
     reader = StreamReader(raw, layout.shard_queue(shard))
     for _offset, headers, _message_id in reader.read(start, (ENTRIES, FORMAT), prefilter=prefilter, pause=pause):
         yield from tasks_of(headers)
