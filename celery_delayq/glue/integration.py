@@ -1,16 +1,10 @@
 """Turning the ladder on for a Celery app: activation, the producer hook, the worker steps.
 
-The activation rule (docs/migration.md): the setting alone turns it on; processes that imported celery_delayq
-publish into the ladder themselves, and a worker of the app moves any other delayed task into the ladder on
-arrival (:mod:`~celery_delayq.glue.takeover`).
-
-* Importing celery_delayq registers :func:`watch_app` as a Celery *fixup* and runs it on the existing apps: it
-  only watches the app's configuration, however it is given.
-* If ``delayq_enabled`` is set, :func:`install` points the app's producer pool and ``app.amqp.Producer`` at
-  :class:`~celery_delayq.glue.producer.LadderProducer`, and ``app.amqp.create_task_message`` at
-  :class:`~celery_delayq.glue.message_check.CheckedTaskMessage` (a bad countdown fails before anything is sent);
-  no other app is touched. It then builds the app's extensions (:mod:`celery_delayq.glue.extensions`);
-  :class:`DelayqWorkerStep` runs their worker hooks.
+Importing celery_delayq registers :func:`watch_app` as a Celery fixup, which only watches the app's configuration;
+once ``delayq_enabled`` is set, :func:`install` hooks the app's producers
+(:class:`~celery_delayq.glue.producer.LadderProducer`, :class:`~celery_delayq.glue.message_check.CheckedTaskMessage`)
+and builds its extensions, whose worker hooks :class:`DelayqWorkerStep` runs. The activation rule (a worker also
+moves delayed tasks from publishers without the package into the ladder): docs/migration.md.
 """
 
 from __future__ import annotations

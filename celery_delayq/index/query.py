@@ -1,13 +1,9 @@
 """Reading the index: the delayed tasks and retries waiting in the ladder now.
 
-The index holds one entry per pass through the ladder (see :mod:`~celery_delayq.index.writer`). A task is
-waiting when the *latest* pass of its id is not due yet: a pass that is due (``due <= now``) has been delivered
-or is in its last hop, so it is never reported early; a retry adds a later pass, which then wins. What is left
-out on top of that (the ids cancelled with :func:`celery_delayq.cancel` or Celery's revoke, the passes a
-reschedule replaced) is judged in one place, :mod:`.lookup`.
-
-Reading only looks: the index streams are read from the first entry that can still be waiting
-(``now - max delay``), the ladder's queues are not touched. A lookup by task id reads one shard of the sixteen.
+The index holds one entry per pass through the ladder (:mod:`~celery_delayq.index.writer`); a task is waiting
+while the *latest* pass of its id is not due yet, so it is never reported early. What is left out on top of that
+(cancelled ids, the passes a reschedule replaced) is judged in :mod:`.lookup`. Reading only looks: the streams
+are read from the first entry that can still be waiting (``now - max delay``); a lookup by id reads one shard.
 """
 
 from __future__ import annotations
