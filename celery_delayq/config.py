@@ -376,15 +376,12 @@ def _number(name: str, *, integer: bool, low: float, high: float | None = None, 
                 number = int(value) if integer else float(value)
             except ValueError:
                 raise _refuse(name, value, wants) from None
-        if isinstance(number, bool) or not isinstance(number, (int, float)):
-            raise _refuse(name, value, wants)
-        if integer and not isinstance(number, int):
+        if isinstance(number, bool) or not isinstance(number, int if integer else (int, float)):
             raise _refuse(name, value, wants)
         if not integer:
             number = float(number)
-            if not math.isfinite(number):
-                raise _refuse(name, value, wants)
-        if number < low or (low_open and number == low) or (high is not None and number > high):
+        if (not integer and not math.isfinite(number)) or number < low or (low_open and number == low) or \
+                (high is not None and number > high):
             raise _refuse(name, value, wants)
         return number
     return convert
