@@ -95,9 +95,7 @@ class AppLadder:
 
     def connection(self) -> Connection:
         """A (not yet connected) kombu connection to the ladder's broker."""
-        if self.config.broker_url:
-            return self.app.connection_for_write(self.config.broker_url)
-        return self.app.connection_for_write()
+        return self.app.connection_for_write(self.config.broker_url or None)  # None: the app's write broker
 
     def dedicated_connection(self, role: str) -> Connection:
         """A (not yet connected) connection of the ladder's own for ``role``: the app's options, never ``confirm_publish``."""
