@@ -246,14 +246,16 @@ class DelayqConfig:
         warn_unknown_settings(app)
         values: dict[str, Any] = {}
         for f in fields(cls):
-            value = _raw_lookup(conf, f"delayq_{f.name}")
+            value = raw_setting(conf, f"delayq_{f.name}")
             if value is not None:
                 values[f.name] = value
         return cls(**values)
 
 
-def _raw_lookup(conf: Any, key: str) -> Any:
-    """The value of ``key`` as given, in any of the three spellings; ``None`` when unset."""
+def raw_setting(conf: Any, key: str) -> Any:
+    """``key`` (``delayq_web_token``) of ``conf`` as given, in any of the three spellings
+    (``delayq_x``, ``DELAYQ_X``, Django's ``CELERY_DELAYQ_X``); ``None`` when unset.
+    For the features that type their own settings (:data:`FEATURE_SETTINGS`)."""
     # Celery maps namespaced settings (CELERY_FOO) onto known keys only, so
     # for our own keys look at the upper-case namespaced spelling as well.
     for candidate in (key, key.upper(), f"{(conf.get('namespace') or 'CELERY')}_{key.upper()}"):
@@ -266,13 +268,6 @@ def _raw_lookup(conf: Any, key: str) -> Any:
     return None
 
 
-def raw_setting(conf: Any, key: str) -> Any:
-    """``key`` (``delayq_web_token``) of ``conf`` as given, in any of the three spellings
-    (``delayq_x``, ``DELAYQ_X``, Django's ``CELERY_DELAYQ_X``); ``None`` when unset.
-    For the features that type their own settings (:data:`FEATURE_SETTINGS`)."""
-    return _raw_lookup(conf, key)
-
-
 def _lookup(conf: Any, key: str) -> Any:
     """The ``delayq_*`` setting ``key`` of ``conf``, typed and validated as :class:`DelayqConfig` does.
 
@@ -280,7 +275,7 @@ def _lookup(conf: Any, key: str) -> Any:
     hook reads ``delayq_enabled``) get the same answer as the config: ``"false"`` is ``False``, ``"yes please"``
     is a :class:`~celery_delayq.errors.SettingsError`. A key that is no setting is returned as given.
     """
-    value = _raw_lookup(conf, key)
+    value = raw_setting(conf, key)
     name = key[len("delayq_"):] if key.startswith("delayq_") else key
     if value is None or name not in CONVERTERS:
         return value
@@ -381,15 +376,12 @@ def _number(name: str, *, integer: bool, low: float, high: float | None = None, 
                 number = int(value) if integer else float(value)
             except ValueError:
                 raise _refuse(name, value, wants) from None
-        if isinstance(number, bool) or not isinstance(number, (int, float)):
-            raise _refuse(name, value, wants)
-        if integer and not isinstance(number, int):
+        if isinstance(number, bool) or not isinstance(number, int if integer else (int, float)):
             raise _refuse(name, value, wants)
         if not integer:
             number = float(number)
-            if not math.isfinite(number):
-                raise _refuse(name, value, wants)
-        if number < low or (low_open and number == low) or (high is not None and number > high):
+        if (not integer and not math.isfinite(number)) or number < low or (low_open and number == low) or \
+                (high is not None and number > high):
             raise _refuse(name, value, wants)
         return number
     return convert
@@ -565,21 +557,11 @@ def unknown_settings(keys: Iterable[str], namespace: str = "CELERY") -> list[tup
     for key in keys:
         if not isinstance(key, str):
             continue
-        if key.startswith("delayq_"):
-            head, rest, upper = "delayq_", key[len("delayq_"):], False
-        elif key.startswith("DELAYQ_"):
-            head, rest, upper = "DELAYQ_", key[len("DELAYQ_"):], True
-        elif key.startswith(ns):
-            head, rest, upper = ns, key[len(ns):], True
-        else:
+        head = next((h for h in ("delayq_", "DELAYQ_", ns) if key.startswith(h)), None)
+        if head is None or key[len(head):].lower() in valid:
             continue
-        if rest.lower() in valid:
-            continue
-        close = difflib.get_close_matches(rest.lower(), valid, n=1, cutoff=0.6)
-        suggestion = None
-        if close:
-            suggestion = head + (close[0].upper() if upper else close[0])
-        found.append((key, suggestion))
+        close = difflib.get_close_matches(key[len(head):].lower(), valid, n=1, cutoff=0.6)
+        found.append((key, head + (close[0] if head == "delayq_" else close[0].upper()) if close else None))
     return found
 
 

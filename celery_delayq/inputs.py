@@ -1,20 +1,10 @@
 """The one input model of every operator action: the API, the page's forms and the CLI (pure).
 
-An operator's page or command line is trusted only if a typo can never do harm, so every value that changes
-production state is read here, by the same rules whoever typed it:
-
-* :func:`parse_due` — a task's new due time. Empty, in the past, or a negative duration is an error that names
-  ``run-now`` (a due time in the past used to *run the task now*); beyond the longest delay the app accepts it
-  is :class:`~celery_delayq.errors.DelayTooLong`; a number too large for a calendar is an error, never an
-  ``OverflowError``.
-* :func:`parse_delay` — a duration from now (``90s``, ``10m``, seconds), never negative.
-* :func:`check_id` — a task or parked-message id: non-empty, printable, at most :data:`ID_MAX` characters, valid
-  text (a command line's ``$'\\xff'`` is refused).
-* :func:`require_selection` — a bulk action (cancel matching, replay, delete) needs a filter **or** an explicit
-  ``all``, and, to act, the ``expect`` count a dry run returned. An empty selection never means "everything".
-
-Each refusal is a :class:`BadInput` (a ``ValueError``) whose message names the field, the value and what to give
-instead; the callers turn it into a 4xx JSON answer or a one-line CLI error, and nothing is changed.
+Every value that changes production state is read here, by the same rules whoever typed it: a new due time
+(:func:`parse_due`, strictly in the future), a delay (:func:`parse_delay`), an id (:func:`check_id`) and a bulk
+selection (:func:`require_selection`: a filter or an explicit ``all``, and to act the count a dry run returned).
+Each refusal is a :class:`BadInput` (a ``ValueError``) naming the field, the value and what to give instead;
+nothing is changed. The rules, and their HTTP statuses: docs/web.md, "Input rules".
 """
 
 from __future__ import annotations
@@ -114,18 +104,14 @@ def parse_delay(value: str | float | int | None, *, what: str = "delay",
                 seconds = parse_moment(text, direction="ahead", now=0.0)
             except (ValueError, OverflowError, OSError):
                 raise BadInput(f"{what}: {_show(value)} is not a duration; give {DELAY_FORMS}") from None
-            if abs(seconds) > 1e15 or not _is_duration(text):
+            # a duration, not a calendar time or epoch (parse_moment reads those too)
+            if abs(seconds) > 1e15 or not (text[-1:].isalpha() and text[:1].isdigit()):
                 raise BadInput(f"{what}: {_show(value)} is not a duration; give {DELAY_FORMS}")
     if not math.isfinite(seconds) or seconds < 0:
         raise BadInput(f"{what}: {_show(value)} is not a delay of 0 seconds or more; give {DELAY_FORMS}")
     if check_delay is not None:
         check_delay(seconds)
     return seconds
-
-
-def _is_duration(text: str) -> bool:
-    """A duration, not a calendar time or epoch (``parse_moment`` reads those too)."""
-    return text[-1:].isalpha() and text[:1].isdigit()
 
 
 def check_id(value: object, *, what: str = "id") -> str:

@@ -1,25 +1,10 @@
 """The click types of every value a command reads (``delayq``'s, and the report's own): times, due times,
 delays and ids.
 
-One rule per kind of value, the same as the web page's API (:mod:`celery_delayq.inputs`):
-
-* :class:`Moment` — a point in time that *selects* (``pending --due-before``, ``parking --since``,
-  ``report --since``): ISO 8601, with or without a time (``2026-11-23``, ``2026-11-23T08:00``,
-  ``2026-11-23 08:00:00+01:00``; **no offset means UTC**, as every time the CLI prints is UTC), epoch seconds,
-  or a duration (``90s``, ``10m``, ``2h``, ``3d``, ``1w``) counted from now: forwards (``+``) or backwards
-  (``-``); without a sign, the direction the option names (a due time looks ahead, a ``--since`` looks back),
-  written in its ``--help``. Read by :func:`celery_delayq.ladder.moments.parse_moment`.
-* :class:`DueTime` — a task's *new* due time (``reschedule ID WHEN``): the same forms, but strictly in the
-  future and within the app's longest delay (:func:`celery_delayq.inputs.parse_due`; a past time names
-  ``run-now``).
-* :class:`Delay` — a duration from now (``parking replay --delay``), never negative
-  (:func:`celery_delayq.inputs.parse_delay`).
-* :class:`Id` — a task or parked-message id (:func:`celery_delayq.inputs.check_id`: non-empty, printable, valid
-  UTF-8 — a command line's ``$'\\xff'`` is refused).
-
-A value that is none of these is a usage error (exit status 2) with one line that names the option, the value
-and the accepted forms; nothing is read or changed. Each type's :meth:`help` writes the forms into the option's
-``--help``.
+One rule per kind of value, the same as the web page's API (:mod:`celery_delayq.inputs`): :class:`Moment` (a
+time that selects), :class:`DueTime` (a new due time, strictly in the future), :class:`Delay` (from now, never
+negative), :class:`Id`. Anything else is a usage error (exit status 2) in one line naming the option, the value
+and the accepted forms, which each type's ``help`` writes into ``--help`` (docs/operations.md, "Times").
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """The one place above every delay backend: build them, check the delay, send the signals, write the index.
 
-A delayed publish owes the same things whichever backend holds it: the delay is checked once (``DelayTooLong``,
-before anything is sent); ``before_schedule`` is sent just before the publish, ``message_scheduled`` once the
-broker confirmed it; the index of waiting tasks gets its entry (``delayq pending``, ``cancel``); inside
-``batch()`` those last two wait for the block's confirms and skip every message a
-:class:`~celery_delayq.errors.PublishError` named. :class:`Scheduler` does all of it, so a backend only places a
-serialised message at a due time for a destination (:meth:`~celery_delayq.typing.DelayBackend.place`) and
-returns its receipt: it never calls back up. The index entries go through an
-:class:`~celery_delayq.index.writer.IndexWriter` of their own.
-
-It also builds and chooses the backends: the app's (``delayq_backend``) or the destination queue's
-(``delayq_queue_backends``), each named in :data:`~celery_delayq.config.BACKEND_ALIASES` (checked when the
-settings are read) or by ``"module:Class"`` (:func:`backend_named`), chosen by the queue Celery names
-(``queue_hint``) or, on the default exchange, the routing key.
-
-A batch is per thread, not per scheduler: a block opened on one app's scheduler (or on one made with
-:meth:`Scheduler.for_connection`) collects the receipts of every schedule the thread makes inside it, so none is
-announced before its confirm.
+A delayed publish owes the same things whichever backend holds it, and :class:`Scheduler` does them once: the
+delay check (before anything is sent), ``before_schedule`` and, once confirmed, ``message_scheduled``, and the index
+entry (through an :class:`~celery_delayq.index.writer.IndexWriter` of its own); inside ``batch()`` the last two
+wait for the block's confirms and skip what a :class:`~celery_delayq.errors.PublishError` named. A backend only
+places the message (:meth:`~celery_delayq.typing.DelayBackend.place`) and returns its receipt. The scheduler also
+builds and chooses the backends (``delayq_backend``, ``delayq_queue_backends``, :func:`backend_named`); a batch is
+per thread, not per scheduler. See docs/how-it-works.md, "Adding a delay backend".
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """The typed seams between the layers: what the kombu hook asks, and what schedules a delay.
 
-One delayed publish crosses two seams, each one way:
-
-1. :class:`~celery_delayq.glue.producer.LadderProducer` (kombu layer) asks a :class:`DelayRouting` whether a
-   publish is delayed and where it must arrive (:meth:`DelayRouting.divert`), and gets a :class:`Diversion`
-   back.
-2. It serialises the message itself and hands it to the routing's :class:`Scheduling`
-   (:meth:`Scheduling.schedule`), the one place above every backend: it checks the delay, sends the signals,
-   writes the index entry and asks the destination's :class:`DelayBackend` only to place the message
-   (:meth:`DelayBackend.place`), which returns a receipt. The TTL-queue ladder
-   (:class:`~celery_delayq.rabbitmq.publisher.LadderPublisher`) is the default backend, ``fixed``
-   (:class:`~celery_delayq.rabbitmq.fixed.FixedDelays`) a second, ``native``
-   (:class:`~celery_delayq.rabbitmq.native.NativeDelays`, RabbitMQ's per-message quorum delays, DESIGN-NOTES §8)
-   a third: one module and one row in ``BACKEND_ALIASES``.
-
-Nothing calls back up: the routing never touches the producer, and the backend never touches either.
-
-:class:`CeleryApp` names the part of a Celery app the package uses, so that a signature says "a Celery app"
-rather than ``Any``.
+The producer asks a :class:`DelayRouting` (:meth:`~DelayRouting.divert`, a :class:`Diversion`), then hands the
+serialised message to its :class:`Scheduling`, which asks the destination's :class:`DelayBackend` only to place it;
+nothing calls back up (docs/how-it-works.md, "The seams between the layers"). :class:`CeleryApp` names the part
+of a Celery app the package uses, so that a signature says "a Celery app" rather than ``Any``.
 """
 
 from __future__ import annotations

@@ -95,9 +95,7 @@ class AppLadder:
 
     def connection(self) -> Connection:
         """A (not yet connected) kombu connection to the ladder's broker."""
-        if self.config.broker_url:
-            return self.app.connection_for_write(self.config.broker_url)
-        return self.app.connection_for_write()
+        return self.app.connection_for_write(self.config.broker_url or None)  # None: the app's write broker
 
     def dedicated_connection(self, role: str) -> Connection:
         """A (not yet connected) connection of the ladder's own for ``role``: the app's options, never ``confirm_publish``."""
@@ -259,29 +257,16 @@ def _check_names(exchange: str, routing_key: str, declare: Iterable[Any]) -> str
             check_name("exchange name", name)
             continue
         check_name("queue name", name)
-        for bound_exchange, key in _bindings_of(entity):
-            check_name("exchange name", bound_exchange.name or "")
-            if receiving is None and _reaches(bound_exchange, key, exchange, routing_key, name):
+        for binding in (entity, *(getattr(entity, "bindings", None) or ())):  # its own binding, then the others
+            bound = getattr(binding, "exchange", None)
+            if bound is None:
+                continue
+            check_name("exchange name", bound.name or "")
+            # The default exchange routes by queue name; another, by its type's match of the binding key.
+            if receiving is None and (routing_key == name if exchange == "" else (bound.name or "") == exchange and
+                                      key_matches(bound.type or "direct", binding.routing_key or "", routing_key)):
                 receiving = name
     return receiving
-
-
-def _bindings_of(queue: Any) -> list[tuple[Any, str]]:
-    pairs = []
-    if getattr(queue, "exchange", None) is not None:
-        pairs.append((queue.exchange, queue.routing_key or ""))
-    for binding in getattr(queue, "bindings", None) or ():
-        if getattr(binding, "exchange", None) is not None:
-            pairs.append((binding.exchange, binding.routing_key or ""))
-    return pairs
-
-
-def _reaches(bound_exchange: Any, binding_key: str, exchange: str, routing_key: str, queue: str) -> bool:
-    if exchange == "":
-        return routing_key == queue  # the default exchange routes by queue name
-    if (bound_exchange.name or "") != exchange:
-        return False
-    return bool(key_matches(bound_exchange.type or "direct", binding_key, routing_key))
 
 
 #: The app attribute holding its :class:`AppLadder` (a weak dictionary's value would keep its key alive).

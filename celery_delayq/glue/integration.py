@@ -1,16 +1,10 @@
 """Turning the ladder on for a Celery app: activation, the producer hook, the worker steps.
 
-The activation rule (docs/migration.md): the setting alone turns it on; processes that imported celery_delayq
-publish into the ladder themselves, and a worker of the app moves any other delayed task into the ladder on
-arrival (:mod:`~celery_delayq.glue.takeover`).
-
-* Importing celery_delayq registers :func:`watch_app` as a Celery *fixup* and runs it on the existing apps: it
-  only watches the app's configuration, however it is given.
-* If ``delayq_enabled`` is set, :func:`install` points the app's producer pool and ``app.amqp.Producer`` at
-  :class:`~celery_delayq.glue.producer.LadderProducer`, and ``app.amqp.create_task_message`` at
-  :class:`~celery_delayq.glue.message_check.CheckedTaskMessage` (a bad countdown fails before anything is sent);
-  no other app is touched. It then builds the app's extensions (:mod:`celery_delayq.glue.extensions`);
-  :class:`DelayqWorkerStep` runs their worker hooks.
+Importing celery_delayq registers :func:`watch_app` as a Celery fixup, which only watches the app's configuration;
+once ``delayq_enabled`` is set, :func:`install` hooks the app's producers
+(:class:`~celery_delayq.glue.producer.LadderProducer`, :class:`~celery_delayq.glue.message_check.CheckedTaskMessage`)
+and builds its extensions, whose worker hooks :class:`DelayqWorkerStep` runs. The activation rule (a worker also
+moves delayed tasks from publishers without the package into the ladder): docs/migration.md.
 """
 
 from __future__ import annotations
@@ -73,7 +67,16 @@ def install(app: CeleryApp) -> AppLadder:
         if DelayqWorkerStep not in app.steps["consumer"]:
             app.steps["consumer"].add(DelayqWorkerStep)
         celery_signals.task_received.connect(_on_task_received, weak=False)  # Celery skips a receiver it has
-        _install_extensions(app, ladder)
+        # The app's extensions, less delayq_disabled_extensions (only that setting is read: install() may run
+        # while Celery loads the configuration); one added earlier (telemetry.attach) stays.
+        for name, path in enabled_extensions(setting(app, "disabled_extensions")).items():
+            built: Extension[AppLadder] = symbol_by_name(path)()
+            if built.name != name:
+                raise ValueError(f"extension {path} is named {built.name!r}, listed as {name!r}")
+            extension = ladder.extensions.add(built)
+            for step in extension.consumer_steps:
+                app.steps["consumer"].add(symbol_by_name(step))
+            extension.install(ladder)
     return ladder
 
 
@@ -100,26 +103,6 @@ def uninstall(app: CeleryApp) -> None:
             for step in extension.consumer_steps if extension is not None else ():
                 app.steps["consumer"].discard(symbol_by_name(step))
         forget_ladder(app)  # a later install reads the settings again
-
-
-def _install_extensions(app: CeleryApp, ladder: AppLadder) -> None:
-    """Build the app's extensions (less ``delayq_disabled_extensions``), add their steps, run their ``install``.
-
-    Only that setting is read here: install() may run while Celery loads the configuration.
-    """
-    for name, path in enabled_extensions(setting(app, "disabled_extensions")).items():
-        extension = ladder.extensions.add(_build(name, path))  # one added earlier (telemetry.attach) stays
-        for step in extension.consumer_steps:
-            app.steps["consumer"].add(symbol_by_name(step))
-        extension.install(ladder)
-
-
-def _build(name: str, path: str) -> Extension[AppLadder]:
-    """An instance of the extension class at ``path`` (``"module:Class"``), checked to carry ``name``."""
-    extension: Extension[AppLadder] = symbol_by_name(path)()
-    if extension.name != name:
-        raise ValueError(f"extension {path} is named {extension.name!r}, listed as {name!r}")
-    return extension
 
 
 def _hook_producers(app: CeleryApp, ladder: AppLadder) -> None:
@@ -166,8 +149,29 @@ def watch_app(app: CeleryApp) -> None:
         return
     _WATCHED.add(app)
     ref = weakref.ref(app)
-    _wrap_add_defaults(app, ref)
-    _wrap_producer_or_acquire(app, ref)
+    add_defaults_of, producer_or_acquire_of = app.add_defaults, app.producer_or_acquire
+
+    @functools.wraps(add_defaults_of)
+    def add_defaults(fun: Any) -> Any:
+        result = add_defaults_of(fun)
+        target = ref()
+        if target is not None and target.configured:  # applied at once, with no signal
+            _settings_changed(target)
+        return result
+
+    @functools.wraps(producer_or_acquire_of)
+    def producer_or_acquire(producer: Any = None) -> Any:
+        # Load the configuration before the producer pool is built, as Celery 5.6+ does. Before 5.6 Celery loads
+        # it *inside* AMQP.producer_pool when a kombu-level publisher's app.producer_or_acquire() reads it first:
+        # loading installs the ladder and sets its pool, then Celery assigns its own kombu pool over it, and that
+        # first publish would skip the ladder.
+        target = ref()
+        if producer is None and target is not None and not target.configured:
+            target.conf.get("delayq_enabled")  # any read loads it (and installs the ladder if enabled)
+        return producer_or_acquire_of(producer)
+
+    app.add_defaults = add_defaults  # type: ignore[method-assign]
+    app.producer_or_acquire = producer_or_acquire  # type: ignore[method-assign]
     if getattr(app, "on_after_configure", None) is not None:
         app.on_after_configure.connect(_on_after_configure, sender=app, weak=False)
         if app.configured:
@@ -246,53 +250,8 @@ class SettingsRefusal(bootsteps.Step):
             raise SystemExit(78)
 
 
-def _wrap_add_defaults(app: CeleryApp, ref: "weakref.ReferenceType[CeleryApp]") -> None:
-    original = app.add_defaults
-
-    @functools.wraps(original)
-    def add_defaults(fun: Any) -> Any:
-        result = original(fun)
-        target = ref()
-        if target is not None and target.configured:  # applied at once, with no signal
-            _settings_changed(target)
-        return result
-
-    app.add_defaults = add_defaults  # type: ignore[method-assign]
-
-
-def _wrap_producer_or_acquire(app: CeleryApp, ref: "weakref.ReferenceType[CeleryApp]") -> None:
-    """Load the configuration before the producer pool is built, as Celery 5.6+ does.
-
-    Celery before 5.6 loads it *inside* ``AMQP.producer_pool`` when a kombu-level publisher's
-    ``app.producer_or_acquire()`` is the first thing to read it: loading installs the ladder and sets its pool,
-    then Celery assigns its own kombu pool over it, and that first publish would skip the ladder.
-    """
-    original = app.producer_or_acquire
-
-    @functools.wraps(original)
-    def producer_or_acquire(producer: Any = None) -> Any:
-        target = ref()
-        if producer is None and target is not None and not target.configured:
-            target.conf.get("delayq_enabled")  # any read loads it (and installs the ladder if enabled)
-        return original(producer)
-
-    app.producer_or_acquire = producer_or_acquire  # type: ignore[method-assign]
-
-
+#: Ladder header versions newer than this release that deliveries carried, each logged once.
 _NEWER_FORMATS: set[str] = set()
-
-
-def _newer_ladder_format(request: Any, exc: FormatTooNew) -> None:
-    """A delivery whose ladder headers a newer release wrote: an error, once per version found.
-
-    The task still runs (Celery's own format says what to run); what this worker reads from the headers may be wrong.
-    """
-    found = repr(exc.found)
-    if found not in _NEWER_FORMATS:
-        _NEWER_FORMATS.add(found)
-        log.error("delayq: task %s (%s) came out of the ladder with headers this worker cannot read; it runs, "
-                  "but its lateness and any reschedule of it are not applied here: %s",
-                  getattr(request, "id", "?"), getattr(request, "name", "?"), exc)
 
 
 def _register_fixup() -> None:
@@ -352,8 +311,12 @@ def _on_task_received(sender: Any = None, request: Any = None, **_: Any) -> None
         return
     try:
         check_format(info, "ladder")
-    except FormatTooNew as exc:
-        _newer_ladder_format(request, exc)
+    except FormatTooNew as exc:  # the task still runs (Celery's format says what); what the headers say may be wrong
+        if repr(exc.found) not in _NEWER_FORMATS:
+            _NEWER_FORMATS.add(repr(exc.found))
+            log.error("delayq: task %s (%s) came out of the ladder with headers this worker cannot read; it runs, "
+                      "but its lateness and any reschedule of it are not applied here: %s",
+                      getattr(request, "id", "?"), getattr(request, "name", "?"), exc)
     now = time.time()
     signals.message_delivered.send(sender=request.task, request=request, due=float(due),
                                    delay=float(info.get(H.DELAY) or 0.0), lateness=now - float(due))

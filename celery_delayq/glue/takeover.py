@@ -79,8 +79,11 @@ class Takeover:
         if due - self.clock() < HOLD_BELOW_S:
             return None
         task_id = headers.get("id")
-        if task_id is not None and _revoked_or_cancelled(self.consumer, self.ladder, str(task_id)):
-            return None  # Celery's own path drops it as revoked
+        if task_id is not None:  # revoked, or cancelled durably (the cancels extension): Celery's path drops it
+            state = getattr(getattr(self.consumer, "controller", None), "state", None)
+            if (state is not None and str(task_id) in state.revoked) or \
+                    self.ladder.extensions.cancelled(self.ladder, str(task_id)):
+                return None
         expires = headers.get("expires")
         if expires:
             try:
@@ -155,13 +158,6 @@ def _left_the_ladder(headers: dict[str, Any], due: float) -> bool:
         return abs(float(stamped) - due) < 0.001  # the eta is written from the due time, to the microsecond
     except (TypeError, ValueError):
         return False
-
-
-def _revoked_or_cancelled(consumer: Any, ladder: AppLadder, task_id: str) -> bool:
-    state = getattr(getattr(consumer, "controller", None), "state", None)
-    if state is not None and task_id in state.revoked:
-        return True
-    return ladder.extensions.cancelled(ladder, task_id)  # durable cancels (the cancels extension)
 
 
 class TakeoverStep(bootsteps.StartStopStep):

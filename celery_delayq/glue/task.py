@@ -151,7 +151,8 @@ class DelayedRetryTask(Task):
             current_attempt(request).settled = True
             # One exception for both events: the report's "Top exceptions" files the give-up and the
             # parked run under the same name (a retry() without exc gives up with MaxRetriesExceededError).
-            reason = decision.exc if isinstance(decision.exc, BaseException) else _exhausted(self, attempt_no)
+            reason = decision.exc if isinstance(decision.exc, BaseException) else \
+                self.MaxRetriesExceededError(f"{self.name} gave up after {attempt_no} attempt(s)")
             signals.retry_exhausted.send(sender=self, request=request, exc=reason, attempt=attempt_no)
             if opts.park:
                 park(self, request, reason, reason="exhausted", options=opts)
@@ -230,11 +231,6 @@ def _celery_max_retries_kept(task: Any, restore: bool) -> Iterator[None]:
                 task.__dict__.pop("override_max_retries", None)
             else:
                 task.override_max_retries = saved
-
-
-def _exhausted(task: Any, attempt_no: int) -> BaseException:
-    exc: BaseException = task.MaxRetriesExceededError(f"{task.name} gave up after {attempt_no} attempt(s)")
-    return exc
 
 
 def park(task: Any, request: Any, exc: BaseException, *, reason: str, options: RetryOptions) -> None:

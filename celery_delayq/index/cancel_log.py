@@ -1,15 +1,8 @@
 """The cancel log: a RabbitMQ stream of cancelled task ids, written by ``cancel`` and read by workers.
 
-A stream, because every worker reads the whole log at start and then follows it without taking anything from the
-others, and it survives a broker restart. One message per cancelled id; its headers say which id and until when
-the cancel holds (the task's due time plus a margin, else the ladder's maximum delay plus the margin). Workers
-ignore expired entries; the stream's retention (:mod:`celery_delayq.ladder.index_layout`) removes them from
-disk.
-
-A cancel can outlive that retention (a task due in 40 days laps through a 31-day ladder; the stream keeps about
-32 days), so every entry also says when it was written (:data:`AT`), and workers write such a cancel again once
-half the retention has passed (:meth:`.cancel_book.CancelBook.renewals`,
-:class:`celery_delayq.cancels.worker.CancelFollower`).
+One message per cancelled id; its headers say which id, until when the cancel holds and when it was written
+(:data:`AT`), so workers ignore expired entries and write again a cancel that outlives the stream's retention
+(docs/how-it-works.md, "The index of waiting tasks").
 """
 
 from __future__ import annotations

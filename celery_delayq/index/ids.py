@@ -1,18 +1,8 @@
 """Task ids as operators type them: the full id or a unique start of it, checked against the index.
 
-``delayq cancel`` and ``delayq pending --id`` (and :func:`celery_delayq.cancel`, :func:`celery_delayq.pending`)
-resolve what they are given here, in one way:
-
-1. an id some waiting task has exactly (one index shard is read);
-2. otherwise the start of exactly one waiting task's id, of at least :data:`MIN_PREFIX` characters (every shard
-   is read; as ``git`` does, shorter starts are refused). A whole UUID is never read as a prefix: a miss then
-   costs one shard, not the whole index (1.2 s with 5,000 waiting);
-3. otherwise it is unknown (:class:`TaskIdNotFound`), or ambiguous (:class:`AmbiguousTaskId`, listing them).
-
-"Waiting" is the index's word: the latest pass of the id is not due yet, and it is not a pass a run-now or a
-reschedule replaced (:func:`superseded`, the one place that rule lives). A prefix is matched against the waiting
-ids not cancelled either (:func:`hidden`: those ``delayq pending`` lists); a full id is found cancelled or not.
-A typo is never recorded as the cancel of an id no task has.
+An exact id reads one shard; otherwise a unique start of at least :data:`MIN_PREFIX` characters of a waiting,
+uncancelled id (:func:`hidden`); otherwise :class:`TaskIdNotFound` or :class:`AmbiguousTaskId`. "Waiting" leaves
+out what :func:`superseded` says was replaced. The rules and why: docs/how-it-works.md, "The index of waiting tasks".
 """
 
 from __future__ import annotations

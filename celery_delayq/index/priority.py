@@ -1,13 +1,8 @@
 """Reads a person waits for go first: a whole-index read pauses while a lookup of this process runs.
 
-A lookup by id (one shard and the cancel log: a few dozen round trips) took 0.9-1.5 s instead of 0.1 s while the
-web page read the whole index again in the background (four shard readers holding the GIL and the broker). So a
-lookup runs in :func:`urgent`, and a whole-index read (:func:`~celery_delayq.index.query.read_index` without
-ids) calls its :class:`Pause` between two socket reads: while an urgent read runs in this process it waits, at
-most :data:`MAX_PAUSE_S` in all per read, so lookups slow the whole read down but never stop it.
-
-Process-wide and in memory. A read inside :func:`urgent` never pauses; a read made in a child process on this
-process's behalf (:mod:`celery_delayq.pending.reader_process`) follows its urgent blocks (:func:`mirror`).
+A lookup runs in :func:`urgent`; a whole-index read calls its :class:`Pause` between two socket reads and waits
+while an urgent read runs, at most :data:`MAX_PAUSE_S` per read. Process-wide and in memory; a child reading on
+this process's behalf follows it (:func:`mirror`). Measured why: docs/how-it-works.md, "The index of waiting tasks".
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Reading the index: the delayed tasks and retries waiting in the ladder now.
 
-The index holds one entry per pass through the ladder (see :mod:`~celery_delayq.index.writer`). A task is
-waiting when the *latest* pass of its id is not due yet: a pass that is due (``due <= now``) has been delivered
-or is in its last hop, so it is never reported early; a retry adds a later pass, which then wins. What is left
-out on top of that (the ids cancelled with :func:`celery_delayq.cancel` or Celery's revoke, the passes a
-reschedule replaced) is judged in one place, :mod:`.lookup`.
-
-Reading only looks: the index streams are read from the first entry that can still be waiting
-(``now - max delay``), the ladder's queues are not touched. A lookup by task id reads one shard of the sixteen.
+The index holds one entry per pass through the ladder (:mod:`~celery_delayq.index.writer`); a task is waiting
+while the *latest* pass of its id is not due yet, so it is never reported early. What is left out on top of that
+(cancelled ids, the passes a reschedule replaced) is judged in :mod:`.lookup`. Reading only looks: the streams
+are read from the first entry that can still be waiting (``now - max delay``); a lookup by id reads one shard.
 """
 
 from __future__ import annotations
@@ -165,11 +161,10 @@ def read_index(connection: kombu.Connection, layout: IndexLayout, *, task_ids: I
 
     def one(job: tuple[IndexLayout, int]) -> dict[str, PendingTask]:
         where, shard = job
-        found: dict[str, PendingTask] = {}
-        for task in _passes(connection, where, shard, _start(where, now), prefilter, pause):
-            if not wanted or task.task_id in wanted:
-                found[task.task_id] = task  # offsets increase: a later pass replaces an earlier one
-        return found
+        with reader_connection(connection) as raw:  # each shard on a connection of its own
+            # offsets increase: a later pass replaces an earlier one
+            return {task.task_id: task for task in _passes_on(raw, where, shard, _start(where, now), prefilter, pause)
+                    if not wanted or task.task_id in wanted}
 
     jobs = [(where, shard) for where in layouts for shard in shards]
     if len(jobs) == 1:
@@ -199,16 +194,9 @@ def _start(layout: IndexLayout, now: float) -> datetime:
     return datetime.fromtimestamp(max(0.0, since), tz=timezone.utc)
 
 
-def _passes(connection: kombu.Connection, layout: IndexLayout, shard: int, start: datetime,
-            prefilter: re.Pattern[bytes] | None, pause: Callable[[], None] | None = None) -> Iterator[PendingTask]:
-    """Every pass in one shard of the index from ``start``, oldest first (on a connection of its own)."""
-    with reader_connection(connection) as raw:
-        yield from _passes_on(raw, layout, shard, start, prefilter, pause)
-
-
 def _passes_on(raw: Connection, layout: IndexLayout, shard: int, start: datetime,
                prefilter: re.Pattern[bytes] | None, pause: Callable[[], None] | None = None) -> Iterator[PendingTask]:
-    """:func:`_passes` on an open reader connection."""
+    """Every pass in one shard of the index from ``start``, oldest first, on an open reader connection."""
     reader = StreamReader(raw, layout.shard_queue(shard))
     for _offset, headers, _message_id in reader.read(start, (ENTRIES, FORMAT), prefilter=prefilter, pause=pause):
         yield from tasks_of(headers)

@@ -1,17 +1,10 @@
 """Read a RabbitMQ stream over AMQP 0-9-1 from a start point to its end, fast and without changing it.
 
-* **Where does the stream end?** AMQP 0-9-1 never says. So the reader first appends a confirmed *marker*
-  (:data:`~celery_delayq.ladder.index_layout.MARKER`), then reads until it meets it: everything confirmed before
-  the read began is seen, whatever the timing. Markers are skipped by every reader and expire with the stream;
-  they are the only write (stream consumers remove nothing).
-* **Speed.** py-amqp decodes every header of every delivery (about 100 us per Celery task message, slower than
-  the broker delivers a stream). Once py-amqp has set the consumer up, the reader takes the socket's frames
-  itself (py-amqp reads one frame at a time, so nothing is lost), skips bodies and, with a ``prefilter``, parses
-  only headers containing the bytes looked for; the unread rest of the buffer goes back to py-amqp before the
-  channel is closed.
-
-Every read and write of the index and the cancel log goes through :func:`reader_connection` (which says when the
-broker has no streams) and, for a write, :func:`append`: with the writer, the index's only ``amqp`` I/O.
+The reader appends a confirmed marker (:data:`~celery_delayq.ladder.index_layout.MARKER`) and reads until it
+meets it, taking the socket's frames itself once py-amqp set the consumer up (docs/how-it-works.md, "The index
+of waiting tasks"). Every read and write of the index and the cancel log goes through :func:`reader_connection`
+(which says when the broker has no streams) and, for a write, :func:`append`: with the writer, the index's only
+``amqp`` I/O.
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """The index entries of scheduled messages: compact, on a connection of their own, never in the caller's way.
 
-For every message a delay backend accepted, the :class:`~celery_delayq.scheduling.Scheduler` appends, through
-the process's :class:`IndexWriter` (its own dedicated connection and confirm channel), an entry
-(:func:`batch_entry`) to the index shard of the task id (a stream, :mod:`~celery_delayq.ladder.index_layout`),
-many entries per stream message, body JSON:
-
-* a single publish adds its entry, once the broker confirmed the message, to the writer's buffer
-  (:meth:`IndexWriter.add`), written :data:`LINGER_S` after its first entry, at :data:`CHUNK` entries, before
-  this process reads the index, when the writer closes, and at interpreter exit (one stream message per publish
-  cost the confirm-each path 14-21 % of its rate, buffered 7-16 %: the ``index_cost`` benchmark);
-* inside ``batch()`` the entries of the messages the broker confirmed are written when the block ends.
-
-Another process sees a task in ``delayq pending`` within :data:`LINGER_S`; the publishing process at once. An
-index write that fails is logged, never failing a scheduled publish; a process that dies in between leaves its
-task out of the index (it still runs, and ``cancel`` works by id).
-
-Why not a ``BCC`` copy written by the broker (measured on 3.10.8 and 4.3.6): dead-lettering re-routes with the
-BCC keys too (each hop copied the message again); the copy costs the broker as much as the ladder publish (raw
-pipelined publishing at 0.36x and 0.54x); and a publish routed to the index counts as routed, so the mandatory
-flag could no longer report a ladder level that is gone.
+The :class:`~celery_delayq.scheduling.Scheduler` hands each accepted message's entry (:func:`batch_entry`) to the
+process's :class:`IndexWriter`, which buffers it (:data:`LINGER_S`, :data:`CHUNK`; inside ``batch()`` until the
+block ends) and appends it to the task id's index shard. A failed write is logged, never failing a publish. Why
+buffered, and why not a broker-written ``BCC`` copy: docs/how-it-works.md, "The index of waiting tasks".
 """
 
 from __future__ import annotations
