@@ -9,10 +9,7 @@ The channel lives on an :class:`OwnedConnection`: a dedicated connection owned b
 ``confirm_publish`` (with it py-amqp swallows confirms inside ``basic_publish``). Connecting tries
 each host once, without sleeping, and raises :class:`~celery_delayq.errors.BrokerUnavailable`:
 retrying is the caller's decision. A forked child forgets the parent's connection and opens its own.
-
-py-amqp sets ``TCP_USER_TIMEOUT`` to 1 s (py-amqp #114), so a broker that stops reading for a
-second kills the connection mid-frame: a publisher of 20 kB messages died after 2 s of a 3 s
-SIGSTOP of 3.10.8, and lost nothing with 30 s. Hence :data:`USER_TIMEOUT_MS`, unless set.
+Why :data:`USER_TIMEOUT_MS`: docs/clusters.md (measured details).
 """
 
 from __future__ import annotations
@@ -250,7 +247,7 @@ def combine(failures: Sequence[PublishError], *, also: Sequence[tuple[str, str]]
 NOT_INHERITED = frozenset({"confirm_publish"})
 
 #: ``TCP_USER_TIMEOUT`` of a dedicated connection (ms), where the user set none: as long as
-#: the default confirm timeout, instead of py-amqp's 1 s (see the module docstring).
+#: the default confirm timeout, instead of py-amqp's 1 s (why: docs/clusters.md).
 USER_TIMEOUT_MS = 30_000
 #: The socket option's number (Linux); py-amqp uses 18 where ``socket`` lacks the name.
 _TCP_USER_TIMEOUT: int = getattr(socket, "TCP_USER_TIMEOUT", 18)
