@@ -202,16 +202,12 @@ def confirm_block(local: threading.local, settle: Callable[[Tracker], None]) -> 
 
 def fail(items: Iterable[Pending], error: Callable[[list[Pending]], PublishError]) -> None:
     """Settle ``items`` as not scheduled: each tracker gets one ``error(its items)``."""
-    for tracker, mine in _by_tracker(items):
-        tracker.outstanding -= len(mine)
-        tracker.failures.append(error(mine))
-
-
-def _by_tracker(items: Iterable[Pending]) -> Iterator[tuple[Tracker, list[Pending]]]:
     groups: dict[int, tuple[Tracker, list[Pending]]] = {}
     for item in items:
         groups.setdefault(id(item.tracker), (item.tracker, []))[1].append(item)
-    return iter(groups.values())
+    for tracker, mine in groups.values():
+        tracker.outstanding -= len(mine)
+        tracker.failures.append(error(mine))
 
 
 #: Names shown in an error message; ``PublishError.failed`` has all of them.
