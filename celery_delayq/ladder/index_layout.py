@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover - only named: a caller passes the spec
 
 __all__ = ["IndexLayout", "MARGIN_S", "SHARDS", "STREAM_VERSION", "MARKER", "ENTRIES", "index_layout"]
 
-#: Index shards (streams) per ladder; see the module docstring.
+#: Index shards (streams) per ladder; why 16: docs/footprint.md.
 SHARDS = 16
 #: Kept beyond the ladder's maximum delay: lateness (a broker outage, a burst
 #: draining) must not let a cancel expire before its task arrives.
