@@ -214,11 +214,6 @@ def fail(items: Iterable[Pending], error: Callable[[list[Pending]], PublishError
 _SHOWN = 5
 
 
-def _preview(names: Sequence[str]) -> str:
-    shown = ", ".join(names[:_SHOWN])
-    return shown + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
-
-
 def combine(failures: Sequence[PublishError], *, also: Sequence[tuple[str, str]] = (),
             cause: PublishError | None = None) -> PublishError:
     """One error naming every message of ``failures`` plus ``also`` (``(name, entry)`` pairs).
@@ -234,8 +229,9 @@ def combine(failures: Sequence[PublishError], *, also: Sequence[tuple[str, str]]
     kinds = {type(f) for f in failures} | ({type(cause)} if cause is not None else set())
     cls = kinds.pop() if len(kinds) == 1 else PublishError
     first = str(cause if cause is not None else failures[0])
-    return cls(f"{first} -- {len(names)} delayed message(s) NOT scheduled or not confirmed: "
-               f"{_preview(names)}", failed=names, entries=entries)
+    shown = ", ".join(names[:_SHOWN]) + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
+    return cls(f"{first} -- {len(names)} delayed message(s) NOT scheduled or not confirmed: {shown}",
+               failed=names, entries=entries)
 
 
 # -- the dedicated connection ---------------------------------------------------------

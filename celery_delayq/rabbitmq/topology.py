@@ -317,13 +317,11 @@ class Topology:
         """
         s = self.spec
         streams = set(self.index.streams) if self.index is not None else set()
-        placing = self.placement is not None and self.queue_type == "quorum"
-        checking = self.budget is not None and self.queue_type == "quorum"
-        missing = self.missing_quorum_queues(connection) if placing or checking else []
-        if missing and checking:
-            assert self.budget is not None
+        asking = self.queue_type == "quorum" and (self.placement is not None or self.budget is not None)
+        missing = self.missing_quorum_queues(connection) if asking else []
+        if missing and self.budget is not None:
             self.budget(s.namespace, len(missing))  # FileHandleBudgetExceeded/Unknown: nothing created
-        if missing and placing:
+        if missing and self.placement is not None:
             self._place(connection)
         for attempt in _racing_declares():
             with attempt, _pipelined(connection, "the ladder") as ch:
@@ -448,12 +446,10 @@ class Topology:
 
         Passive declares only: creates nothing, needs no configure permission.
         """
-        found: list[EntityState] = []
         wanted = [(kind.split(":")[0], name) for kind, name, _args in self.entities()]
         wanted += [("queue", name) for name in extra_queues]
         with _Channels(connection) as chans:
-            for kind, name in wanted:
-                found.append(_probe(chans, kind, name))
+            found = [_probe(chans, kind, name) for kind, name in wanted]
         if self.index is not None:  # a stream's history is not messages waiting
             streams = set(self.index.streams)
             found = [EntityState(e.kind, e.name, e.exists, 0 if e.exists else None, e.consumers)
