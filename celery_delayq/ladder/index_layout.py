@@ -7,9 +7,7 @@ Two kinds of RabbitMQ stream live beside each ladder (``<namespace>`` is the lad
   same shard.
 * **The cancel log**: ``<namespace>.cancels``, which workers read at start and follow (:mod:`celery_delayq.cancels`).
 
-Why 16 shards: a client reads a stream at about 6,000-18,000 messages per second (2 cores, RabbitMQ 3.10.8 /
-4.3.6); a lookup by task id reads only its shard, so with 1,000,000 waiting it reads about 62,500 entries. Why
-the broker does not write the index itself (a ``BCC`` copy): :mod:`.writer`.
+Why 16 shards: docs/footprint.md; why the broker does not write the index itself (a ``BCC`` copy): :mod:`.writer`.
 
 Retention: every stream keeps ``x-max-age`` = the ladder's maximum delay plus :data:`MARGIN_S`, so every task
 that can still be waiting has its entry and the streams do not grow for ever (small segments: small steps).
@@ -26,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover - only named: a caller passes the spec
 
 __all__ = ["IndexLayout", "MARGIN_S", "SHARDS", "STREAM_VERSION", "MARKER", "ENTRIES", "index_layout"]
 
-#: Index shards (streams) per ladder; see the module docstring.
+#: Index shards (streams) per ladder; why 16: docs/footprint.md.
 SHARDS = 16
 #: Kept beyond the ladder's maximum delay: lateness (a broker outage, a burst
 #: draining) must not let a cancel expire before its task arrives.

@@ -1,16 +1,9 @@
 """Code written for the delayed-message-exchange plugin, delayed through the ladder. Pure.
 
-The plugin (archived January 2026; it cannot run on RabbitMQ 4.3, which dropped Mnesia) delays a message
-published to an ``x-delayed-message`` exchange by its integer ``x-delay`` header, in milliseconds, then routes
-it as the exchange's ``x-delayed-type`` would. With the ladder on, the same code keeps working unchanged:
-
-* a publish with an ``x-delay`` header waits in the ladder, then goes to the exchange and routing key it names;
-* an ``x-delayed-message`` exchange the publish declares is declared as its ``x-delayed-type`` instead (the
-  broker may not know the plugin's type).
-
-What differs from the plugin: the ladder's resolution (10 ms by default, never early) and its maximum delay: any
-length (a delay beyond one pass of the ladder laps; ``delayq_max_delay`` caps it when set), where the plugin
-took any 32-bit delay at millisecond precision.
+A publish with an integer ``x-delay`` header (ms) waits in the ladder, then goes to the exchange and routing key
+it names; an ``x-delayed-message`` exchange the publish declares is declared as its ``x-delayed-type`` instead
+(the broker may not know the plugin's type). The plugin's history and what differs: docs/migration.md,
+docs/limits.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """Pure arithmetic of the TTL-queue ladder: no I/O, no Celery.
 
-The ladder has ``levels`` levels numbered ``k = levels-1 .. 0``. Level ``k`` is a topic exchange plus
-``radix - 1`` queues; queue ``(k, d)`` holds messages for ``d * radix**k`` units (its ``x-message-ttl``) and
-dead-letters into the exchange of level ``k - 1`` (level 0 into the delivery exchange).
-
-A delay of ``n`` units is written in base ``radix`` as ``levels`` digits, most significant first, and those
-digits are the first ``levels`` words of the routing key. At level ``k`` a binding on digit ``d != 0`` sends the
-message into queue ``(k, d)``; a ``0`` passes it straight on to level ``k - 1`` by an exchange-to-exchange
-binding, without waiting. So a message waits exactly the sum of its digits' values, i.e. ``n`` units, and visits
-one queue per non-zero digit. Every message in a queue has the same TTL, so FIFO order *is* expiry order and
-nothing is ever stuck behind a longer delay (no head-of-line blocking).
-
-The delivery exchange routes on the last routing-key word, a fixed-size token of the destination, into that
-destination's *exit queue*, whose TTL of 0 and ``x-dead-letter-exchange``/``x-dead-letter-routing-key``
-republish the message to the exchange and routing key an undelayed publish would have used.
+Level ``k`` is a topic exchange plus ``radix - 1`` queues, queue ``(k, d)`` waiting ``d * radix**k`` units; a
+delay's base-``radix`` digits are the routing key's first words, so a message waits exactly its delay, one queue
+per non-zero digit, then its destination's exit queue republishes it. The full picture: docs/how-it-works.md.
 """
 
 from __future__ import annotations
@@ -91,9 +80,7 @@ class LadderSpec:
             ``x-message-ttl`` takes.
         levels: Number of digits (levels). The maximum delay is ``(radix**levels - 1) * unit_ms``.
         radix: Digit base; 2 is the classic binary ladder. A higher radix cuts the hops per message at the price
-            of ``radix - 1`` queues per level. The default, radix 4 with 14 levels (31 days), was measured
-            against binary (29 levels): 2x the sustained delivery rate at saturation, +42% publish ceiling
-            (shorter routing keys), 5.0 vs 5.8 hops.
+            of ``radix - 1`` queues per level (the default's measurements: docs/how-it-works.md).
         shards: Parallel copies of the levels (exchanges and queues); each message takes the one its id hashes
             to (:meth:`shard_of`), so that the broker's per-queue dead-letter work spreads over more queues, and
             so over a cluster's nodes and a node's cores. Shard 0 keeps the unsharded names, so 1 (the default)
@@ -274,7 +261,7 @@ class LadderSpec:
         """Queue of level ``k`` for digit ``digit`` (TTL ``digit * radix**k`` units), of shard ``shard``."""
         if self.radix == 2:
             return f"{self._levels_namespace(shard)}.L{k:02d}"
-        return f"{self._levels_namespace(shard)}.L{k:02d}.d{_digit_word(digit)}"
+        return f"{self._levels_namespace(shard)}.L{k:02d}.d{_DIGIT_WORDS[digit]}"
 
     def queue_ttl_ms(self, k: int, digit: int) -> int:
         """``x-message-ttl`` of queue ``(k, digit)``."""
@@ -329,14 +316,10 @@ class LadderSpec:
                 skip = "*." * (self.levels - 1 - k)
                 for d in range(1, self.radix):
                     out.append(Binding(self.level_exchange(k, shard), self.level_queue(k, d, shard), "queue",
-                                       f"{skip}{_digit_word(d)}.#"))
+                                       f"{skip}{_DIGIT_WORDS[d]}.#"))
                 out.append(Binding(self.level_exchange(k, shard), self.dead_letter_target(k, shard), "exchange",
                                    f"{skip}0.#"))
         return out
 
 
 _DIGIT_WORDS = "0123456789abcdefghijklmnopqrstuvwxyz"
-
-
-def _digit_word(d: int) -> str:
-    return _DIGIT_WORDS[d]

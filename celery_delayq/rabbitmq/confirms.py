@@ -9,10 +9,7 @@ The channel lives on an :class:`OwnedConnection`: a dedicated connection owned b
 ``confirm_publish`` (with it py-amqp swallows confirms inside ``basic_publish``). Connecting tries
 each host once, without sleeping, and raises :class:`~celery_delayq.errors.BrokerUnavailable`:
 retrying is the caller's decision. A forked child forgets the parent's connection and opens its own.
-
-py-amqp sets ``TCP_USER_TIMEOUT`` to 1 s (py-amqp #114), so a broker that stops reading for a
-second kills the connection mid-frame: a publisher of 20 kB messages died after 2 s of a 3 s
-SIGSTOP of 3.10.8, and lost nothing with 30 s. Hence :data:`USER_TIMEOUT_MS`, unless set.
+Why :data:`USER_TIMEOUT_MS`: docs/clusters.md (measured details).
 """
 
 from __future__ import annotations
@@ -205,25 +202,16 @@ def confirm_block(local: threading.local, settle: Callable[[Tracker], None]) -> 
 
 def fail(items: Iterable[Pending], error: Callable[[list[Pending]], PublishError]) -> None:
     """Settle ``items`` as not scheduled: each tracker gets one ``error(its items)``."""
-    for tracker, mine in _by_tracker(items):
+    groups: dict[int, tuple[Tracker, list[Pending]]] = {}
+    for item in items:
+        groups.setdefault(id(item.tracker), (item.tracker, []))[1].append(item)
+    for tracker, mine in groups.values():
         tracker.outstanding -= len(mine)
         tracker.failures.append(error(mine))
 
 
-def _by_tracker(items: Iterable[Pending]) -> Iterator[tuple[Tracker, list[Pending]]]:
-    groups: dict[int, tuple[Tracker, list[Pending]]] = {}
-    for item in items:
-        groups.setdefault(id(item.tracker), (item.tracker, []))[1].append(item)
-    return iter(groups.values())
-
-
 #: Names shown in an error message; ``PublishError.failed`` has all of them.
 _SHOWN = 5
-
-
-def _preview(names: Sequence[str]) -> str:
-    shown = ", ".join(names[:_SHOWN])
-    return shown + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
 
 
 def combine(failures: Sequence[PublishError], *, also: Sequence[tuple[str, str]] = (),
@@ -241,8 +229,9 @@ def combine(failures: Sequence[PublishError], *, also: Sequence[tuple[str, str]]
     kinds = {type(f) for f in failures} | ({type(cause)} if cause is not None else set())
     cls = kinds.pop() if len(kinds) == 1 else PublishError
     first = str(cause if cause is not None else failures[0])
-    return cls(f"{first} -- {len(names)} delayed message(s) NOT scheduled or not confirmed: "
-               f"{_preview(names)}", failed=names, entries=entries)
+    shown = ", ".join(names[:_SHOWN]) + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
+    return cls(f"{first} -- {len(names)} delayed message(s) NOT scheduled or not confirmed: {shown}",
+               failed=names, entries=entries)
 
 
 # -- the dedicated connection ---------------------------------------------------------
@@ -250,7 +239,7 @@ def combine(failures: Sequence[PublishError], *, also: Sequence[tuple[str, str]]
 NOT_INHERITED = frozenset({"confirm_publish"})
 
 #: ``TCP_USER_TIMEOUT`` of a dedicated connection (ms), where the user set none: as long as
-#: the default confirm timeout, instead of py-amqp's 1 s (see the module docstring).
+#: the default confirm timeout, instead of py-amqp's 1 s (why: docs/clusters.md).
 USER_TIMEOUT_MS = 30_000
 #: The socket option's number (Linux); py-amqp uses 18 where ``socket`` lacks the name.
 _TCP_USER_TIMEOUT: int = getattr(socket, "TCP_USER_TIMEOUT", 18)

@@ -257,21 +257,17 @@ def terraform(topo: Topology, *, vhost: str = "/", exits: Iterable[Destination] 
     blocks.append(var)
     blocks.append(_Block('data "rabbitmq_vhost" "ladder"').attr("name", "var.vhost"))
 
-    for e in p.exchanges:
-        b = _Block(f'resource "rabbitmq_exchange" "{e.key}"')
+    for e in p.exchanges + p.queues:
+        b = _Block(f'resource "rabbitmq_{e.kind}" "{e.key}"')
         b.attr("name", _string(e.name)).attr("vhost", "data.rabbitmq_vhost.ladder.name")
         settings = b.block("settings")
-        settings.attr("type", _string(e.type)).attr("durable", "true").attr("auto_delete", "false")
-        if e.arguments:
-            settings.attr("arguments", _object([(k, value(k, v)) for k, v in sorted(e.arguments.items())]))
-        blocks.append(b)
-    for q in p.queues:
-        b = _Block(f'resource "rabbitmq_queue" "{q.key}"')
-        b.attr("name", _string(q.name)).attr("vhost", "data.rabbitmq_vhost.ladder.name")
-        settings = b.block("settings")
+        if e.type:
+            settings.attr("type", _string(e.type))
         settings.attr("durable", "true").attr("auto_delete", "false")
-        if q.arguments:
-            obj = _object([(k, value(k, v)) for k, v in sorted(q.arguments.items())])
+        obj = _object([(k, value(k, v)) for k, v in sorted(e.arguments.items())]) if e.arguments else None
+        if obj and e.kind == "exchange":
+            settings.attr("arguments", obj)
+        elif obj:  # a queue's arguments are one JSON string
             settings.attr("arguments_json", [f"jsonencode({obj[0]}", *obj[1:-1], f"{obj[-1]})"])
         blocks.append(b)
     for link in p.bindings:

@@ -1,20 +1,8 @@
 """``delayq_backend = "fixed"``: one TTL queue per destination and distinct delay, one hop.
 
 A message waits in one queue whose ``x-message-ttl`` is its delay, then dead-letters straight into its
-destination: one hop where the ladder costs about five for delays of seconds (issue #25). Every message in such
-a queue has the same TTL, so no head-of-line blocking.
-
-* **Per destination**: a queue shared by destinations would need a second hop through the exit queue; it
-  dead-letters as an exit queue does (:meth:`Topology.fixed_queue_args
-  <celery_delayq.rabbitmq.topology.Topology.fixed_queue_args>`).
-* **Never early**: the remaining delay, read after connecting, rounded *up* to ``delayq_fixed_resolution``.
-* **Bounded**: at most ``delayq_fixed_queues`` per process, each fitting RabbitMQ 3.x's file-handle budget; a
-  delay that does not fit (or is too long, or makes laps) goes through the ladder, logged once per reason and
-  destination, never a failure.
-* **The ladder's guarantees**: its queue type and its publisher (confirms, mandatory, batches); index, signals
-  and delay check are above every backend (:mod:`celery_delayq.scheduling`).
-
-Not done: leader placement of a new fixed queue; a per-broker bound.
+destination: one hop where the ladder costs about five for delays of seconds (issue #25). Never early, bounded
+(``delayq_fixed_queues``); what does not fit goes through the ladder. Its design: docs/how-it-works.md.
 """
 
 from __future__ import annotations

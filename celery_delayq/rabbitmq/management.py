@@ -142,7 +142,7 @@ class ManagementAPI:
         theirs = str(overview.get("cluster_name") or "")
         if not self.cluster_name or theirs == self.cluster_name:
             return Identity("ok", "cluster_name", theirs)
-        nodes = self._request("/api/nodes?columns=name")
+        nodes = self._fetch("/api/nodes?columns=name")[0]
         names = [str(n.get("name")) for n in nodes if isinstance(n, dict)] if isinstance(nodes, list) else []
         if default_name_of(self.cluster_name, names, api_node=str(overview.get("node") or ""), api_cluster=theirs):
             return Identity("ok", "node", theirs)
@@ -157,7 +157,7 @@ class ManagementAPI:
         path = "/api/connections/" + urllib.parse.quote(name, safe="") + "?columns=name"
         deadline = time.monotonic() + wait_s
         while True:
-            found = self._request(path)
+            found = self._fetch(path)[0]
             if isinstance(found, dict):
                 return True
             if found is None or time.monotonic() >= deadline:  # None: the API failed, not "not there"
@@ -165,18 +165,13 @@ class ManagementAPI:
             time.sleep(0.5)
 
     def _get(self, path: str) -> Any:
-        if not self.same_broker:
-            return None
-        return self._request(path)
+        return self._fetch(path)[0] if self.same_broker else None
 
     def _http(self, path: str, data: bytes | None = None, method: str | None = None) -> urllib.request.Request:
         request = urllib.request.Request(self.base_url + path, data=data, method=method)
         token = base64.b64encode(f"{self.userid}:{self.password}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
         return request
-
-    def _request(self, path: str) -> Any:
-        return self._fetch(path)[0]
 
     def _fetch(self, path: str) -> tuple[Any, str]:
         """The decoded answer (``None``: unusable, ``_NOT_FOUND``: 404) and, when unusable, why, for the operator."""

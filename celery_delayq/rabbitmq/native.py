@@ -1,12 +1,8 @@
 """``delayq_backend = "native"``: the broker holds each message itself, per message, in a quorum queue.
 
-RabbitMQ's quorum queues gain per-message delays after 4.3 (rabbitmq-server PR #16583, DESIGN-NOTES §8): a
-message carrying ``x-opt-delivery-time`` (epoch ms) is parked in its queue until then. 3.10 and 4.3.6 deliver
-such a message at once (measured on 4.3.6), so this backend refuses below :data:`NATIVE_DELAY_VERSION`
-(:class:`~celery_delayq.errors.BrokerTooOld`, naming the version and what to use instead). Where it runs, a
-message goes straight to its (quorum) destination queue with the annotation: no ladder, no hop; choose it per
-queue with ``delayq_queue_backends = {"emails": "native"}``. Written to the upstream semantics, not yet run
-against a broker. It is the proof of the seam: this module and one row in ``BACKEND_ALIASES``.
+A message carrying ``x-opt-delivery-time`` (epoch ms) goes straight to its (quorum) destination queue, which
+holds it until then: no ladder, no hop. Below :data:`NATIVE_DELAY_VERSION` this backend refuses with
+:class:`~celery_delayq.errors.BrokerTooOld`; which brokers have the delays and what was measured: docs/api.md.
 """
 
 from __future__ import annotations

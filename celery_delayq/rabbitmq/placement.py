@@ -62,13 +62,7 @@ def amqp_addresses(listeners: Iterable[Mapping[str, Any]], nodes: Iterable[str])
 
 def leader_counts(rows: Iterable[Mapping[str, Any]], names: Iterable[str]) -> dict[str, int]:
     """How many of the queues ``names`` each node leads, from ``GET /api/queues`` rows (pure)."""
-    wanted = set(names)
-    counts: dict[str, int] = {}
-    for row in rows:
-        if row.get("name") in wanted:
-            node = str(row.get("leader") or row.get("node") or "?")
-            counts[node] = counts.get(node, 0) + 1
-    return dict(sorted(counts.items()))
+    return owned_leaders(rows, dict.fromkeys(names, "queues")).get("queues", {})
 
 
 def owned_leaders(rows: Iterable[Mapping[str, Any]], kinds: Mapping[str, str],

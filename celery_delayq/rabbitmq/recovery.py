@@ -102,15 +102,12 @@ class Recovery:
         """Queues holding messages now and still ``held_for`` seconds later (:func:`held_on_two_looks`)."""
         return held_on_two_looks(self.api, self.prefix, held_for=held_for)
 
-    def held_now(self) -> dict[str, int] | None:
-        """Ladder queues holding dead-letter messages at this moment (``None``: cannot tell)."""
-        rows = self.api.queues()
-        return None if rows is None else ladder_held(rows, self.prefix)
-
     def still_held(self, stuck: Mapping[str, int]) -> dict[str, int]:
         """Of the ``stuck`` queues, those holding as many or more :data:`SETTLE_S` after a touch (fewer: moving)."""
         time.sleep(SETTLE_S)
-        return {name: n for name, n in (self.held_now() or {}).items() if name in stuck and n >= stuck[name]}
+        rows = self.api.queues()
+        now = ladder_held(rows, self.prefix) if rows is not None else {}
+        return {name: n for name, n in now.items() if name in stuck and n >= stuck[name]}
 
     def touch(self) -> bool:
         """Set, then delete, a harmless policy on the ladder's queues; whether the broker took it."""

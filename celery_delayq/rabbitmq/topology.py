@@ -118,8 +118,6 @@ class LadderState:
 
 #: The roles of what a ladder prefix puts on the broker, in the order ``topology delete`` reports them.
 ROLES = ("levels", "delivery", "index", "cancels", "exit", "fixed", "laps", "unroutable", "parking")
-#: Roles every shape (levels, radix) of a prefix shares: its ladders' delivery exchanges lead into them.
-SHARED_ROLES = frozenset({"exit", "fixed", "laps", "unroutable", "parking"})
 
 _SHAPE = r"(?P<shape>[1-9][0-9]*x[1-9][0-9]*)"
 _LEVEL = r"(?:\.s[1-9][0-9]*)?\.L[0-9]{2,}"  # shard 0 has no .sN; L{k:02d}
@@ -150,8 +148,8 @@ def ladder_role(prefix: str, kind: str, name: str, *, parking_queue: str | None 
     """``(role, shape)`` of a broker entity that ladder prefix ``prefix`` made, else ``None`` (pure).
 
     Only names the ladder's naming scheme produces match, never another app's queue that
-    merely shares the prefix. ``shape`` is ``"LEVELSxRADIX"``, or ``""`` for
-    :data:`SHARED_ROLES`. ``parking_queue``: the app's, when it lies outside the prefix.
+    merely shares the prefix. ``shape`` is ``"LEVELSxRADIX"``, or ``""`` for what every shape shares (exit,
+    fixed, laps, unroutable, parking). ``parking_queue``: the app's, when it lies outside the prefix.
     """
     if kind == "queue" and parking_queue and name == parking_queue:
         return "parking", ""
@@ -200,10 +198,6 @@ class OwnedSelection:
     other_shapes: tuple[Owned, ...]
 
 
-def _count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def select_owned(spec: LadderSpec, queues: Iterable[Mapping[str, Any]], exchanges: Iterable[Mapping[str, Any]], *,
                  parking_queue: str | None = None, with_parking: bool = False,
                  keep_shared: bool = False) -> OwnedSelection:
@@ -221,7 +215,8 @@ def select_owned(spec: LadderSpec, queues: Iterable[Mapping[str, Any]], exchange
             if role is None:
                 continue
             stream = kind == "queue" and row.get("type") == "stream"
-            messages = _count(row.get("messages")) if kind == "queue" else None
+            count = row.get("messages")
+            messages = count if kind == "queue" and isinstance(count, int) and not isinstance(count, bool) else None
             found.append(Owned(kind, name, role[0], role[1], messages, stream))
     found.sort(key=lambda o: (o.kind != "queue", ROLES.index(o.role), o.name))
     own = [o for o in found if o.shape == shape]
@@ -322,13 +317,11 @@ class Topology:
         """
         s = self.spec
         streams = set(self.index.streams) if self.index is not None else set()
-        placing = self.placement is not None and self.queue_type == "quorum"
-        checking = self.budget is not None and self.queue_type == "quorum"
-        missing = self.missing_quorum_queues(connection) if placing or checking else []
-        if missing and checking:
-            assert self.budget is not None
+        asking = self.queue_type == "quorum" and (self.placement is not None or self.budget is not None)
+        missing = self.missing_quorum_queues(connection) if asking else []
+        if missing and self.budget is not None:
             self.budget(s.namespace, len(missing))  # FileHandleBudgetExceeded/Unknown: nothing created
-        if missing and placing:
+        if missing and self.placement is not None:
             self._place(connection)
         for attempt in _racing_declares():
             with attempt, _pipelined(connection, "the ladder") as ch:
@@ -453,12 +446,10 @@ class Topology:
 
         Passive declares only: creates nothing, needs no configure permission.
         """
-        found: list[EntityState] = []
         wanted = [(kind.split(":")[0], name) for kind, name, _args in self.entities()]
         wanted += [("queue", name) for name in extra_queues]
         with _Channels(connection) as chans:
-            for kind, name in wanted:
-                found.append(_probe(chans, kind, name))
+            found = [_probe(chans, kind, name) for kind, name in wanted]
         if self.index is not None:  # a stream's history is not messages waiting
             streams = set(self.index.streams)
             found = [EntityState(e.kind, e.name, e.exists, 0 if e.exists else None, e.consumers)
