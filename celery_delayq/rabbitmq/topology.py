@@ -299,10 +299,8 @@ class Topology:
             # return to a quorum queue counts towards its delivery limit (20).
             ("queue", s.laps_queue, {"x-queue-type": "classic"}),
         ]
-        for name in s.level_exchanges():
-            plan.append(("exchange:topic", name, {}))
-        for q in s.level_queues():
-            plan.append(("queue", q.name, self.level_queue_args(q.level, q.digit, q.shard)))
+        plan += [("exchange:topic", name, {}) for name in s.level_exchanges()]
+        plan += [("queue", q.name, self.level_queue_args(q.level, q.digit, q.shard)) for q in s.level_queues()]
         if self.index is not None:
             plan += self.index.entities()
         return plan
@@ -324,7 +322,7 @@ class Topology:
         if missing and self.placement is not None:
             self._place(connection)
         for attempt in _racing_declares():
-            with attempt, _pipelined(connection, "the ladder") as ch:
+            with attempt, throwaway_channel(connection) as ch, _mismatch("the ladder"):
                 for kind, name, args in self.entities():
                     if name not in streams and name != s.laps_queue:
                         _declare(ch, kind, name, args, nowait=True)
@@ -353,10 +351,10 @@ class Topology:
         name = self.spec.laps_queue
         try:
             for attempt in _racing_declares():
-                with attempt, _pipelined(connection, f"the laps queue {name}") as ch:
+                with attempt, throwaway_channel(connection) as ch, _mismatch(f"the laps queue {name}"):
                     _declare(ch, "queue", name, {"x-queue-type": "classic"})
         except amqp.NotFound as exc:
-            if not _queue_unavailable(exc):
+            if not _not_found(exc, _UNAVAILABLE):
                 raise
             log.warning("delayq: the laps queue %s is unavailable (%s): its node is down or restarting. Delays "
                         "longer than the ladder wait until it is back; everything else goes on.", name,
@@ -392,23 +390,20 @@ class Topology:
         s = self.spec
         # The exchanges first: a quorum queue's at-least-once dead-letter worker that starts
         # without its target exchange holds what expires until a 180 s timer (RabbitMQ < 4.3).
-        with _pipelined(connection, "the ladder's exchanges") as ch:
+        with throwaway_channel(connection) as ch, _mismatch("the ladder's exchanges"):
             for kind, name, args in self.entities():
                 if kind.startswith("exchange"):
                     _declare(ch, kind, name, args, nowait=True)
             ch.exchange_declare(s.delivery_exchange, "topic", passive=True)  # the barrier
-        queues = [(name, args) for _kind, name, args in self.owned_queues()]
-        try:
-            self.placement(queues)
-        except amqp.PreconditionFailed as exc:
-            raise _mismatch("the ladder", exc) from None
+        with _mismatch("the ladder"):
+            self.placement([(name, args) for _kind, name, args in self.owned_queues()])
 
     def streams_ready(self, connection: amqp.Connection | None = None) -> None:
         """Create the streams a deferred :meth:`declare` left out (on ``connection``, default its own)."""
         declared_on, self._streams_on = self._streams_on, None
         if declared_on is None:
             return
-        with _pipelined(connection or declared_on, "the index streams") as ch:
+        with throwaway_channel(connection or declared_on) as ch, _mismatch("the index streams"):
             for kind, name, args in self.index.entities():
                 _declare(ch, kind, name, args, nowait=True)
             ch.queue_declare(self.index.cancel_queue, passive=True)  # the barrier
@@ -420,13 +415,9 @@ class Topology:
             TopologyMissing: naming every missing exchange and queue.
             TopologyMismatch: naming the entity and argument that differ.
         """
-        missing: list[str] = []
         with _Channels(connection) as chans:
-            for kind, name, _args in self.entities():
-                try:
-                    chans.call(lambda ch: _declare(ch, kind, name, {}, passive=True))  # called at once
-                except amqp.NotFound:
-                    missing.append(f"{kind.split(':')[0]} {name!r}")
+            found = [_probe(chans, kind.split(":")[0], name) for kind, name, _args in self.entities()]
+            missing = [f"{e.kind} {e.name!r}" for e in found if not e.exists]
             if missing:
                 raise TopologyMissing(
                     f"the delayq ladder is incomplete on the broker; missing: {', '.join(missing)}. "
@@ -436,7 +427,8 @@ class Topology:
             # (PRECONDITION_FAILED) naming the argument that differs.
             for kind, name, args in self.entities():
                 try:
-                    chans.run(f"{kind.split(':')[0]} {name!r}", lambda ch: _declare(ch, kind, name, args))
+                    with _mismatch(f"{kind.split(':')[0]} {name!r}"):
+                        chans.call(lambda ch: _declare(ch, kind, name, args))  # called at once
                 except amqp.AccessRefused:
                     log.info("delayq: no configure permission; ladder arguments not verified")
                     return
@@ -563,24 +555,20 @@ class Topology:
             if declare:
                 if self.placement is not None and self.queue_type == "quorum" \
                         and not _probe(chans, "queue", dest.exit_queue).exists:
-                    try:  # a new exit queue leads where the fewest queues do, not on this connection's node
+                    # a new exit queue leads where the fewest queues do, not on this connection's node
+                    with _mismatch(f"exit queue {dest.exit_queue}"):
                         self.placement([(dest.exit_queue, args)], balance=True)
-                    except amqp.PreconditionFailed as exc:
-                        raise _mismatch(f"exit queue {dest.exit_queue}", exc) from None
                 for attempt in _racing_declares():
-                    with attempt:
-                        chans.run(f"exit queue {dest.exit_queue}",
-                                  lambda ch: _declare(ch, "queue", dest.exit_queue, args))
-                chans.run("exit binding", lambda ch: ch.queue_bind(
-                    dest.exit_queue, self.spec.delivery_exchange, self.spec.exit_binding_key(dest.token)))
-            else:
-                try:
-                    chans.call(lambda ch: ch.queue_declare(dest.exit_queue, passive=True))
-                except amqp.NotFound:
-                    raise TopologyMissing(
-                        f"exit queue {dest.exit_queue!r} for exchange {dest.exchange!r} / routing key "
-                        f"{dest.routing_key!r} does not exist and delayq_declare is False. Declare it with "
-                        "`celery -A APP delayq topology declare --destination EXCHANGE:ROUTING_KEY`.") from None
+                    with attempt, _mismatch(f"exit queue {dest.exit_queue}"):
+                        chans.call(lambda ch: _declare(ch, "queue", dest.exit_queue, args))
+                with _mismatch("exit binding"):
+                    chans.call(lambda ch: ch.queue_bind(
+                        dest.exit_queue, self.spec.delivery_exchange, self.spec.exit_binding_key(dest.token)))
+            elif not _probe(chans, "queue", dest.exit_queue).exists:
+                raise TopologyMissing(
+                    f"exit queue {dest.exit_queue!r} for exchange {dest.exchange!r} / routing key "
+                    f"{dest.routing_key!r} does not exist and delayq_declare is False. Declare it with "
+                    "`celery -A APP delayq topology declare --destination EXCHANGE:ROUTING_KEY`.")
         self._exits[key] = dest
 
 
@@ -614,33 +602,30 @@ def _delete_named(connection: amqp.Connection, queues: Sequence[str], exchanges:
     return deleted
 
 
-def _starting_elsewhere(exc: BaseException) -> bool:
-    """RabbitMQ 4.x's 404 'home node … is down or inaccessible': another declare is still starting the queue."""
-    return isinstance(exc, amqp.NotFound) and "down or inaccessible" in str(getattr(exc, "reply_text", exc))
+#: RabbitMQ 4.x's 404 'home node … is down or inaccessible': another declare is still starting the queue.
+_STARTING_ELSEWHERE = ("down or inaccessible",)
+#: A 404 for a queue that exists but whose process is not running: its (classic) node is down or stopping.
+_UNAVAILABLE = (*_STARTING_ELSEWHERE, "stopped by supervisor", "due to timeout")
 
 
-def _queue_unavailable(exc: BaseException) -> bool:
-    """A 404 for a queue that exists but whose process is not running: its (classic) node is down or stopping."""
-    text = str(getattr(exc, "reply_text", exc))
-    return isinstance(exc, amqp.NotFound) and any(
-        sign in text for sign in ("down or inaccessible", "stopped by supervisor", "due to timeout"))
+def _not_found(exc: BaseException, signs: tuple[str, ...] = _STARTING_ELSEWHERE) -> bool:
+    """A 404 (``amqp.NotFound``) whose text names one of ``signs``."""
+    return isinstance(exc, amqp.NotFound) and any(sign in str(getattr(exc, "reply_text", exc)) for sign in signs)
 
 
 def _racing_declares() -> tenacity.Retrying:
     """Attempts for a declare that may race another process's first declare (up to ~15 s)."""
-    return tenacity.Retrying(retry=tenacity.retry_if_exception(_starting_elsewhere),
+    return tenacity.Retrying(retry=tenacity.retry_if_exception(_not_found),
                              wait=tenacity.wait_exponential(multiplier=0.05, max=2.0),
                              stop=tenacity.stop_after_delay(15.0), reraise=True)
 
 
-def _declare(ch: amqp.Channel, kind: str, name: str, args: dict[str, Any], passive: bool = False,
-             nowait: bool = False) -> None:
+def _declare(ch: amqp.Channel, kind: str, name: str, args: dict[str, Any], nowait: bool = False) -> None:
     if kind.startswith("exchange"):
-        ch.exchange_declare(name, kind.split(":")[1], passive=passive, durable=True,
-                            auto_delete=False, arguments=args or None, nowait=nowait)
+        ch.exchange_declare(name, kind.split(":")[1], durable=True, auto_delete=False, arguments=args or None,
+                            nowait=nowait)
     else:
-        ch.queue_declare(name, passive=passive, durable=True, auto_delete=False, arguments=args or None,
-                         nowait=nowait)
+        ch.queue_declare(name, durable=True, auto_delete=False, arguments=args or None, nowait=nowait)
 
 
 def _probe(chans: "_Channels", kind: str, name: str) -> EntityState:
@@ -680,27 +665,15 @@ class _Channels:
             self.channel = self.connection.channel()
             raise
 
-    def run(self, what: str, fn: Callable[[amqp.Channel], Any]) -> Any:
-        """Like :meth:`call`, turning PRECONDITION_FAILED into :class:`TopologyMismatch`."""
-        try:
-            return self.call(fn)
-        except amqp.PreconditionFailed as exc:
-            raise _mismatch(what, exc) from None
-
 
 @contextlib.contextmanager
-def _pipelined(connection: amqp.Connection, what: str) -> Iterator[amqp.Channel]:
-    """A channel for ``nowait`` declares ending in one synchronous call; a refusal raises :class:`TopologyMismatch`."""
-    with throwaway_channel(connection) as ch:
-        try:
-            yield ch
-        except amqp.PreconditionFailed as exc:
-            raise _mismatch(what, exc) from None
-
-
-def _mismatch(what: str, exc: amqp.PreconditionFailed) -> TopologyMismatch:
-    return TopologyMismatch(
-        f"{what} exists on the broker with other arguments than this app expects: "
-        f"{exc.reply_text}. This happens when delayq_unit_ms, delayq_levels, delayq_radix "
-        "or delayq_queue_type changed: delete the old ladder (`celery -A APP delayq topology "
-        "delete`) once it is empty, or use a new delayq_prefix.")
+def _mismatch(what: str) -> Iterator[None]:
+    """Turn the broker's PRECONDITION_FAILED (``what`` exists with other arguments) into :class:`TopologyMismatch`."""
+    try:
+        yield
+    except amqp.PreconditionFailed as exc:
+        raise TopologyMismatch(
+            f"{what} exists on the broker with other arguments than this app expects: "
+            f"{exc.reply_text}. This happens when delayq_unit_ms, delayq_levels, delayq_radix "
+            "or delayq_queue_type changed: delete the old ladder (`celery -A APP delayq topology "
+            "delete`) once it is empty, or use a new delayq_prefix.") from None
