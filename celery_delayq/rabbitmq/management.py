@@ -97,8 +97,7 @@ class ManagementAPI:
         if url == "":
             return None
         configured = url is not None
-        if url is None:
-            url = f"http://{connection.hostname or 'localhost'}:{DEFAULT_PORT}"
+        url = url or f"http://{connection.hostname or 'localhost'}:{DEFAULT_PORT}"
         base, userid, password = split_credentials(url)
         if userid is None:
             userid, password = connection.userid or "guest", connection.password or "guest"
@@ -167,11 +166,14 @@ class ManagementAPI:
     def _get(self, path: str) -> Any:
         return self._fetch(path)[0] if self.same_broker else None
 
+    def _rows(self, path: str) -> list[dict[str, Any]] | None:
+        """The objects of a listing answer (``GET`` of a collection); ``None`` when the API cannot tell."""
+        found = self._get(path)
+        return [row for row in found if isinstance(row, dict)] if isinstance(found, list) else None
+
     def _http(self, path: str, data: bytes | None = None, method: str | None = None) -> urllib.request.Request:
-        request = urllib.request.Request(self.base_url + path, data=data, method=method)
         token = base64.b64encode(f"{self.userid}:{self.password}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
-        return request
+        return urllib.request.Request(self.base_url + path, data, {"Authorization": f"Basic {token}"}, method=method)
 
     def _fetch(self, path: str) -> tuple[Any, str]:
         """The decoded answer (``None``: unusable, ``_NOT_FOUND``: 404) and, when unusable, why, for the operator."""
@@ -240,10 +242,8 @@ class ManagementAPI:
 
     def running_nodes(self) -> list[str] | None:
         """Names of the cluster's running nodes (``GET /api/nodes``)."""
-        found = self._get("/api/nodes?columns=name,running")
-        if not isinstance(found, list):
-            return None
-        return sorted(str(n["name"]) for n in found if n.get("running") and n.get("name"))
+        found = self._rows("/api/nodes?columns=name,running")
+        return None if found is None else sorted(str(n["name"]) for n in found if n.get("running") and n.get("name"))
 
     def amqp_listeners(self) -> list[dict[str, Any]] | None:
         """Every node's listeners (``node``, ``protocol``, ``ip_address``, ``port``; ``GET /api/overview``)."""
@@ -254,20 +254,16 @@ class ManagementAPI:
 
     def queues(self, names: list[str] | None = None) -> list[dict[str, Any]] | None:
         """Queue statistics of the vhost (``messages``, ``messages_ready``, ``leader``/``node`` ...)."""
-        q = urllib.parse.quote(self.vhost, safe="")
-        found = self._get(f"/api/queues/{q}?columns=name,type,messages,messages_ready,"
-                          "messages_unacknowledged,leader,node,members,arguments")
-        if not isinstance(found, list):
-            return None
-        if names is not None:
-            wanted = set(names)
-            found = [item for item in found if item.get("name") in wanted]
-        return found
+        found = self._rows(f"/api/queues/{urllib.parse.quote(self.vhost, safe='')}?columns=name,type,messages,"
+                           "messages_ready,messages_unacknowledged,leader,node,members,arguments")
+        if found is None or names is None:
+            return found
+        wanted = set(names)
+        return [item for item in found if item.get("name") in wanted]
 
     def exchanges(self) -> list[dict[str, Any]] | None:
         """The vhost's exchanges (``name``, ``type``); ``None`` when the API cannot tell."""
-        found = self._get(f"/api/exchanges/{urllib.parse.quote(self.vhost, safe='')}?columns=name,type")
-        return [row for row in found if isinstance(row, dict)] if isinstance(found, list) else None
+        return self._rows(f"/api/exchanges/{urllib.parse.quote(self.vhost, safe='')}?columns=name,type")
 
     def node_handles(self) -> list[dict[str, Any]] | None:
         """Every running node's ``name``, ``fd_total`` and ``sockets_used`` (``GET /api/nodes``).
@@ -279,10 +275,8 @@ class ManagementAPI:
         tags = tags if isinstance(tags, list) else str(tags or "").split(",")
         if not {"administrator", "monitoring"} & {str(t).strip() for t in tags}:
             return None
-        found = self._get("/api/nodes?columns=name,running,fd_total,sockets_used")
-        if not isinstance(found, list):
-            return None
-        return [n for n in found if isinstance(n, dict) and n.get("running", True) and n.get("name")]
+        found = self._rows("/api/nodes?columns=name,running,fd_total,sockets_used")
+        return None if found is None else [n for n in found if n.get("running", True) and n.get("name")]
 
     def queue_total(self) -> int | None:
         """How many queues the broker has, in every virtual host (``GET /api/overview``'s ``object_totals``)."""
@@ -293,8 +287,7 @@ class ManagementAPI:
 
     def all_queues(self) -> list[dict[str, Any]] | None:
         """Every virtual host's queues: ``name``, ``vhost``, ``type``, ``leader``/``node``, ``members``."""
-        found = self._get("/api/queues?columns=name,vhost,type,leader,node,members")
-        return found if isinstance(found, list) else None
+        return self._rows("/api/queues?columns=name,vhost,type,leader,node,members")
 
 
 @dataclass(frozen=True)
@@ -337,23 +330,14 @@ def default_name_of(cluster_name: str, nodes: list[str], *, api_node: str = "", 
     An unnamed 3.x node ``<name>@<host>`` reports ``<name>@<FQDN>``: the same name before ``@``, and
     hosts equal, one the other's first label, or the pair ``api_node``/``api_cluster`` shows.
     """
-    if "@" not in cluster_name:
-        return False
-    name, host = cluster_name.split("@", 1)
-    same_machine = None
-    if "@" in api_node and "@" in api_cluster and api_node.split("@", 1)[0] == api_cluster.split("@", 1)[0]:
-        same_machine = (api_node.split("@", 1)[1], api_cluster.split("@", 1)[1])
-    for node in nodes:
-        if "@" not in node:
-            continue
-        node_name, node_host = node.split("@", 1)
-        if node_name != name:
-            continue
-        if host == node_host or host.startswith(node_host + ".") or node_host.startswith(host + "."):
-            return True
-        if same_machine == (node_host, host):
-            return True
-    return False
+    name, at, host = cluster_name.partition("@")
+    api_name, api_at, api_host = api_node.partition("@")
+    cluster_node, cluster_at, cluster_host = api_cluster.partition("@")
+    same_machine = (api_host, cluster_host) if api_at and cluster_at and api_name == cluster_node else None
+    return bool(at) and any(
+        node_at and node_name == name and (host == node_host or host.startswith(node_host + ".")
+                                           or node_host.startswith(host + ".") or same_machine == (node_host, host))
+        for node_name, node_at, node_host in (node.partition("@") for node in nodes))
 
 
 _reported: set[tuple[str, str | None]] = set()
