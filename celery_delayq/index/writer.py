@@ -179,13 +179,11 @@ class IndexWriter:
                     raise failures[0]
                 self._link.touch()
                 return
-            except _RECOVERABLE as exc:
-                cause = exc
-                self._link.drop()
             except Exception as exc:  # noqa: BLE001 - the tasks are scheduled; only their listing is missing
                 cause = exc
                 self._link.drop()
-                break
+                if not isinstance(exc, _RECOVERABLE):  # a lost connection is opened again, anything else not
+                    break
         _lost(len(done), cause)
 
     def _open(self) -> ConfirmChannel:
