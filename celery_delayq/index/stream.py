@@ -111,9 +111,14 @@ class StreamReader:
                     yield entry
             yield from self._frames(ch, token, headers_of, prefilter, pause)
         finally:
+            # Deliveries past the marker may be in flight: closed with its consumer active, the channel would log
+            # "Received method (60, 60) during closing channel N" for each. Cancelled first, they are dropped.
             with contextlib.suppress(Exception):
                 if ch.is_open:
-                    _quiet_close(ch, consumer, early)
+                    if consumer is not None:
+                        ch.basic_cancel(consumer)
+                    early.clear()
+                    ch.close()
 
     # -- the fast path ------------------------------------------------------------
     def _frames(self, ch: Channel, token: str, headers_of: HeaderReader,
@@ -164,30 +169,28 @@ class StreamReader:
                         continue
                     if ftype == 3:
                         body_left -= size
-                        if body is not None:
-                            body += buf[frame:end]
-                            if body_left <= 0:
-                                complete, body = bytes(body), None
-                                if prefilter is None or prefilter.search(complete):
-                                    msg_start = pos
-                                    yield int(body_headers.get(OFFSET) or 0), {**body_headers, BODY: complete}, body_mid
                     elif ftype == 2:
                         (body_left,) = _unpack_from(">Q", buf, frame + 4)
-                        if (prefilter is None or prefilter.search(buf, frame, end) or buf.find(token_b, frame, end) >= 0
-                                or buf.find(batch_key, frame, end) >= 0):
-                            headers, message_id = headers_of.read(buf, frame)
-                            if body_left <= 0:
-                                msg_start = pos
-                            marker = headers.get(MARKER)
-                            if marker == token:
-                                self.end_offset = headers.get(OFFSET)
-                                return
-                            if headers.get(ENTRIES) is not None and body_left > 0:
-                                body, body_headers, body_mid = bytearray(), headers, message_id
-                            elif marker is None and (prefilter is None or prefilter.search(buf, frame, end)):
-                                yield int(headers.get(OFFSET) or 0), headers, message_id
-                    if body_left <= 0:
+                    if body_left <= 0:  # the message ends here: nothing of it is handed back to py-amqp
                         msg_start = pos
+                    if ftype == 3 and body is not None:
+                        body += buf[frame:end]
+                        if body_left <= 0:
+                            complete, body = bytes(body), None
+                            if prefilter is None or prefilter.search(complete):
+                                yield int(body_headers.get(OFFSET) or 0), {**body_headers, BODY: complete}, body_mid
+                    elif ftype == 2 and (prefilter is None or prefilter.search(buf, frame, end)
+                                         or buf.find(token_b, frame, end) >= 0
+                                         or buf.find(batch_key, frame, end) >= 0):
+                        headers, message_id = headers_of.read(buf, frame)
+                        marker = headers.get(MARKER)
+                        if marker == token:
+                            self.end_offset = headers.get(OFFSET)
+                            return
+                        if headers.get(ENTRIES) is not None and body_left > 0:
+                            body, body_headers, body_mid = bytearray(), headers, message_id
+                        elif marker is None and (prefilter is None or prefilter.search(buf, frame, end)):
+                            yield int(headers.get(OFFSET) or 0), headers, message_id
                 if last_tag - acked >= half:
                     ch.basic_ack(last_tag, multiple=True)
                     acked = last_tag
@@ -237,18 +240,6 @@ class StreamReader:
                     yield offset, headers, message_id
                 ch.basic_ack(message.delivery_tag, multiple=True)
             got.clear()
-
-
-def _quiet_close(ch: Channel, consumer: str | None, early: list[Message]) -> None:
-    """Cancel the consumer, then close the channel.
-
-    Deliveries past the marker may be in flight when a read ends; closed with its consumer active, the channel
-    would log "Received method (60, 60) during closing channel N" for each. Cancelled first, they are dropped.
-    """
-    if consumer is not None:
-        ch.basic_cancel(consumer)
-    early.clear()
-    ch.close()
 
 
 def _entry_of(message: Message, wanted: Collection[str]) -> StreamEntry:
