@@ -8,6 +8,7 @@ index, which :class:`Snapshot` keeps for a few seconds while pages poll.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import fnmatch
 import threading
 import time
@@ -191,16 +192,13 @@ def matching(app: CeleryApp, match: WaitingFilter, *, snapshot: Snapshot | None 
     """Every task that ``match``, soonest due first (a :class:`Page` of them all: ``limit`` is their count)."""
     now = time.time() if now is None else now
     started = time.monotonic()
-    age = 0.0
-    if match.id_prefix and len(match.id_prefix) >= FULL_ID_LENGTH:
-        with urgent():  # a lookup: a background read of the whole index pauses meanwhile
-            every = pending(app, task_id=match.id_prefix, now=now)
-        read_s = time.monotonic() - started
-    elif snapshot is not None:
+    whole_id = len(match.id_prefix or "") >= FULL_ID_LENGTH
+    if snapshot is not None and not whole_id:
         every, read_s, age = snapshot.get()
-    else:
-        every = pending(app, now=now)
-        read_s = time.monotonic() - started
+    else:  # a lookup is urgent: a background read of the whole index pauses meanwhile
+        with urgent() if whole_id else contextlib.nullcontext():
+            every = pending(app, task_id=match.id_prefix if whole_id else None, now=now)
+        read_s, age = time.monotonic() - started, 0.0
     from .listing import _matches  # pending's own task/queue/due rules, applied to the snapshot
 
     first = bisect.bisect_right(every, now, key=lambda t: t.due)  # sorted by due: skip what fell due since
