@@ -109,7 +109,7 @@ class StreamReader:
                     return
                 if entry[1].get(MARKER) is None:
                     yield entry
-            yield from self._frames(ch, token, headers_of, prefilter, pause)
+            yield from self._frames(ch, token, wanted, headers_of, prefilter, pause)
         finally:
             # Deliveries past the marker may be in flight: closed with its consumer active, the channel would log
             # "Received method (60, 60) during closing channel N" for each. Cancelled first, they are dropped.
@@ -121,12 +121,12 @@ class StreamReader:
                     ch.close()
 
     # -- the fast path ------------------------------------------------------------
-    def _frames(self, ch: Channel, token: str, headers_of: HeaderReader,
+    def _frames(self, ch: Channel, token: str, wanted: set[str], headers_of: HeaderReader,
                 prefilter: re.Pattern[bytes] | None, pause: Callable[[], None] | None) -> Iterator[StreamEntry]:
         transport = self.connection.transport
         sock = getattr(transport, "sock", None)
         if sock is None or not hasattr(transport, "_read_buffer"):
-            yield from self._slow(ch, token, headers_of, pause)
+            yield from self._slow(ch, token, wanted, pause)
             return
         token_b = token.encode()
         batch_key = b"%c%s" % (len(ENTRIES), ENTRIES.encode())  # the key as encoded in a header table
@@ -221,12 +221,11 @@ class StreamReader:
         """Give py-amqp the bytes read past the last frame handled here."""
         transport._read_buffer = bytes(buf[pos:]) + transport._read_buffer
 
-    def _slow(self, ch: Channel, token: str, headers_of: HeaderReader,
+    def _slow(self, ch: Channel, token: str, wanted: set[str],
               pause: Callable[[], None] | None = None) -> Iterator[StreamEntry]:
         """py-amqp's own reading, for transports whose socket is not reachable."""
         got: list[Message] = []
         ch.callbacks = {tag: got.append for tag in ch.callbacks}
-        wanted = set(headers_of.wanted.values())
         while True:
             if pause is not None:
                 pause()
