@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
-from .listing import pending
+from .listing import _matches, pending
 from ..error_groups import message_matches, split_error
 from ..index.priority import urgent
 from ..index.query import PendingTask
@@ -199,12 +199,10 @@ def matching(app: CeleryApp, match: WaitingFilter, *, snapshot: Snapshot | None 
         with urgent() if whole_id else contextlib.nullcontext():
             every = pending(app, task_id=match.id_prefix if whole_id else None, now=now)
         read_s, age = time.monotonic() - started, 0.0
-    from .listing import _matches  # pending's own task/queue/due rules, applied to the snapshot
-
     first = bisect.bisect_right(every, now, key=lambda t: t.due)  # sorted by due: skip what fell due since
     if match == WaitingFilter():  # no filter: a slice, not a pass over 100,000 tasks
         found = every[first:]
-    else:
+    else:  # pending's own task/queue/due rules, then the operator's
         found = [t for t in every[first:] if _matches(t, match.task, match.queue, match.due_before, match.due_after)
                  and match(t)]
     return Page(found, len(found), 0, len(found), read_s, age)
