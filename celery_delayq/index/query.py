@@ -158,7 +158,6 @@ def read_index(connection: kombu.Connection, layout: IndexLayout, *, task_ids: I
         layouts = _layouts(raw, layout, [layout.shard_queue(h) for h in shards])
     prefilter = re.compile(b"|".join(re.escape(i.encode()) for i in ids)) if ids else None
     wanted = set(ids)
-    latest: dict[str, PendingTask] = {}
     pause = None if ids else Pause()  # made here: a read begun in an urgent block never pauses
 
     def one(job: tuple[IndexLayout, int]) -> dict[str, PendingTask]:
@@ -170,11 +169,11 @@ def read_index(connection: kombu.Connection, layout: IndexLayout, *, task_ids: I
 
     jobs = [(where, shard) for where in layouts for shard in shards]
     if len(jobs) == 1:
-        latest.update(one(jobs[0]))
-    else:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=min(_PARALLEL, len(jobs))) as pool:
-            for found in pool.map(one, jobs):  # in order: a previous shape's passes, then the current one's
-                latest.update(found)  # a task id lives in one shard only
+        return one(jobs[0])
+    latest: dict[str, PendingTask] = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(_PARALLEL, len(jobs))) as pool:
+        for found in pool.map(one, jobs):  # in order: a previous shape's passes, then the current one's
+            latest.update(found)  # a task id lives in one shard only
     return latest
 
 
