@@ -76,9 +76,8 @@ class StreamReader:
     def write_marker(self) -> str:
         """Append a marker to the stream (confirmed); returns its token."""
         token = uuid.uuid4().hex
-        failures = append(self.connection, self.queue, [({MARKER: token, ENTRY: token}, None)],
-                          timeout=self.confirm_timeout)
-        if failures:
+        if failures := append(self.connection, self.queue, [({MARKER: token, ENTRY: token}, None)],
+                              timeout=self.confirm_timeout):
             raise StreamReadError(f"could not mark the end of stream {self.queue!r}: {failures[0]}")
         return token
 

@@ -174,8 +174,7 @@ class IndexWriter:
                 for queue, message in _messages(self._layout, pairs):
                     confirm.publish(message, "", queue, tracker)
                 confirm.wait(timeout=self.config.confirm_timeout, tracker=tracker)
-                failures = tracker.take_failures()
-                if failures:
+                if failures := tracker.take_failures():
                     raise failures[0]
                 self._link.touch()
                 return

@@ -105,15 +105,13 @@ class Parker:
                     self._declare(queue)
                     tag = confirm.publish(message, "", queue)
                     confirm.wait(tag, timeout=self.confirm_timeout)
-                    failures = confirm.take_failures()
-                    if failures:
+                    if failures := confirm.take_failures():
                         raise ParkingFailed(
                             f"the broker refused the parked copy for {queue!r} ({failures[0]}); "
                             "the message was NOT parked. Check the parking queue (length limits, "
                             "a deleted queue) and the broker's alarms.")
                     return
-                except (RecoverableConnectionError, ConnectionError, OSError,
-                        BrokerUnavailable) as exc:
+                except (RecoverableConnectionError, ConnectionError, OSError, BrokerUnavailable) as exc:
                     self._link.drop()
                     if attempt:
                         raise ParkingFailed(f"lost the broker connection while parking into {queue!r} "
