@@ -156,7 +156,7 @@ class StreamReader:
                     if fchan != chan or (ftype == 1 and buf[pos + 7:pos + 11] != BASIC_DELIVER):
                         # Anything but our deliveries (a channel or connection close, a
                         # cancel): py-amqp deals with it, and raises if it is an error.
-                        self._hand_back(transport, buf, msg_start)
+                        transport._read_buffer = bytes(buf[msg_start:]) + transport._read_buffer
                         buf, pos, msg_start = bytearray(), 0, 0
                         self.connection.drain_events(timeout=self.stall_timeout)
                         raise StreamReadError(f"the broker interrupted the read of stream {self.queue!r}")
@@ -209,16 +209,11 @@ class StreamReader:
                     raise StreamReadError(f"the broker closed the connection while stream {self.queue!r} was read")
                 buf += chunk
         finally:
-            # Whatever ended the read (the marker, an early stop, an error): py-amqp
-            # resumes at a message boundary; a message cut short is delivered to it again.
-            self._hand_back(transport, buf, msg_start)
+            # Whatever ended the read (the marker, an early stop, an error): py-amqp gets the bytes read past
+            # the last message boundary and resumes there; a message cut short is delivered to it again.
+            transport._read_buffer = bytes(buf[msg_start:]) + transport._read_buffer
             with contextlib.suppress(Exception):
                 sock.settimeout(old_timeout)
-
-    @staticmethod
-    def _hand_back(transport: Any, buf: bytearray, pos: int) -> None:
-        """Give py-amqp the bytes read past the last frame handled here."""
-        transport._read_buffer = bytes(buf[pos:]) + transport._read_buffer
 
     def _slow(self, ch: Channel, token: str, wanted: set[str],
               pause: Callable[[], None] | None = None) -> Iterator[StreamEntry]:
