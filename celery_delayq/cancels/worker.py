@@ -130,17 +130,19 @@ class CancelFollower(QueueFollower):
         channel.basic_ack(message.delivery_tag)
 
 
+def _extension(ladder: Any) -> Any:
+    """The ``cancels`` extension of ``ladder`` (``None`` without one), which keeps the running follower."""
+    return ladder.extensions.get("cancels") if ladder is not None else None
+
+
 def follower_for(app: CeleryApp) -> CancelFollower | None:
     """The app's running cancel follower in this process, if any (kept by its ``cancels`` extension)."""
-    ladder = ladder_if_any(app)
-    extension = ladder.extensions.get("cancels") if ladder is not None else None
-    return getattr(extension, "follower", None)
+    return getattr(_extension(ladder_if_any(app)), "follower", None)
 
 
 def stop_follower(app: CeleryApp) -> None:
     """Stop and forget the app's cancel follower (worker shutdown, ``uninstall``)."""
-    ladder = ladder_if_any(app)
-    extension = ladder.extensions.get("cancels") if ladder is not None else None
+    extension = _extension(ladder_if_any(app))
     with _LOCK:
         follower = getattr(extension, "follower", None)
         if follower is not None:
@@ -192,8 +194,10 @@ def drop_if_superseded(request: Any, follower: CancelFollower | None = None) -> 
         return False
     if follower is None:
         follower = follower_for(request.app)
+    from celery.worker.state import revoked  # a pass's cancel told by broadcast (.revoke.tell_workers) is there
+
     entry = (getattr(request, "request_dict", None) or {}).get(ENTRY)
-    if not entry or not (_told(entry) or (follower is not None and follower.book.pass_cancelled(entry))):
+    if not entry or not (entry in revoked or (follower is not None and follower.book.pass_cancelled(entry))):
         return False
     log.info("delayq: dropped %s[%s]: this copy (pass %s) was replaced by a reschedule or run-now",
              getattr(request, "name", ""), request.id, entry)
@@ -203,13 +207,6 @@ def drop_if_superseded(request: Any, follower: CancelFollower | None = None) -> 
     return True
 
 
-def _told(entry: str) -> bool:
-    """Whether this worker was told of the pass's cancel by broadcast (:func:`~celery_delayq.cancels.revoke.tell_workers`)."""
-    from celery.worker.state import revoked
-
-    return entry in revoked
-
-
 class CancelStep(bootsteps.StartStopStep):
     """Consumer bootstep: load the cancel log before consuming, then follow it (on the ``cancels`` extension)."""
 
@@ -217,7 +214,7 @@ class CancelStep(bootsteps.StartStopStep):
 
     def start(self, c: Any) -> None:
         ladder = getattr(c, "delayq_ladder", None)  # handed over by DelayqWorkerStep, which runs first
-        extension = ladder.extensions.get("cancels") if ladder is not None else None
+        extension = _extension(ladder)
         if ladder is None or extension is None or extension.follower is not None:
             return
         layout = ladder.publisher.declare().index  # (declare() waits for the streams too)

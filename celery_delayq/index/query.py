@@ -119,7 +119,9 @@ def tasks_of(headers: dict[str, Any]) -> list[PendingTask]:
     return out
 
 
-def _check_exists(raw: Any, layout: IndexLayout, names: Iterable[str]) -> None:
+def _layouts(raw: Any, layout: IndexLayout, names: Iterable[str]) -> list[IndexLayout]:
+    """``layout`` after the layouts of previous shapes whose index is still on the broker (oldest first), once
+    the streams ``names`` of ``layout`` are found on it."""
     with throwaway_channel(raw) as ch:
         for name in names:
             try:
@@ -132,6 +134,7 @@ def _check_exists(raw: Any, layout: IndexLayout, names: Iterable[str]) -> None:
                     f"(no stream {name!r}). It is declared with the ladder: start a worker, or run "
                     "`celery -A APP delayq topology declare`. Tasks scheduled before it existed are not "
                     "listed.") from None
+    return [*(old for old in layout.previous if queue_exists(raw, old.shard_queue(0))), layout]
 
 
 def read_index(connection: kombu.Connection, layout: IndexLayout, *, task_ids: Iterable[str] = (),
@@ -152,11 +155,9 @@ def read_index(connection: kombu.Connection, layout: IndexLayout, *, task_ids: I
     _require_index(layout)
     shards = sorted({layout.shard_of(i) for i in ids}) if ids else list(range(layout.shards))
     with reader_connection(connection) as raw:
-        _check_exists(raw, layout, [layout.shard_queue(h) for h in shards])
-        layouts = [*_still_there(raw, layout), layout]
+        layouts = _layouts(raw, layout, [layout.shard_queue(h) for h in shards])
     prefilter = re.compile(b"|".join(re.escape(i.encode()) for i in ids)) if ids else None
     wanted = set(ids)
-    latest: dict[str, PendingTask] = {}
     pause = None if ids else Pause()  # made here: a read begun in an urgent block never pauses
 
     def one(job: tuple[IndexLayout, int]) -> dict[str, PendingTask]:
@@ -168,17 +169,12 @@ def read_index(connection: kombu.Connection, layout: IndexLayout, *, task_ids: I
 
     jobs = [(where, shard) for where in layouts for shard in shards]
     if len(jobs) == 1:
-        latest.update(one(jobs[0]))
-    else:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=min(_PARALLEL, len(jobs))) as pool:
-            for found in pool.map(one, jobs):  # in order: a previous shape's passes, then the current one's
-                latest.update(found)  # a task id lives in one shard only
+        return one(jobs[0])
+    latest: dict[str, PendingTask] = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(_PARALLEL, len(jobs))) as pool:
+        for found in pool.map(one, jobs):  # in order: a previous shape's passes, then the current one's
+            latest.update(found)  # a task id lives in one shard only
     return latest
-
-
-def _still_there(raw: Any, layout: IndexLayout) -> list[IndexLayout]:
-    """The layouts of previous shapes whose index is still on the broker (oldest first)."""
-    return [old for old in layout.previous if queue_exists(raw, old.shard_queue(0))]
 
 
 def _require_index(layout: IndexLayout) -> None:
@@ -222,9 +218,7 @@ def passes_on(raw: Connection, layout: IndexLayout, task_id: str, now: float | N
     _require_index(layout)
     flush_buffers()  # this process's own publishes are listed at once
     shard = layout.shard_of(task_id)
-    _check_exists(raw, layout, [layout.shard_queue(shard)])
-    layouts = [*_still_there(raw, layout), layout]
     prefilter = re.compile(re.escape(task_id.encode()))
     now = time.time() if now is None else now
-    return [t for where in layouts for t in _passes_on(raw, where, shard, _start(where, now), prefilter)
-            if t.task_id == task_id]
+    return [t for where in _layouts(raw, layout, [layout.shard_queue(shard)])
+            for t in _passes_on(raw, where, shard, _start(where, now), prefilter) if t.task_id == task_id]

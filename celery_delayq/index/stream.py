@@ -76,9 +76,8 @@ class StreamReader:
     def write_marker(self) -> str:
         """Append a marker to the stream (confirmed); returns its token."""
         token = uuid.uuid4().hex
-        failures = append(self.connection, self.queue, [({MARKER: token, ENTRY: token}, None)],
-                          timeout=self.confirm_timeout)
-        if failures:
+        if failures := append(self.connection, self.queue, [({MARKER: token, ENTRY: token}, None)],
+                              timeout=self.confirm_timeout):
             raise StreamReadError(f"could not mark the end of stream {self.queue!r}: {failures[0]}")
         return token
 
@@ -109,19 +108,24 @@ class StreamReader:
                     return
                 if entry[1].get(MARKER) is None:
                     yield entry
-            yield from self._frames(ch, token, headers_of, prefilter, pause)
+            yield from self._frames(ch, token, wanted, headers_of, prefilter, pause)
         finally:
+            # Deliveries past the marker may be in flight: closed with its consumer active, the channel would log
+            # "Received method (60, 60) during closing channel N" for each. Cancelled first, they are dropped.
             with contextlib.suppress(Exception):
                 if ch.is_open:
-                    _quiet_close(ch, consumer, early)
+                    if consumer is not None:
+                        ch.basic_cancel(consumer)
+                    early.clear()
+                    ch.close()
 
     # -- the fast path ------------------------------------------------------------
-    def _frames(self, ch: Channel, token: str, headers_of: HeaderReader,
+    def _frames(self, ch: Channel, token: str, wanted: set[str], headers_of: HeaderReader,
                 prefilter: re.Pattern[bytes] | None, pause: Callable[[], None] | None) -> Iterator[StreamEntry]:
         transport = self.connection.transport
         sock = getattr(transport, "sock", None)
         if sock is None or not hasattr(transport, "_read_buffer"):
-            yield from self._slow(ch, token, headers_of, pause)
+            yield from self._slow(ch, token, wanted, pause)
             return
         token_b = token.encode()
         batch_key = b"%c%s" % (len(ENTRIES), ENTRIES.encode())  # the key as encoded in a header table
@@ -152,7 +156,7 @@ class StreamReader:
                     if fchan != chan or (ftype == 1 and buf[pos + 7:pos + 11] != BASIC_DELIVER):
                         # Anything but our deliveries (a channel or connection close, a
                         # cancel): py-amqp deals with it, and raises if it is an error.
-                        self._hand_back(transport, buf, msg_start)
+                        transport._read_buffer = bytes(buf[msg_start:]) + transport._read_buffer
                         buf, pos, msg_start = bytearray(), 0, 0
                         self.connection.drain_events(timeout=self.stall_timeout)
                         raise StreamReadError(f"the broker interrupted the read of stream {self.queue!r}")
@@ -164,30 +168,28 @@ class StreamReader:
                         continue
                     if ftype == 3:
                         body_left -= size
-                        if body is not None:
-                            body += buf[frame:end]
-                            if body_left <= 0:
-                                complete, body = bytes(body), None
-                                if prefilter is None or prefilter.search(complete):
-                                    msg_start = pos
-                                    yield int(body_headers.get(OFFSET) or 0), {**body_headers, BODY: complete}, body_mid
                     elif ftype == 2:
                         (body_left,) = _unpack_from(">Q", buf, frame + 4)
-                        if (prefilter is None or prefilter.search(buf, frame, end) or buf.find(token_b, frame, end) >= 0
-                                or buf.find(batch_key, frame, end) >= 0):
-                            headers, message_id = headers_of.read(buf, frame)
-                            if body_left <= 0:
-                                msg_start = pos
-                            marker = headers.get(MARKER)
-                            if marker == token:
-                                self.end_offset = headers.get(OFFSET)
-                                return
-                            if headers.get(ENTRIES) is not None and body_left > 0:
-                                body, body_headers, body_mid = bytearray(), headers, message_id
-                            elif marker is None and (prefilter is None or prefilter.search(buf, frame, end)):
-                                yield int(headers.get(OFFSET) or 0), headers, message_id
-                    if body_left <= 0:
+                    if body_left <= 0:  # the message ends here: nothing of it is handed back to py-amqp
                         msg_start = pos
+                    if ftype == 3 and body is not None:
+                        body += buf[frame:end]
+                        if body_left <= 0:
+                            complete, body = bytes(body), None
+                            if prefilter is None or prefilter.search(complete):
+                                yield int(body_headers.get(OFFSET) or 0), {**body_headers, BODY: complete}, body_mid
+                    elif ftype == 2 and (prefilter is None or prefilter.search(buf, frame, end)
+                                         or buf.find(token_b, frame, end) >= 0
+                                         or buf.find(batch_key, frame, end) >= 0):
+                        headers, message_id = headers_of.read(buf, frame)
+                        marker = headers.get(MARKER)
+                        if marker == token:
+                            self.end_offset = headers.get(OFFSET)
+                            return
+                        if headers.get(ENTRIES) is not None and body_left > 0:
+                            body, body_headers, body_mid = bytearray(), headers, message_id
+                        elif marker is None and (prefilter is None or prefilter.search(buf, frame, end)):
+                            yield int(headers.get(OFFSET) or 0), headers, message_id
                 if last_tag - acked >= half:
                     ch.basic_ack(last_tag, multiple=True)
                     acked = last_tag
@@ -207,23 +209,17 @@ class StreamReader:
                     raise StreamReadError(f"the broker closed the connection while stream {self.queue!r} was read")
                 buf += chunk
         finally:
-            # Whatever ended the read (the marker, an early stop, an error): py-amqp
-            # resumes at a message boundary; a message cut short is delivered to it again.
-            self._hand_back(transport, buf, msg_start)
+            # Whatever ended the read (the marker, an early stop, an error): py-amqp gets the bytes read past
+            # the last message boundary and resumes there; a message cut short is delivered to it again.
+            transport._read_buffer = bytes(buf[msg_start:]) + transport._read_buffer
             with contextlib.suppress(Exception):
                 sock.settimeout(old_timeout)
 
-    @staticmethod
-    def _hand_back(transport: Any, buf: bytearray, pos: int) -> None:
-        """Give py-amqp the bytes read past the last frame handled here."""
-        transport._read_buffer = bytes(buf[pos:]) + transport._read_buffer
-
-    def _slow(self, ch: Channel, token: str, headers_of: HeaderReader,
+    def _slow(self, ch: Channel, token: str, wanted: set[str],
               pause: Callable[[], None] | None = None) -> Iterator[StreamEntry]:
         """py-amqp's own reading, for transports whose socket is not reachable."""
         got: list[Message] = []
         ch.callbacks = {tag: got.append for tag in ch.callbacks}
-        wanted = set(headers_of.wanted.values())
         while True:
             if pause is not None:
                 pause()
@@ -237,18 +233,6 @@ class StreamReader:
                     yield offset, headers, message_id
                 ch.basic_ack(message.delivery_tag, multiple=True)
             got.clear()
-
-
-def _quiet_close(ch: Channel, consumer: str | None, early: list[Message]) -> None:
-    """Cancel the consumer, then close the channel.
-
-    Deliveries past the marker may be in flight when a read ends; closed with its consumer active, the channel
-    would log "Received method (60, 60) during closing channel N" for each. Cancelled first, they are dropped.
-    """
-    if consumer is not None:
-        ch.basic_cancel(consumer)
-    early.clear()
-    ch.close()
 
 
 def _entry_of(message: Message, wanted: Collection[str]) -> StreamEntry:

@@ -174,18 +174,15 @@ class IndexWriter:
                 for queue, message in _messages(self._layout, pairs):
                     confirm.publish(message, "", queue, tracker)
                 confirm.wait(timeout=self.config.confirm_timeout, tracker=tracker)
-                failures = tracker.take_failures()
-                if failures:
+                if failures := tracker.take_failures():
                     raise failures[0]
                 self._link.touch()
                 return
-            except _RECOVERABLE as exc:
-                cause = exc
-                self._link.drop()
             except Exception as exc:  # noqa: BLE001 - the tasks are scheduled; only their listing is missing
                 cause = exc
                 self._link.drop()
-                break
+                if not isinstance(exc, _RECOVERABLE):  # a lost connection is opened again, anything else not
+                    break
         _lost(len(done), cause)
 
     def _open(self) -> ConfirmChannel:

@@ -15,8 +15,8 @@ import kombu
 from ..ladder import headers as H
 from ..ladder.formats import PARKED_FORMAT, VERSIONS
 from .. import signals
-from ..rabbitmq.client import Connection, Message, RecoverableConnectionError, broker_version, declare_queue
-from ..rabbitmq.confirms import ConfirmChannel, OwnedConnection
+from ..rabbitmq.client import Message, RecoverableConnectionError, broker_version, declare_queue
+from ..rabbitmq.confirms import OwnedConnection
 from ..rabbitmq.probe import queue_exists
 from ..rabbitmq.registry import ProcessRegistry
 from ..errors import BrokerUnavailable, PublishError
@@ -98,19 +98,20 @@ class Parker:
         with self._lock:
             for attempt in range(2):
                 try:
-                    confirm = self._channel()
+                    confirm = self._link.confirm
+                    if confirm is None:
+                        confirm = self._link.open()
+                        self._declared.clear()
                     self._declare(queue)
                     tag = confirm.publish(message, "", queue)
                     confirm.wait(tag, timeout=self.confirm_timeout)
-                    failures = confirm.take_failures()
-                    if failures:
+                    if failures := confirm.take_failures():
                         raise ParkingFailed(
                             f"the broker refused the parked copy for {queue!r} ({failures[0]}); "
                             "the message was NOT parked. Check the parking queue (length limits, "
                             "a deleted queue) and the broker's alarms.")
                     return
-                except (RecoverableConnectionError, ConnectionError, OSError,
-                        BrokerUnavailable) as exc:
+                except (RecoverableConnectionError, ConnectionError, OSError, BrokerUnavailable) as exc:
                     self._link.drop()
                     if attempt:
                         raise ParkingFailed(f"lost the broker connection while parking into {queue!r} "
@@ -120,13 +121,6 @@ class Parker:
                     raise ParkingFailed(f"no confirm for the parked copy in {queue!r} ({exc}); "
                                         "it may or may not be parked") from exc
 
-    def _channel(self) -> ConfirmChannel:
-        confirm = self._link.confirm
-        if confirm is None:
-            confirm = self._link.open()
-            self._declared.clear()
-        return confirm
-
     def _declare(self, queue: str) -> None:
         if queue in self._declared:
             return
@@ -135,19 +129,15 @@ class Parker:
             version = broker_version(raw)
             qtype = resolve_queue_type(self.queue_type, version)
             args = declare_arguments(qtype, version)
-            if self.spread and qtype == "quorum":
-                self._place(raw, queue, args)
+            if self.spread and qtype == "quorum":  # declared through the node leading the fewest (best effort)
+                from ..rabbitmq.management import ManagementAPI
+                from ..rabbitmq.placement import LeaderPlacement
+
+                api = ManagementAPI.for_broker(self.template, raw, self.management_url)
+                if api is not None:
+                    LeaderPlacement(api, self.template).place([(queue, args)], balance=True)
             declare_queue(raw, queue, args)
         self._declared.add(queue)
-
-    def _place(self, raw: Connection, queue: str, args: dict[str, Any]) -> None:
-        """Declare a new parking queue through the node that leads the fewest of the vhost's queues (best effort)."""
-        from ..rabbitmq.management import ManagementAPI
-        from ..rabbitmq.placement import LeaderPlacement
-
-        api = ManagementAPI.for_broker(self.template, raw, self.management_url)
-        if api is not None:
-            LeaderPlacement(api, self.template).place([(queue, args)], balance=True)
 
     def close(self) -> None:
         """Close the parking connection (it reopens on the next park)."""

@@ -174,11 +174,9 @@ class ParkedFilter:
             return False
         if self.task and not fnmatch.fnmatchcase(message.task, self.task):
             return False
-        if self.exception:
-            bare = message.exc_type.rsplit(".", 1)[-1]
-            if not (fnmatch.fnmatchcase(message.exc_type, self.exception)
-                    or fnmatch.fnmatchcase(bare, self.exception)):
-                return False
+        if self.exception and not any(fnmatch.fnmatchcase(name, self.exception)  # qualified, or bare
+                                      for name in (message.exc_type, message.exc_type.rsplit(".", 1)[-1])):
+            return False
         if self.message and not message_matches(message.exc_message, self.message):
             return False
         at = message.parked_at

@@ -8,13 +8,14 @@ index, which :class:`Snapshot` keeps for a few seconds while pages poll.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import fnmatch
 import threading
 import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
-from .listing import pending
+from .listing import _matches, pending
 from ..error_groups import message_matches, split_error
 from ..index.priority import urgent
 from ..index.query import PendingTask
@@ -191,22 +192,17 @@ def matching(app: CeleryApp, match: WaitingFilter, *, snapshot: Snapshot | None 
     """Every task that ``match``, soonest due first (a :class:`Page` of them all: ``limit`` is their count)."""
     now = time.time() if now is None else now
     started = time.monotonic()
-    age = 0.0
-    if match.id_prefix and len(match.id_prefix) >= FULL_ID_LENGTH:
-        with urgent():  # a lookup: a background read of the whole index pauses meanwhile
-            every = pending(app, task_id=match.id_prefix, now=now)
-        read_s = time.monotonic() - started
-    elif snapshot is not None:
+    whole_id = len(match.id_prefix or "") >= FULL_ID_LENGTH
+    if snapshot is not None and not whole_id:
         every, read_s, age = snapshot.get()
-    else:
-        every = pending(app, now=now)
-        read_s = time.monotonic() - started
-    from .listing import _matches  # pending's own task/queue/due rules, applied to the snapshot
-
+    else:  # a lookup is urgent: a background read of the whole index pauses meanwhile
+        with urgent() if whole_id else contextlib.nullcontext():
+            every = pending(app, task_id=match.id_prefix if whole_id else None, now=now)
+        read_s, age = time.monotonic() - started, 0.0
     first = bisect.bisect_right(every, now, key=lambda t: t.due)  # sorted by due: skip what fell due since
     if match == WaitingFilter():  # no filter: a slice, not a pass over 100,000 tasks
         found = every[first:]
-    else:
+    else:  # pending's own task/queue/due rules, then the operator's
         found = [t for t in every[first:] if _matches(t, match.task, match.queue, match.due_before, match.due_after)
                  and match(t)]
     return Page(found, len(found), 0, len(found), read_s, age)
