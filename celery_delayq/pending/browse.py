@@ -55,6 +55,8 @@ class WaitingFilter:
     message: str | None = None
 
     def __call__(self, t: PendingTask) -> bool:
+        if not _matches(t, self.task, self.queue, self.due_before, self.due_after):
+            return False
         if self.id_prefix and not t.task_id.startswith(self.id_prefix):
             return False
         if self.retries_only and t.attempt < 1:
@@ -202,9 +204,8 @@ def matching(app: CeleryApp, match: WaitingFilter, *, snapshot: Snapshot | None 
     first = bisect.bisect_right(every, now, key=lambda t: t.due)  # sorted by due: skip what fell due since
     if match == WaitingFilter():  # no filter: a slice, not a pass over 100,000 tasks
         found = every[first:]
-    else:  # pending's own task/queue/due rules, then the operator's
-        found = [t for t in every[first:] if _matches(t, match.task, match.queue, match.due_before, match.due_after)
-                 and match(t)]
+    else:
+        found = [t for t in every[first:] if match(t)]
     return Page(found, len(found), 0, len(found), read_s, age)
 
 

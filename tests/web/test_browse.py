@@ -147,3 +147,13 @@ def test_a_whole_id_is_looked_up_as_urgent_and_a_page_is_not(monkeypatch: Any) -
     assert seen == [1]
     page_of(None, WaitingFilter(id_prefix="id-0"), snapshot=Snapshot(None, reader=pending), now=0.0)
     assert seen == [1, 0] and urgent_now() == 0
+
+
+def test_a_filter_called_on_a_task_applies_every_criterion():
+    """``WaitingFilter(...)(task)`` is the whole filter: task glob, queue, due bounds and the rest."""
+    t = PendingTask("id-1", "proj.job", "", "q", "q", 1000.0, 1, "e1", "('a',)", "{}", "TimeoutError: slow")
+    assert WaitingFilter(task="proj.*", queue="q", due_after=1000.0, due_before=1000.5, retries_only=True,
+                         error="Timeout*", text="'a'")(t)
+    for miss in (dict(task="other.*"), dict(queue="elsewhere"), dict(due_before=1000.0), dict(due_after=1000.1),
+                 dict(id_prefix="id-2"), dict(error="KeyError"), dict(text="zzz")):
+        assert not WaitingFilter(**miss)(t), miss
