@@ -43,8 +43,11 @@ _FIXUP = "celery_delayq.glue.integration:watch_app"
 
 
 def is_installed(app: CeleryApp) -> bool:
-    """Do ``app``'s publishes go through the ladder in this process? (Loads the configuration to answer.)"""
-    return activate(app)
+    """Do ``app``'s publishes go through the ladder in this process? (Loads the settings; installs if enabled.)"""
+    ladder = ladder_if_any(app)
+    if (ladder is None or not ladder.installed) and enabled_in(app):
+        ladder = install(app)
+    return ladder is not None and ladder.installed
 
 
 def install(app: CeleryApp) -> AppLadder:
@@ -126,14 +129,6 @@ def _rehook_after_fork(sender: Any = None, **_: Any) -> None:
 def enabled_in(app: CeleryApp) -> bool:
     """Is ``delayq_enabled`` (or Django's ``CELERY_DELAYQ_ENABLED``) set on the app?"""
     return bool(setting(app, "enabled"))
-
-
-def activate(app: CeleryApp) -> bool:
-    """Install the ladder on ``app`` if its configuration (loaded if need be) says so; is it installed now?"""
-    ladder = ladder_if_any(app)
-    if (ladder is None or not ladder.installed) and enabled_in(app):
-        ladder = install(app)
-    return ladder is not None and ladder.installed
 
 
 def watch_app(app: CeleryApp) -> None:
@@ -218,7 +213,7 @@ def _settings_changed(app: CeleryApp) -> None:
     """
     try:
         refresh_ladder(app)
-        activate(app)
+        is_installed(app)  # installs it if enabled
     except SettingsError as exc:
         if "celery_delayq.django.checks" not in sys.modules:  # Django's checks report it (E003), once
             log.error("celery_delayq: %s", exc)
@@ -245,8 +240,7 @@ class SettingsRefusal(bootsteps.Step):
         super().__init__(w, **kwargs)
         found = _SETTINGS_ERRORS.get(w.app)
         if found is not None:
-            sys.stderr.write(f"celery_delayq: the worker will not start: {found}\n")
-            sys.stderr.flush()
+            print(f"celery_delayq: the worker will not start: {found}", file=sys.stderr, flush=True)
             raise SystemExit(78)
 
 
