@@ -104,8 +104,7 @@ def declare(ctx: click.Context, destination: tuple[str, ...]) -> None:
             topo.ensure_exit(raw, dest, declare=True)
     audit_action(ctx, prefix=topo.spec.prefix, destinations=len(dests))
     click.echo(f"declared {describe_ladder(topo.spec, topo.queue_type)} on {app.uri}")
-    unchecked = getattr(topo.budget, "unchecked", None)
-    if unchecked:
+    if unchecked := getattr(topo.budget, "unchecked", None):
         click.echo(f"note: the new ladder's {unchecked[1]} quorum queues reserve {unchecked[1] * 3}+ file handles on "
                    "RabbitMQ 3.x, and its budget could not be checked (no management API): check it with "
                    "`rabbitmqctl eval 'file_handle_cache:info().'` (total_used must stay well below total_limit).",
@@ -322,10 +321,9 @@ def delete(ctx: click.Context, discard_messages: bool, with_parking: bool, keep_
             time.sleep(_API_STATS_LAG_S)
             selection, present, kept = survey()
         if not present:
-            other = ""
-            if selection.other_shapes and any(o.role == "unroutable" for o in selection.kept):
-                other = (f"; {spec.unroutable_queue} is kept: a ladder of another shape (delayq_levels, "
-                         "delayq_radix) shares it")
+            other = (f"; {spec.unroutable_queue} is kept: a ladder of another shape (delayq_levels, delayq_radix) "
+                     "shares it" if selection.other_shapes and any(o.role == "unroutable" for o in selection.kept)
+                     else "")
             click.echo(f"no ladder named {spec.prefix!r} ({spec.namespace}) on {app.uri}: nothing to delete{other}")
             for line in kept:
                 click.echo(line, err=True)

@@ -325,8 +325,7 @@ def activation_finding(*, enabled: bool, installed: bool, ladder_tasks: int = 0,
 
 
 def _eta_of(item: dict[str, Any]) -> float | None:
-    eta = item.get("eta")
-    if not eta:
+    if not (eta := item.get("eta")):
         return None
     try:
         return datetime.fromisoformat(str(eta)).timestamp()

@@ -120,8 +120,7 @@ def _hook_producers(app: CeleryApp, ladder: AppLadder) -> None:
 
 def _rehook_after_fork(sender: Any = None, **_: Any) -> None:
     # Celery drops the app's producer pool in a forked child; build ours again.
-    ladder = ladder_if_any(sender)
-    if ladder is not None and ladder.installed:
+    if (ladder := ladder_if_any(sender)) is not None and ladder.installed:
         _hook_producers(sender, ladder)
 
 
@@ -238,8 +237,7 @@ class SettingsRefusal(bootsteps.Step):
 
     def __init__(self, w: Any, **kwargs: Any) -> None:
         super().__init__(w, **kwargs)
-        found = _SETTINGS_ERRORS.get(w.app)
-        if found is not None:
+        if (found := _SETTINGS_ERRORS.get(w.app)) is not None:
             print(f"celery_delayq: the worker will not start: {found}", file=sys.stderr, flush=True)
             raise SystemExit(78)
 
@@ -300,8 +298,7 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
 def _on_task_received(sender: Any = None, request: Any = None, **_: Any) -> None:
     """Emit :data:`~celery_delayq.signals.message_delivered` for messages that left the ladder."""
     info = getattr(request, "request_dict", None) or {}
-    due = info.get(H.DUE)
-    if due is None or H.ENTRY not in info:
+    if (due := info.get(H.DUE)) is None or H.ENTRY not in info:
         return
     try:
         check_format(info, "ladder")
