@@ -26,8 +26,6 @@ from ..rabbitmq.probe import exchange_exists
 from ..glue.app_ladder import AppLadder
 from .base import Action, app_context, audit_action, confirm, yes_option
 
-shapes_setting = CONVERTERS["previous_shapes"]
-
 __all__ = ["topology", "no_ladder", "parse_destinations", "destination_parts"]
 
 _DESTINATION_HELP = "EXCHANGE:ROUTING_KEY|QUEUE"
@@ -294,7 +292,7 @@ def delete(ctx: click.Context, discard_messages: bool, with_parking: bool, keep_
     earlier: tuple[int, int] | None = None
     if shape is not None:  # (levels, radix) of an earlier ladder of the prefix, never the one the app uses now
         try:
-            [earlier] = shapes_setting(shape)
+            [earlier] = CONVERTERS["previous_shapes"](shape)
         except (SettingsError, ValueError):
             raise BadInput(f"--shape {shape!r} is not a ladder shape: give LEVELSxRADIX, e.g. 14x4") from None
         if earlier == (app.config.levels, app.config.radix):
