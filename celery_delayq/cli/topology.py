@@ -26,8 +26,6 @@ from ..rabbitmq.probe import exchange_exists
 from ..glue.app_ladder import AppLadder
 from .base import Action, app_context, audit_action, confirm, yes_option
 
-shapes_setting = CONVERTERS["previous_shapes"]
-
 __all__ = ["topology", "no_ladder", "parse_destinations", "destination_parts"]
 
 _DESTINATION_HELP = "EXCHANGE:ROUTING_KEY|QUEUE"
@@ -104,8 +102,7 @@ def declare(ctx: click.Context, destination: tuple[str, ...]) -> None:
             topo.ensure_exit(raw, dest, declare=True)
     audit_action(ctx, prefix=topo.spec.prefix, destinations=len(dests))
     click.echo(f"declared {describe_ladder(topo.spec, topo.queue_type)} on {app.uri}")
-    unchecked = getattr(topo.budget, "unchecked", None)
-    if unchecked:
+    if unchecked := getattr(topo.budget, "unchecked", None):
         click.echo(f"note: the new ladder's {unchecked[1]} quorum queues reserve {unchecked[1] * 3}+ file handles on "
                    "RabbitMQ 3.x, and its budget could not be checked (no management API): check it with "
                    "`rabbitmqctl eval 'file_handle_cache:info().'` (total_used must stay well below total_limit).",
@@ -116,34 +113,26 @@ def declare(ctx: click.Context, destination: tuple[str, ...]) -> None:
 @click.pass_context
 def verify(ctx: click.Context) -> None:
     """Check that the ladder exists with the expected arguments. Creates nothing."""
+    from ..doctor.checks import leaders_finding
+    from ..doctor.finding import WARN, ApiReach
+
     app = app_context(ctx)
+    names = [q.name for q in app.config.spec.level_queues()]
     with app.connected() as raw:
         topo = app.topology(raw)
         if not topo.inspect(raw).exists:
             raise click.ClickException(no_ladder(app, raw))
         topo.verify(raw)
-        leaders = _leaders_warning(app, raw)
+        api = app.api(raw)
+        rows, nodes = (api.queues(names), api.running_nodes()) if api is not None else (None, None)
     click.echo(f"{describe_ladder(topo.spec, topo.queue_type)} is complete on {app.uri} "
                "and matches the settings")
-    if leaders:
-        click.echo(f"warning: {leaders}", err=True)
-
-
-def _leaders_warning(app: AppLadder, raw: Connection) -> str | None:
-    """On a multi-node cluster: why and how to spread a ladder whose leaders are not (``None``: fine or unknown)."""
-    from ..doctor.checks import leaders_finding
-    from ..doctor.finding import WARN, ApiReach
-
-    api = app.api(raw)
-    if api is None:
-        return None
-    names = [q.name for q in app.config.spec.level_queues()]
-    rows, nodes = api.queues(names), api.running_nodes()
-    if rows is None or nodes is None or len(nodes) < 2:
-        return None
-    found = leaders_finding(rows, nodes, names, ApiReach(api.base_url, "ok"),
-                            vhost=api.vhost, namespace=app.config.spec.namespace)
-    return f"{found.summary} {found.next_step}" if found.status == WARN else None
+    if api is not None and rows is not None and nodes is not None and len(nodes) >= 2:
+        # On a multi-node cluster: why and how to spread a ladder whose leaders are not.
+        found = leaders_finding(rows, nodes, names, ApiReach(api.base_url, "ok"),
+                                vhost=api.vhost, namespace=app.config.spec.namespace)
+        if found.status == WARN:
+            click.echo(f"warning: {found.summary} {found.next_step}", err=True)
 
 
 def _held_for(_ctx: click.Context, _param: click.Parameter, value: float) -> float:
@@ -242,18 +231,6 @@ def _per_role(owned: Sequence[Owned], kind: str) -> str:
     return ", ".join(f"{role} {counts[role]}" for role in ROLES if counts[role])
 
 
-def _earlier_shape(app: AppLadder, shape: str) -> tuple[int, int]:
-    """``--shape``: ``(levels, radix)`` of an earlier ladder of the prefix, never the one the app uses now."""
-    try:
-        [(levels, radix)] = shapes_setting(shape)
-    except (SettingsError, ValueError):
-        raise BadInput(f"--shape {shape!r} is not a ladder shape: give LEVELSxRADIX, e.g. 14x4") from None
-    if (levels, radix) == (app.config.levels, app.config.radix):
-        raise BadInput(f"--shape {shape} is the shape this app uses now (delayq_levels={levels}, "
-                       f"delayq_radix={radix}): --shape deletes an earlier one; without it, delete deletes this one")
-    return levels, radix
-
-
 def _describe_kept(selection: OwnedSelection, kept: Sequence[Owned], keep_shared: bool) -> list[str]:
     """What stays on the broker (``kept``: the selection's, counted now), and why, one line each."""
     lines: list[str] = []
@@ -312,7 +289,16 @@ def delete(ctx: click.Context, discard_messages: bool, with_parking: bool, keep_
     if with_parking and (keep_shared or shape):
         raise BadInput("--parking deletes the parking queue, which --keep-shared and --shape keep (every shape of "
                        "the prefix shares it); give one of them")
-    earlier = _earlier_shape(app, shape) if shape is not None else None
+    earlier: tuple[int, int] | None = None
+    if shape is not None:  # (levels, radix) of an earlier ladder of the prefix, never the one the app uses now
+        try:
+            [earlier] = CONVERTERS["previous_shapes"](shape)
+        except (SettingsError, ValueError):
+            raise BadInput(f"--shape {shape!r} is not a ladder shape: give LEVELSxRADIX, e.g. 14x4") from None
+        if earlier == (app.config.levels, app.config.radix):
+            raise BadInput(f"--shape {shape} is the shape this app uses now (delayq_levels={app.config.levels}, "
+                           f"delayq_radix={app.config.radix}): --shape deletes an earlier one; without it, delete "
+                           "deletes this one")
     keep_shared = keep_shared or earlier is not None
     with app.connected() as raw:
         topo = app.topology(raw)
@@ -333,10 +319,9 @@ def delete(ctx: click.Context, discard_messages: bool, with_parking: bool, keep_
             time.sleep(_API_STATS_LAG_S)
             selection, present, kept = survey()
         if not present:
-            other = ""
-            if selection.other_shapes and any(o.role == "unroutable" for o in selection.kept):
-                other = (f"; {spec.unroutable_queue} is kept: a ladder of another shape (delayq_levels, "
-                         "delayq_radix) shares it")
+            other = (f"; {spec.unroutable_queue} is kept: a ladder of another shape (delayq_levels, delayq_radix) "
+                     "shares it" if selection.other_shapes and any(o.role == "unroutable" for o in selection.kept)
+                     else "")
             click.echo(f"no ladder named {spec.prefix!r} ({spec.namespace}) on {app.uri}: nothing to delete{other}")
             for line in kept:
                 click.echo(line, err=True)

@@ -58,17 +58,16 @@ def broker_finding(version: tuple[int, ...], queue_type: str) -> Finding:
 
 def feature_flags_finding(flags: list[dict[str, Any]] | None, api: ApiReach) -> Finding:
     """The broker's feature flags (``GET /api/feature-flags``), or why they cannot be read."""
-    if flags is None and api.usable:  # RabbitMQ 3.x lists them to the 'administrator' tag only
-        return Finding("feature_flags", WARN, f"feature flags not checked: the management API at {api.url} did "
-                       "not list them to this user (RabbitMQ 3.x shows them to users with the 'administrator' "
-                       "tag only); the other checks use the API.",
-                       f"Check them on a node: `rabbitmqctl list_feature_flags` (the ladder needs "
-                       f"{', '.join(REQUIRED_FLAGS)} enabled).",
-                       {"management_url": api.url, "api": api.state, "answered_for": api.answered_for})
     if flags is None or not api.usable:
+        unread = {"management_url": api.url, "api": api.state, "answered_for": api.answered_for}
+        if api.usable:  # RabbitMQ 3.x lists them to the 'administrator' tag only
+            return Finding("feature_flags", WARN, f"feature flags not checked: the management API at {api.url} did "
+                           "not list them to this user (RabbitMQ 3.x shows them to users with the 'administrator' "
+                           "tag only); the other checks use the API.",
+                           f"Check them on a node: `rabbitmqctl list_feature_flags` (the ladder needs "
+                           f"{', '.join(REQUIRED_FLAGS)} enabled).", unread)
         return Finding("feature_flags", WARN, f"feature flags not checked: {api.why_not()}; leaders and "
-                       "plugin exchanges cannot be checked either.", api.how_to_fix(),
-                       {"management_url": api.url, "api": api.state, "answered_for": api.answered_for})
+                       "plugin exchanges cannot be checked either.", api.how_to_fix(), unread)
     state = {str(f.get("name")): str(f.get("state")) for f in flags}
     disabled_required = [name for name in REQUIRED_FLAGS if state.get(name) != "enabled"]
     disabled_stable = sorted(str(f.get("name")) for f in flags
@@ -117,8 +116,11 @@ def ladder_finding(state: LadderState, spec: LadderSpec, queue_type: str, *, dec
     if mismatch:
         return Finding("ladder", ERROR, f"{described} exists with other arguments than the app's settings.",
                        mismatch, details)
-    laps = _laps_of(state, spec)
-    details["laps"] = laps
+    name = getattr(spec, "laps_queue", None)  # delays longer than the ladder: messages, and relays consuming them
+    found = next((e for e in state.entities if e.kind == "queue" and e.name == name), None)
+    details["laps"] = laps = {"queue": name, "exists": bool(found and found.exists),
+                              "messages": (found.messages or 0) if found else 0,
+                              "consumers": (found.consumers or 0) if found else 0}
     if laps["messages"] and not laps["consumers"]:
         return Finding("ladder", WARN, f"{described} is complete, but {laps['messages']:,} message(s) with delays "
                        f"longer than the ladder wait between laps in {laps['queue']!r} and no worker relays them.",
@@ -128,14 +130,6 @@ def ladder_finding(state: LadderState, spec: LadderSpec, queue_type: str, *, dec
     between = f", {laps['messages']:,} between laps" if laps["messages"] else ""
     return Finding("ladder", OK, f"{described} is complete and matches the settings; {waiting:,} message(s) "
                    f"waiting{between}.", "Nothing to do.", details)
-
-
-def _laps_of(state: LadderState, spec: LadderSpec) -> dict[str, Any]:
-    """The laps queue (delays longer than the ladder): messages and relays consuming it."""
-    name = getattr(spec, "laps_queue", None)
-    found = next((e for e in state.entities if e.kind == "queue" and e.name == name), None)
-    return {"queue": name, "exists": bool(found and found.exists), "messages": (found.messages or 0) if found else 0,
-            "consumers": (found.consumers or 0) if found else 0}
 
 
 def leaders_finding(queues: list[dict[str, Any]] | None, nodes: list[str] | None, ladder_queues: Iterable[str],
@@ -331,8 +325,7 @@ def activation_finding(*, enabled: bool, installed: bool, ladder_tasks: int = 0,
 
 
 def _eta_of(item: dict[str, Any]) -> float | None:
-    eta = item.get("eta")
-    if not eta:
+    if not (eta := item.get("eta")):
         return None
     try:
         return datetime.fromisoformat(str(eta)).timestamp()
@@ -367,12 +360,10 @@ def worker_eta_finding(replies: dict[str, list[dict[str, Any]]] | None, *, enabl
             f"a prefetch of at least {max(per_worker.values())} (worker_prefetch_multiplier x concurrency): with "
             "fewer slots than held ETAs a worker fetches nothing else from that queue until one comes due "
             "(celery#2731). ")
-    if enabled:
-        next_step = what + ("New ETAs should not appear once every publisher has the ladder: if the count grows, "
-                            "some process publishes without celery_delayq (see the activation finding).")
-    else:
-        next_step = what + "Turn delayq_enabled on so new delays wait in the broker instead."
-    return Finding("worker_eta", WARN, summary, next_step, details)
+    return Finding("worker_eta", WARN, summary, what + (
+        "New ETAs should not appear once every publisher has the ladder: if the count grows, some process publishes "
+        "without celery_delayq (see the activation finding)." if enabled
+        else "Turn delayq_enabled on so new delays wait in the broker instead."), details)
 
 
 def native_queue_names() -> list[str]:

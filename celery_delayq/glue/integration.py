@@ -43,8 +43,11 @@ _FIXUP = "celery_delayq.glue.integration:watch_app"
 
 
 def is_installed(app: CeleryApp) -> bool:
-    """Do ``app``'s publishes go through the ladder in this process? (Loads the configuration to answer.)"""
-    return activate(app)
+    """Do ``app``'s publishes go through the ladder in this process? (Loads the settings; installs if enabled.)"""
+    ladder = ladder_if_any(app)
+    if (ladder is None or not ladder.installed) and enabled_in(app):
+        ladder = install(app)
+    return ladder is not None and ladder.installed
 
 
 def install(app: CeleryApp) -> AppLadder:
@@ -117,8 +120,7 @@ def _hook_producers(app: CeleryApp, ladder: AppLadder) -> None:
 
 def _rehook_after_fork(sender: Any = None, **_: Any) -> None:
     # Celery drops the app's producer pool in a forked child; build ours again.
-    ladder = ladder_if_any(sender)
-    if ladder is not None and ladder.installed:
+    if (ladder := ladder_if_any(sender)) is not None and ladder.installed:
         _hook_producers(sender, ladder)
 
 
@@ -126,14 +128,6 @@ def _rehook_after_fork(sender: Any = None, **_: Any) -> None:
 def enabled_in(app: CeleryApp) -> bool:
     """Is ``delayq_enabled`` (or Django's ``CELERY_DELAYQ_ENABLED``) set on the app?"""
     return bool(setting(app, "enabled"))
-
-
-def activate(app: CeleryApp) -> bool:
-    """Install the ladder on ``app`` if its configuration (loaded if need be) says so; is it installed now?"""
-    ladder = ladder_if_any(app)
-    if (ladder is None or not ladder.installed) and enabled_in(app):
-        ladder = install(app)
-    return ladder is not None and ladder.installed
 
 
 def watch_app(app: CeleryApp) -> None:
@@ -218,7 +212,7 @@ def _settings_changed(app: CeleryApp) -> None:
     """
     try:
         refresh_ladder(app)
-        activate(app)
+        is_installed(app)  # installs it if enabled
     except SettingsError as exc:
         if "celery_delayq.django.checks" not in sys.modules:  # Django's checks report it (E003), once
             log.error("celery_delayq: %s", exc)
@@ -243,10 +237,8 @@ class SettingsRefusal(bootsteps.Step):
 
     def __init__(self, w: Any, **kwargs: Any) -> None:
         super().__init__(w, **kwargs)
-        found = _SETTINGS_ERRORS.get(w.app)
-        if found is not None:
-            sys.stderr.write(f"celery_delayq: the worker will not start: {found}\n")
-            sys.stderr.flush()
+        if (found := _SETTINGS_ERRORS.get(w.app)) is not None:
+            print(f"celery_delayq: the worker will not start: {found}", file=sys.stderr, flush=True)
             raise SystemExit(78)
 
 
@@ -306,8 +298,7 @@ class DelayqWorkerStep(bootsteps.StartStopStep):
 def _on_task_received(sender: Any = None, request: Any = None, **_: Any) -> None:
     """Emit :data:`~celery_delayq.signals.message_delivered` for messages that left the ladder."""
     info = getattr(request, "request_dict", None) or {}
-    due = info.get(H.DUE)
-    if due is None or H.ENTRY not in info:
+    if (due := info.get(H.DUE)) is None or H.ENTRY not in info:
         return
     try:
         check_format(info, "ladder")
