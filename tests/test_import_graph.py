@@ -275,6 +275,29 @@ def test_nothing_imports_the_cli() -> None:
             and "import_module(\"celery_delayq.cli" in p.read_text(encoding="utf-8")] == []
 
 
+def broker_client_importers(paths: list[Path]) -> list[Path]:
+    """The files among ``paths`` that import py-amqp (``amqp``), type-only imports included."""
+    return sorted(p for p in paths
+                  if any((n.module or "").split(".")[0] == "amqp" if isinstance(n, ast.ImportFrom)
+                         else any(a.name.split(".")[0] == "amqp" for a in n.names)
+                         for n in _imports(ast.parse(p.read_text(encoding="utf-8")), type_only=True)))
+
+
+def test_only_the_rabbitmq_edge_imports_the_broker_client() -> None:
+    """One door to the broker: every AMQP call is made under ``celery_delayq.rabbitmq`` (issue #32: 16 modules in 6
+    folders imported ``amqp`` at 287afbb)."""
+    outside = [p for p in PACKAGE.rglob("*.py") if not _in(_module_name(p), ("celery_delayq.rabbitmq",))]
+    assert [_module_name(p) for p in broker_client_importers(outside)] == []
+
+
+def test_the_broker_client_check_sees_an_import(tmp_path: Path) -> None:
+    lines = ("import amqp", "from amqp.exceptions import NotFound", "if TYPE_CHECKING:\n    import amqp")
+    for i, line in enumerate(lines):
+        (tmp_path / f"m{i}.py").write_text(f"from typing import TYPE_CHECKING\n{line}\n")
+    (tmp_path / "clean.py").write_text("import kombu\n")
+    assert [p.name for p in broker_client_importers(sorted(tmp_path.glob("*.py")))] == ["m0.py", "m1.py", "m2.py"]
+
+
 def test_the_layer_test_sees_a_module_that_imports_upwards() -> None:
     graph = {"celery_delayq.ladder.spec": {"celery_delayq.rabbitmq.topology"}, "celery_delayq.rabbitmq.topology": set()}
     assert [d for m, deps in graph.items() if _in(m, LADDER) for d in deps if not _in(d, GROUND + LADDER)] \
