@@ -156,7 +156,7 @@ class StreamReader:
                     if fchan != chan or (ftype == 1 and buf[pos + 7:pos + 11] != BASIC_DELIVER):
                         # Anything but our deliveries (a channel or connection close, a
                         # cancel): py-amqp deals with it, and raises if it is an error.
-                        transport._read_buffer = bytes(buf[msg_start:]) + transport._read_buffer
+                        _hand_back(transport, buf, msg_start)
                         buf, pos, msg_start = bytearray(), 0, 0
                         self.connection.drain_events(timeout=self.stall_timeout)
                         raise StreamReadError(f"the broker interrupted the read of stream {self.queue!r}")
@@ -211,7 +211,7 @@ class StreamReader:
         finally:
             # Whatever ended the read (the marker, an early stop, an error): py-amqp gets the bytes read past
             # the last message boundary and resumes there; a message cut short is delivered to it again.
-            transport._read_buffer = bytes(buf[msg_start:]) + transport._read_buffer
+            _hand_back(transport, buf, msg_start)
             with contextlib.suppress(Exception):
                 sock.settimeout(old_timeout)
 
@@ -286,3 +286,8 @@ def reader_connection(connection: kombu.Connection, *, retries: int = 1) -> Iter
     finally:
         with contextlib.suppress(Exception):  # closing after a failed read must not hide its error
             conn.release()
+
+
+def _hand_back(transport: Any, buf: bytearray, pos: int) -> None:
+    """Give py-amqp the bytes read past the last message boundary (``pos``): it resumes reading there."""
+    transport._read_buffer = bytes(buf[pos:]) + transport._read_buffer

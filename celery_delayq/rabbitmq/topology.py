@@ -608,14 +608,14 @@ _STARTING_ELSEWHERE = ("down or inaccessible",)
 _UNAVAILABLE = (*_STARTING_ELSEWHERE, "stopped by supervisor", "due to timeout")
 
 
-def _not_found(exc: BaseException, signs: tuple[str, ...] = _STARTING_ELSEWHERE) -> bool:
+def _not_found(exc: BaseException, signs: tuple[str, ...]) -> bool:
     """A 404 (``amqp.NotFound``) whose text names one of ``signs``."""
     return isinstance(exc, amqp.NotFound) and any(sign in str(getattr(exc, "reply_text", exc)) for sign in signs)
 
 
 def _racing_declares() -> tenacity.Retrying:
     """Attempts for a declare that may race another process's first declare (up to ~15 s)."""
-    return tenacity.Retrying(retry=tenacity.retry_if_exception(_not_found),
+    return tenacity.Retrying(retry=tenacity.retry_if_exception(lambda exc: _not_found(exc, _STARTING_ELSEWHERE)),
                              wait=tenacity.wait_exponential(multiplier=0.05, max=2.0),
                              stop=tenacity.stop_after_delay(15.0), reraise=True)
 
