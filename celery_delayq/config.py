@@ -48,6 +48,7 @@ LONGEST_DELAY_S = 100 * 365.25 * 86400
 BACKEND_ALIASES: dict[str, str] = {
     "ladder": "celery_delayq.rabbitmq.publisher:LadderPublisher",
     "fixed": "celery_delayq.rabbitmq.fixed:FixedDelays",
+    "buckets": "celery_delayq.rabbitmq.buckets:DueBuckets",
     "native": "celery_delayq.rabbitmq.native:NativeDelays",
 }
 
@@ -115,11 +116,14 @@ class DelayqConfig:
         metrics_port: Serve Prometheus metrics (:mod:`celery_delayq.telemetry.metrics`) on this port from each
             worker's main process (``None`` = off). With the prefork pool, retries and parks happen in the
             children and are not counted there.
-        backend: Where delayed messages wait: a name of :data:`BACKEND_ALIASES` (``ladder``: the TTL-queue
-            ladder) or a ``"module:Class"`` path to a :class:`~celery_delayq.typing.DelayBackend` with a
-            ``for_connection(connection, config)`` class method (``fixed``: one TTL queue per destination and
-            distinct delay, one hop, for apps whose delays take a few fixed values; see
-            :mod:`celery_delayq.rabbitmq.fixed`). The delay check, the ``before_schedule`` and
+        backend: Where delayed messages wait: a name of :data:`BACKEND_ALIASES` or a ``"module:Class"`` path to
+            a :class:`~celery_delayq.typing.DelayBackend` with a ``for_connection(connection, config)`` class
+            method. ``buckets`` (the default): the TTL-queue ladder, and for a due second that this process
+            fills with more than ``delayq_bucket_after`` tasks of one destination, each at least
+            ``delayq_bucket_min_delay`` ahead, queues of that second, one hop
+            (:mod:`celery_delayq.rabbitmq.buckets`); ``ladder``: the ladder alone; ``fixed``: one TTL queue per
+            destination and distinct delay, one hop, for apps whose delays take a few fixed values
+            (:mod:`celery_delayq.rabbitmq.fixed`). The delay check, the ``before_schedule`` and
             ``message_scheduled`` signals and the index entry that ``pending`` and ``cancel`` read are done once
             above every backend (:mod:`celery_delayq.scheduling`).
         queue_backends: Backend per destination queue name, e.g. ``{"emails": "fixed"}`` (names as for
@@ -130,6 +134,25 @@ class DelayqConfig:
         fixed_queues: The most ``fixed`` queues (destination and delay) one process declares; a new delay beyond
             them goes through the ladder (logged once). On RabbitMQ 3.x each new queue must also fit the
             broker's file-handle budget (:mod:`celery_delayq.rabbitmq.budget`).
+        bucket_width: Seconds of due time one ``buckets`` queue gathers: a due time is rounded *up* to the end of
+            its slice (never early; a message may arrive up to this much late).
+        bucket_max_delay: The longest delay a ``buckets`` queue holds; a longer one goes through the ladder.
+        bucket_queues: The most ``buckets`` queues one process keeps alive (each lives until its lease ends,
+            ``delayq_bucket_grace`` after its slice at the latest plus five minutes); a new one beyond them goes
+            through the ladder (logged once). ``None``: 64 on RabbitMQ 3.x, where each must also fit the
+            file-handle budget, and 512 on 4.x, which reserves no file handles per queue.
+        bucket_grace: Seconds a ``buckets`` queue is kept after its slice ends before the broker may delete it
+            (``x-expires``): its messages must have been dead-lettered by then, so keep it well above the time a
+            burst takes to drain.
+        bucket_shards: Queues each due slice of a destination is spread over (round robin per process), so the
+            broker dead-letters a large burst from several queues at once. ``None``: 4 on RabbitMQ 3.x (each
+            reserves file handles), 8 on 4.x.
+        bucket_after: Messages toward one destination and due slice that one process sends through the ladder
+            before the slice gets ``buckets`` queues: a delay that comes due alone keeps the ladder's precision
+            (``delayq_unit_ms``) and costs no queue of its own, work that comes due together takes one hop (0:
+            every delay that fits).
+        bucket_min_delay: Seconds below which a delay always takes the ladder, with its precision: a bucket may
+            be up to ``delayq_bucket_width`` late, a small share only of a long delay.
         metrics_address: The address the metrics exporter binds (``delayq_metrics_port`` and
             ``delayq metrics``). Loopback by default, so the metrics are not served to the network unless asked:
             ``0.0.0.0`` (every IPv4 interface), ``::`` or one interface's address is that explicit choice.
@@ -172,11 +195,18 @@ class DelayqConfig:
     metrics_address: str = "127.0.0.1"
     disabled_extensions: tuple[str, ...] = ()
     leader_placement: str = "spread"
-    backend: str = "ladder"
+    backend: str = "buckets"
     queue_backends: tuple[tuple[str, str], ...] = ()
     fixed_resolution: float = 1.0
     fixed_max_delay: float = 600.0
     fixed_queues: int = 16
+    bucket_width: float = 1.0
+    bucket_max_delay: float = 600.0
+    bucket_queues: int | None = None
+    bucket_grace: float = 900.0
+    bucket_shards: int | None = None
+    bucket_after: int = 100
+    bucket_min_delay: float = 30.0
     previous_shapes: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
@@ -526,6 +556,13 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "fixed_resolution": _number("fixed_resolution", integer=False, low=0, low_open=True, unit="seconds"),
     "fixed_max_delay": _number("fixed_max_delay", integer=False, low=0, low_open=True, unit="seconds"),
     "fixed_queues": _number("fixed_queues", integer=True, low=0),
+    "bucket_width": _number("bucket_width", integer=False, low=0.001, unit="seconds"),
+    "bucket_max_delay": _number("bucket_max_delay", integer=False, low=0, low_open=True, unit="seconds"),
+    "bucket_queues": _number("bucket_queues", integer=True, low=0, optional=True),
+    "bucket_grace": _number("bucket_grace", integer=False, low=1, unit="seconds"),
+    "bucket_shards": _number("bucket_shards", integer=True, low=1, high=64, optional=True),
+    "bucket_after": _number("bucket_after", integer=True, low=0),
+    "bucket_min_delay": _number("bucket_min_delay", integer=False, low=0, unit="seconds"),
     "previous_shapes": lambda v: _shapes(v),
 }
 

@@ -22,6 +22,7 @@ import celery_delayq
 from celery_delayq.config import BACKEND_ALIASES, DelayqConfig
 from celery_delayq.glue.app_ladder import AppLadder
 from celery_delayq.rabbitmq.publisher import LadderPublisher
+from celery_delayq.rabbitmq.buckets import DueBuckets
 from celery_delayq.rabbitmq.worker import LadderWorker
 from celery_delayq.typing import DelayBackend, Scheduling
 from helpers import Collector, running_worker
@@ -92,11 +93,17 @@ def _ladder(**conf: Any) -> AppLadder:
     return AppLadder(app, DelayqConfig(**conf))
 
 
-def test_the_default_backend_is_the_ladder_publisher_itself() -> None:
+def test_the_default_backend_is_the_buckets_over_the_ladder_publisher() -> None:
     ladder = _ladder()
-    assert ladder.config.backend == "ladder"
-    assert ladder.backend is ladder.publisher
+    assert (ladder.config.backend, ladder.config.bucket_after, ladder.config.bucket_min_delay) == ("buckets", 100, 30.0)
+    assert isinstance(ladder.backend, DueBuckets) and ladder.backend.ladder is ladder.publisher
     assert isinstance(ladder.backend, DelayBackend)
+    assert BACKEND_ALIASES["buckets"] == "celery_delayq.rabbitmq.buckets:DueBuckets"
+
+
+def test_the_ladder_alone_is_the_ladder_publisher_itself() -> None:
+    ladder = _ladder(backend="ladder")
+    assert ladder.backend is ladder.publisher
     assert BACKEND_ALIASES["ladder"] == "celery_delayq.rabbitmq.publisher:LadderPublisher"
 
 

@@ -130,6 +130,13 @@ NUMBERS: list[tuple[str, list[Any], list[tuple[Any, Any]]]] = [
     ("fixed_resolution", [0, -0.5, math.inf, "fine"], [("0.5", 0.5)]),
     ("fixed_max_delay", [0, "ten minutes", math.nan], [("600", 600.0)]),
     ("fixed_queues", [-1, 1.5, "many"], [("0", 0), ("8", 8)]),
+    ("bucket_width", [0, 0.0005, math.inf, "a second"], [("0.25", 0.25), (2, 2.0)]),
+    ("bucket_max_delay", [0, -1, math.nan], [("300", 300.0)]),
+    ("bucket_queues", [-1, 2.5, "lots"], [("0", 0), ("128", 128), (None, None)]),
+    ("bucket_grace", [0, 0.5, math.inf], [("60", 60.0)]),
+    ("bucket_shards", [0, 65, "four"], [("4", 4), (None, None)]),
+    ("bucket_after", [-1, 0.5, "some"], [("0", 0), ("100", 100)]),
+    ("bucket_min_delay", [-1, math.nan, "long"], [("0", 0.0), (60, 60.0)]),
 ]
 
 
@@ -145,7 +152,9 @@ def test_numbers_are_typed_and_bounded(name: str, refused: list[Any], accepted: 
 
 
 def test_every_numeric_setting_is_covered() -> None:
-    numeric = {n for n, d in SETTINGS.items() if type(d) in (int, float)} | {"delayq_max_delay", "delayq_metrics_port"}
+    numeric = {n for n, d in SETTINGS.items() if type(d) in (int, float)} | {"delayq_max_delay", "delayq_metrics_port",
+                                                                                   "delayq_bucket_queues",
+                                                                                   "delayq_bucket_shards"}
     assert {f"delayq_{n[0]}" for n in NUMBERS} == numeric
 
 

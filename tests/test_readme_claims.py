@@ -682,3 +682,27 @@ def test_every_number_the_readme_states_has_a_claim() -> None:
     assert len(numbers) >= 5, numbers
     orphans = [f"{n!r} in: {sentence[:120]}" for n, sentence in numbers if not any(n in q for q in quotes)]
     assert not orphans, "README numbers with no entry in docs/claims.md:\n" + "\n".join(orphans)
+
+
+def test_the_defaults_drain_ratios_are_the_buckets_runs() -> None:
+    """"drained at X–Y× fixed's rate in the same run on both lines, where the ladder alone drained at A–B×":
+    the rows marked as the shipped default and the ladder alone's (``14x4``), each over the mean of its own
+    run's ``fixed`` rows, in benchmarks/results/buckets.json; the default measured on both lines; nothing lost or
+    early in any row."""
+    doc = json.loads((ROOT / "benchmarks" / "results" / "buckets.json").read_text())
+    default, alone, lines = [], [], set()
+    for run in doc["runs"]:
+        fixed = [r["drain_per_s"] for r in run["rows"] if r["shape"] == "fixed"]
+        for r in run["rows"]:
+            assert r["lost"] == 0 and r["early"] == 0 and r["delivered"] == r["published"] == doc["tasks"], r
+            if r["default"]:
+                default.append(r["drain_per_s"] / (sum(fixed) / len(fixed)))
+                lines.add(str(r["broker"])[0])
+            elif r["shape"] == "14x4":
+                alone.append(r["drain_per_s"] / (sum(fixed) / len(fixed)))
+    assert lines == {"3", "4"}  # both lines
+    stated = re.search(r"drained at ([\d.]+)–([\d.]+)× `?fixed`?'s rate in the same run on both lines, where the "
+                       r"ladder alone drained at ([\d.]+)–([\d.]+)×", _normalise(_readme()))
+    assert stated, "the README no longer states the default's ratio"
+    assert [float(g) for g in stated.groups()] == [round(min(default), 2), round(max(default), 2),
+                                                   round(min(alone), 2), round(max(alone), 2)]

@@ -33,7 +33,7 @@ from .nodes import Cluster, usable_flavours
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 _PORTS = {"host": 5696, "rmq4": 5697}
-BACKENDS = {"ladder": "", "fixed": ", delayq_backend='fixed'"}
+BACKENDS = {"ladder": ", delayq_backend='ladder'", "fixed": ", delayq_backend='fixed'"}
 
 
 class _HopReader(_Reader):

@@ -57,9 +57,10 @@ else:
     send()
 """
 
-#: label -> (delayq_shards, advanced.config terms for the rabbit application)
-SETTINGS = {"defaults": (1, ""), "shards4": (4, ""),
-            "prefetch512": (1, "{dead_letter_worker_consumer_prefetch, 512}")}
+#: label -> (delayq_shards, advanced.config terms for the rabbit application, more app settings)
+SETTINGS = {"defaults": (1, "", ""), "shards4": (4, "", ""),
+            "prefetch512": (1, "{dead_letter_worker_consumer_prefetch, 512}", ""),
+            "fixed": (1, "", ", delayq_backend='fixed'"), "buckets": (1, "", ", delayq_backend='buckets'")}
 _PORTS = {"host": 5686, "rmq4": 5687}
 
 
@@ -195,8 +196,9 @@ def markdown(rows: list[dict[str, Any]], *, tasks: int, procs: int, countdown: f
         "(inside `celery_delayq.batch()`, pipelined confirms: the burst comes due faster than the ladder drains it). "
         "A consumer (prefetch 1,000) times each arrival. Lateness = arrival - due. `hot_queue`: the ladder queue "
         "with the most ready messages while it drained; its dead-letter worker paced the burst. `settings`: "
-        + "; ".join(f"`{k}` = delayq_shards {n}, {('advanced.config ' + v) if v else 'RabbitMQ defaults'}"
-                    for k, (n, v) in SETTINGS.items())
+        + "; ".join(f"`{k}` = delayq_shards {n}{extra}, "
+                    f"{('advanced.config ' + v) if v else 'RabbitMQ defaults'}"
+                    for k, (n, v, extra) in SETTINGS.items())
         + ". `hot_queue` names shard 0's queue when sharded (`.sN.` for shard N).", "",
         "| " + " | ".join(COLUMNS) + f" | last ≤ {goal_s:g} s late |",
         "|" + "---|" * (len(COLUMNS) + 1),
@@ -223,7 +225,7 @@ def main(tasks: int, procs: int, countdown: float, runs: int, only: str | None, 
     rows: list[dict[str, Any]] = []
     for flavour in usable_flavours(only, say=lambda text: click.echo(text, err=True)):
         for label in settings:
-            shards, advanced = SETTINGS[label]
+            shards, advanced, extra = SETTINGS[label]
             with Cluster.start(flavour, size=1, base_port=_PORTS[flavour], prefix=f"dqb{flavour[0]}",
                                rabbit_advanced=advanced) as cluster:
                 for i in range(runs):
@@ -233,7 +235,7 @@ def main(tasks: int, procs: int, countdown: float, runs: int, only: str | None, 
                                    err=True)
                         result = run_burst(cluster.nodes[0], settings=label, tasks=tasks, procs=procs,
                                            countdown=countdown, batched=batched, shards=shards,
-                                           workdir=Path(tempfile.mkdtemp()))
+                                           workdir=Path(tempfile.mkdtemp()), extra=extra)
                         click.echo(f"    {asdict(result)}", err=True)
                         rows.append(asdict(result))
     out.mkdir(parents=True, exist_ok=True)

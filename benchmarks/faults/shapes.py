@@ -53,6 +53,28 @@ FIXED = "fixed"
 FIXED_QUEUES = 64
 
 
+#: The ``--shapes`` name of the ``buckets`` backend (one queue per destination and due second, 1 hop);
+#: ``buckets-s8`` spreads each due second over 8 queues (``delayq_bucket_shards``), ``-a100`` sends the first 100
+#: of a slice through the ladder (``delayq_bucket_after``), ``-q512`` allows 512 alive (``delayq_bucket_queues``).
+BUCKETS = "buckets"
+
+
+def bucket_settings(shape: str) -> str:
+    """App settings of a ``buckets`` shape name (pure): ``buckets-s4-a100`` is 4 shards, after 100 per slice."""
+    words = {"s": "delayq_bucket_shards", "a": "delayq_bucket_after", "q": "delayq_bucket_queues"}
+    return "".join(f", {words[w[0]]}={int(w[1:])}" for w in shape.split("-")[1:])
+
+
+def bucket_costs(shape: str) -> dict[str, Any]:
+    """Broker-free facts of the ``buckets`` backend (pure): 1 hop; queues are per due second (and shard)."""
+    return {**fixed_costs(), "shape": shape, "max_delay_days": round(DelayqConfig().bucket_max_delay / 86400, 3),
+            "level_queues": "per due second", "handles_3x": "3 per due second"}
+
+
+#: The ``--shapes`` name of whatever the package's defaults are (no backend or shape setting at all).
+DEFAULT = "default"
+
+
 #: A shape suffix: the same ladder, its last level dead-lettering straight into the destination queue (no exit hop).
 NO_EXIT = "-noexit"
 
@@ -165,7 +187,8 @@ def markdown(rows: list[dict[str, Any]], *, tasks: int, when: str, argv: str, du
 @click.command()
 @click.option("--tasks", default=50_000, show_default=True, help="Tasks due together per run.")
 @click.option("--shapes", default="14x4,10x8,7x16", show_default=True,
-              help="LEVELSxRADIX, comma-separated; 'fixed' adds the fixed-delay backend; LEVELSxRADIX-noexit "
+              help="LEVELSxRADIX, comma-separated; 'fixed' adds the fixed-delay backend, 'buckets' (or 'buckets-sN', N "
+                   "queues per due second) the due-time buckets; LEVELSxRADIX-noexit "
                    "the same ladder without its exit hop (the destination queue bound to the delivery exchange).")
 @click.option("--prefetch", default="32,512", show_default=True,
               help="dead_letter_worker_consumer_prefetch values, comma-separated (one node each).")
@@ -192,10 +215,18 @@ def main(tasks: int, shapes: str, prefetch: str, only: str | None, due_s: float,
                         costs = fixed_costs()
                         settings = f", delayq_backend='fixed', delayq_fixed_queues={fixed_queues}"
                         hook = None
+                    elif shape == DEFAULT:  # nothing set: what a user who changes nothing gets
+                        costs = bucket_costs(shape)
+                        settings = ""
+                        hook = None
+                    elif shape.startswith(BUCKETS):
+                        costs = bucket_costs(shape)
+                        settings = ", delayq_backend='buckets'" + bucket_settings(shape)
+                        hook = None
                     else:
                         levels, radix = (int(x) for x in shape.removesuffix(NO_EXIT).split("x"))
                         costs = {**shape_costs(levels, radix), "shape": shape}
-                        settings = f", delayq_levels={levels}, delayq_radix={radix}"
+                        settings = f", delayq_backend='ladder', delayq_levels={levels}, delayq_radix={radix}"
                         hook = None
                         if shape.endswith(NO_EXIT):  # one queue fewer for every task
                             for k in ("hops_1_5s", "hops_1_60s", "hops_1_300s"):

@@ -343,7 +343,7 @@ def delete(ctx: click.Context, discard_messages: bool, with_parking: bool, keep_
     gone = [o for o in present if f"{o.kind} {o.name}" in deleted]
     n_exchanges = sum(1 for o in gone if o.kind == "exchange")
     audit_action(ctx, prefix=spec.prefix, queues=len(gone) - n_exchanges, exchanges=n_exchanges, dropped=held)
-    exits = [o.name for o in gone if o.role in ("exit", "fixed")]
+    exits = [o.name for o in gone if o.role in ("exit", "fixed", "buckets")]
     click.echo(f"deleted ladder {spec.prefix!r} on {app.uri}: {n_exchanges} exchanges, "
                f"{len(gone) - n_exchanges} queues ({sum(1 for o in gone if o.role == 'exit')} of them exit queues)")
     click.echo(f"  queues: {_per_role(gone, 'queue') or 'none'}; exchanges: {_per_role(gone, 'exchange') or 'none'}")

@@ -19,7 +19,7 @@ from ..config import DelayqConfig
 from ..errors import DelayqError
 from ..ladder.spec import LadderSpec
 from ..typing import Scheduling
-from .publisher import LadderPublisher, LadderReceipt, plan, publisher_for
+from .publisher import LadderPublisher, LadderReceipt, Route, plan, publisher_for
 from .registry import ProcessRegistry
 from .topology import Destination
 from .worker import LadderWorker
@@ -57,11 +57,16 @@ def fixed_queue_name(spec: LadderSpec, dest: Destination, ttl_ms: int) -> str:
 class FixedDelays:
     """The ``fixed`` backend: a :class:`~celery_delayq.typing.DelayBackend` over the ladder publisher."""
 
+    #: What a message that goes through the ladder instead did not get (the log line).
+    KIND = "a fixed queue"
+
     @classmethod
     def for_connection(cls, connection: Connection, config: DelayqConfig) -> "FixedDelays":
-        """The process-wide instance for a broker and configuration (over its ladder publisher)."""
-        key = (connection.as_uri(include_password=True), config)
-        return _FIXED.get(key, lambda: cls(publisher_for(connection, config)))
+        """The process-wide instance of this class for a broker and configuration (over its ladder publisher)."""
+        key = (cls, connection.as_uri(include_password=True), config)
+        found = _FIXED.get(key, lambda: cls(publisher_for(connection, config)))
+        assert isinstance(found, cls)
+        return found
 
     def __init__(self, ladder: LadderPublisher) -> None:
         self.ladder = ladder
@@ -97,7 +102,7 @@ class FixedDelays:
         return self.ladder.worker_service(connection_for, scheduling)
 
     # -- routing ------------------------------------------------------------------
-    def _route(self, dest: Destination, due: float, now: float, shard: int) -> tuple[int, str, str, int]:
+    def _route(self, dest: Destination, due: float, now: float, shard: int) -> Route | tuple[int, str, str, int]:
         """``(units, exchange, routing key, hops)``: the fixed queue by the default exchange, or the ladder's."""
         spec = self.ladder.spec
         ttl = fixed_ttl_ms(due - now, resolution_s=self.config.fixed_resolution,
@@ -159,8 +164,8 @@ class FixedDelays:
         key = (reason, dest.exchange, dest.routing_key)
         if key not in self._told:
             self._told.add(key)
-            log.info("delayq: a delay for %r/%r goes through the ladder, not a fixed queue: %s",
-                     dest.exchange, dest.routing_key, reason)
+            log.info("delayq: a delay for %r/%r goes through the ladder, not %s: %s",
+                     dest.exchange, dest.routing_key, self.KIND, reason)
 
 
 _FIXED: ProcessRegistry[FixedDelays] = ProcessRegistry()

@@ -18,7 +18,7 @@ import time
 import uuid
 from datetime import datetime, timezone
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Sequence, TypeVar
+from typing import Any, Callable, ContextManager, NamedTuple, Sequence, TypeVar
 
 import amqp
 from kombu.connection import Connection
@@ -38,7 +38,7 @@ from ..ladder.index_layout import index_layout
 from .worker import LadderWorker
 from ..typing import Scheduling
 
-__all__ = ["LadderPublisher", "LadderReceipt", "publisher_for", "plan"]
+__all__ = ["LadderPublisher", "LadderReceipt", "Route", "publisher_for", "plan"]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,17 @@ def topology_for(template: Connection, config: DelayqConfig, raw: amqp.Connectio
             topology.placement = LeaderPlacement(api, template).place
     topology.budget = BudgetCheck(version, api, spread=spread, explicit=explicit)
     return topology
+
+
+class Route(NamedTuple):
+    """Where a backend's route sends one message (:meth:`LadderPublisher.place_on`)."""
+
+    units: int
+    exchange: str
+    routing_key: str
+    hops: int
+    #: A per-message TTL (ms) the message is published with, or ``None`` (the queue's own TTL).
+    expiration_ms: int | None = None
 
 
 def plan(spec: LadderSpec, destination: Destination, *, due: float, now: float,
@@ -288,12 +299,13 @@ class LadderPublisher:
                              headers=headers, content_type=content_type,
                              content_encoding=content_encoding, queue_hint=queue_hint, **properties)
 
-    def place_on(self, route: Callable[[Destination, float, float, int], tuple[int, str, str, int]],
+    def place_on(self, route: Callable[[Destination, float, float, int], Route | tuple[int, str, str, int]],
                  body: bytes | str, *, entry: str, due: float, delay: float, exchange: str, routing_key: str,
                  headers: dict[str, Any], content_type: str | None = None, content_encoding: str | None = None,
                  queue_hint: str | None = None, **properties: Any) -> tuple[LadderReceipt, dict[str, Any]]:
         """:meth:`place` with the route chosen by ``route(destination, due, now, shard)`` ->
-        ``(units, exchange, routing key, hops)`` (the fixed queues use it); longer delays make laps.
+        ``(units, exchange, routing key, hops)`` or a :class:`Route` with a per-message expiration (the fixed
+        queues and the due-time buckets use it); longer delays make laps.
         """
         # A per-message TTL would expire inside a level: dropped (Celery's ``expires`` still works).
         properties.pop("expiration", None)
@@ -326,7 +338,10 @@ class LadderPublisher:
                 units, entry_x, ladder_key, hops = plan(self.spec, dest, due=min(due, now + self.spec.max_delay_s),
                                                         now=now, shard=shard)
             else:
-                units, entry_x, ladder_key, hops = route(dest, due, now, shard)
+                chosen = Route(*route(dest, due, now, shard))
+                units, entry_x, ladder_key, hops = chosen[:4]
+                if chosen.expiration_ms is not None:  # a due-time bucket: everything in it expires together
+                    properties["expiration"] = str(chosen.expiration_ms)
             sched = LadderReceipt(entry, due, delay, units, hops, entry_x, ladder_key, dest)
             hdrs = H.stamp_pass(H.strip_broker_headers(headers), due=due, delay=delay, entry=entry, hops=hops,
                                 exchange=exchange, routing_key=routing_key)

@@ -117,7 +117,7 @@ class LadderState:
 
 
 #: The roles of what a ladder prefix puts on the broker, in the order ``topology delete`` reports them.
-ROLES = ("levels", "delivery", "index", "cancels", "exit", "fixed", "laps", "unroutable", "parking")
+ROLES = ("levels", "delivery", "index", "cancels", "exit", "fixed", "buckets", "laps", "unroutable", "parking")
 
 _SHAPE = r"(?P<shape>[1-9][0-9]*x[1-9][0-9]*)"
 _LEVEL = r"(?:\.s[1-9][0-9]*)?\.L[0-9]{2,}"  # shard 0 has no .sN; L{k:02d}
@@ -126,7 +126,8 @@ _LABEL_TOKEN = r"[A-Za-z0-9_\-]{1,80}\.[0-9a-f]{16}"  # LadderSpec.exit_queue: r
 
 @functools.lru_cache(maxsize=64)
 def _patterns(prefix: str) -> tuple[tuple[str, str, re.Pattern[str]], ...]:
-    """``(kind, role, pattern)`` of every name :class:`LadderSpec`, the index layout and the fixed backend make."""
+    """``(kind, role, pattern)`` of every name :class:`LadderSpec`, the index layout and the fixed and buckets
+    backends make."""
     p = re.escape(prefix)
     rows = [
         ("queue", "levels", rf"{p}\.{_SHAPE}{_LEVEL}(?:\.d[1-9a-z])?"),  # radix 2: no .dN
@@ -134,6 +135,7 @@ def _patterns(prefix: str) -> tuple[tuple[str, str, re.Pattern[str]], ...]:
         ("queue", "cancels", rf"{p}\.{_SHAPE}\.cancels"),
         ("queue", "exit", rf"{p}\.exit\.{_LABEL_TOKEN}"),
         ("queue", "fixed", rf"{p}\.fixed\.[0-9]+ms\.{_LABEL_TOKEN}"),
+        ("queue", "buckets", rf"{p}\.bucket\.[0-9]+\.[0-9]+s\.[0-9]+\.{_LABEL_TOKEN}"),
         ("queue", "laps", rf"{p}\.laps"),
         ("queue", "unroutable", rf"{p}\.unroutable"),
         ("queue", "parking", rf"{p}\.parking"),
@@ -149,7 +151,7 @@ def ladder_role(prefix: str, kind: str, name: str, *, parking_queue: str | None 
 
     Only names the ladder's naming scheme produces match, never another app's queue that
     merely shares the prefix. ``shape`` is ``"LEVELSxRADIX"``, or ``""`` for what every shape shares (exit,
-    fixed, laps, unroutable, parking). ``parking_queue``: the app's, when it lies outside the prefix.
+    fixed, buckets, laps, unroutable, parking). ``parking_queue``: the app's, when it lies outside the prefix.
     """
     if kind == "queue" and parking_queue and name == parking_queue:
         return "parking", ""
@@ -287,6 +289,11 @@ class Topology:
     def fixed_queue_args(self, ttl_ms: int, exchange: str, routing_key: str) -> dict[str, Any]:
         """Arguments of a ``fixed`` backend queue: an exit queue's, waiting ``ttl_ms`` (:mod:`.fixed`)."""
         return self._queue_args(ttl_ms, exchange, routing_key)
+
+    def bucket_queue_args(self, lease_ms: int, exchange: str, routing_key: str) -> dict[str, Any]:
+        """Arguments of a due-time bucket (:mod:`.buckets`): a ``fixed`` queue's whose messages carry their own
+        TTL, deleting itself ``lease_ms`` after it was last declared."""
+        return {**self._queue_args(lease_ms, exchange, routing_key), "x-expires": lease_ms}
 
     def entities(self) -> list[tuple[str, str, dict[str, Any]]]:
         """Every entity as ``(kind, name, args)`` in declaration order (targets first)."""

@@ -7,14 +7,14 @@ rest runs real Celery workers on the test broker, so it runs on both lines.
 from __future__ import annotations
 
 import time
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import given, strategies as st
 from kombu import Queue
 
 import celery_delayq
-from celery_delayq import cancel, pending, signals
+from celery_delayq import cancel, pending
 from celery_delayq.config import DelayqConfig
 from celery_delayq.ladder.spec import LadderSpec
 from celery_delayq.rabbitmq.fixed import FixedDelays, fixed_queue_name, fixed_queue_prefix, fixed_ttl_ms
@@ -81,19 +81,6 @@ def test_the_scheduler_chooses_by_the_destination_queue() -> None:
 
 
 # -- broker -------------------------------------------------------------------------------
-@pytest.fixture
-def placed() -> Iterator[list[tuple[Any, dict[str, Any]]]]:
-    """``(receipt, headers)`` of every message scheduled in the test (``message_scheduled``)."""
-    got: list[tuple[Any, dict[str, Any]]] = []
-
-    def on(sender: Any = None, plan: Any = None, headers: Any = None, **_: Any) -> None:
-        got.append((plan, dict(headers)))
-
-    signals.message_scheduled.connect(on, weak=False)
-    yield got
-    signals.message_scheduled.disconnect(on)
-
-
 def _fixed(app: Any) -> FixedDelays:
     backend = celery_delayq.ladder_for(app).backend
     assert isinstance(backend, FixedDelays)

@@ -1,0 +1,211 @@
+"""``delayq_backend = "buckets"``: one queue per destination and due second, one hop, the ladder beyond it.
+
+Work that comes due together (a burst toward one moment, a million due within a minute) waits in the queue of
+its *due time*, not of its delay: each message is published with a per-message TTL that ends exactly at the end
+of its due slice, so everything in a queue expires at the same moment (nothing waits behind a longer delay,
+whatever order the messages came in) and then dead-letters straight into its destination, as a ``fixed`` queue
+does. A queue deletes itself (``x-expires``) a lease after it was last declared, a lease that always ends
+``delayq_bucket_grace`` after its due slice; how many one process keeps alive is bounded
+(``delayq_bucket_queues``) and each new one must fit RabbitMQ 3.x's file-handle budget. Whatever does not fit
+goes through the ladder: a delay beyond ``delayq_bucket_max_delay`` silently, as every long delay; one over the
+bound or refused by the broker logged once per reason and destination.
+
+It is the default backend, with two guards that keep the ladder (and its 10 ms precision) where a bucket would
+not pay: a delay under ``delayq_bucket_min_delay`` (30 s), and the first ``delayq_bucket_after`` (100) tasks of
+one process toward a destination's due second. The design and its measurements: docs/how-it-works.md, "The
+default" and "The `buckets` backend".
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any, NamedTuple
+
+import amqp
+
+from ..errors import DelayqError
+from ..ladder.spec import LadderSpec
+from .budget import RESERVATIONS_GONE_FROM
+from .client import broker_version
+from .fixed import FixedDelays
+from .publisher import LadderPublisher, Route, plan
+from .topology import Destination, Topology
+
+__all__ = ["DueBuckets", "Bucket", "bucket_for", "bucket_queue_name", "bucket_queue_prefix", "LEASE_STEP_S",
+           "ALIVE_3X", "ALIVE_4X", "SHARDS_3X", "SHARDS_4X"]
+
+#: Leases are whole multiples of this (plus the grace), so the publishes of five minutes toward a due slice share
+#: one queue, and a drained queue lingers at most this much longer than the grace.
+LEASE_STEP_S = 300
+#: ``delayq_bucket_queues`` when unset: RabbitMQ 3.x (file handles per quorum queue) and 4.x.
+ALIVE_3X, ALIVE_4X = 64, 512
+#: ``delayq_bucket_shards`` when unset: queues per due second on RabbitMQ 3.x and 4.x.
+SHARDS_3X, SHARDS_4X = 4, 8
+#: Due slices whose counts (``delayq_bucket_after``) one process keeps before it forgets those already past.
+_COUNTED = 4096
+
+
+class Bucket(NamedTuple):
+    """The due-time bucket of one message (pure: :func:`bucket_for`)."""
+
+    #: The end of the due slice, epoch milliseconds: every message in the queue expires then.
+    slice_end_ms: int
+    #: The message's TTL: from now to the end of its slice, rounded up (never early).
+    expiration_ms: int
+    #: The queue's ``x-expires`` (and ``x-message-ttl``, an upper bound): at least until the slice end plus the
+    #: grace from any moment the queue may be declared with this name.
+    lease_ms: int
+
+
+def bucket_for(due: float, now: float, *, width_s: float, max_delay_s: float, grace_s: float) -> Bucket | None:
+    """Pure: the bucket for a message due at ``due`` (epoch seconds) published at ``now``; ``None`` (the ladder)
+    when the delay is not positive or the slice's end lies beyond ``max_delay_s``.
+
+    The slice end is ``due`` rounded *up* to a multiple of ``width_s`` since the epoch, so publishers anywhere
+    agree on it (clocks permitting) and a message is never early; it may be up to ``width_s`` late.
+    """
+    if not due > now or not math.isfinite(due) or not math.isfinite(now):
+        return None
+    step_us = round(width_s * 1_000_000)
+    due_us = round(due * 1_000_000)  # microseconds first, so float noise does not cost a whole slice
+    end_us = -(-due_us // step_us) * step_us
+    now_us = round(now * 1_000_000)
+    if end_us - now_us > max_delay_s * 1_000_000:
+        return None
+    expiration_ms = -(-(end_us - now_us) // 1000)
+    lease_step_us = LEASE_STEP_S * 1_000_000
+    lease_us = -(-(end_us - now_us) // lease_step_us) * lease_step_us + round(grace_s * 1_000_000)
+    return Bucket(-(-end_us // 1000), expiration_ms, -(-lease_us // 1000))
+
+
+def bucket_queue_prefix(prefix: str) -> str:
+    """What every bucket queue of ladder prefix ``prefix`` is named with first."""
+    return f"{prefix}.bucket."
+
+
+def bucket_queue_name(spec: LadderSpec, dest: Destination, bucket: Bucket, shard: int = 0) -> str:
+    """``<prefix>.bucket.<slice end ms>.<lease s>s.<shard>.<destination label>.<token>``."""
+    label = dest.exit_queue[len(f"{spec.prefix}.exit."):]
+    return f"{bucket_queue_prefix(spec.prefix)}{bucket.slice_end_ms}.{bucket.lease_ms // 1000}s.{shard}.{label}"
+
+
+class DueBuckets(FixedDelays):
+    """The ``buckets`` backend: a :class:`~celery_delayq.typing.DelayBackend` over the ladder publisher (its
+    publishing, confirms, batches and worker service are the ``fixed`` backend's)."""
+
+    KIND = "a due-time bucket"
+
+    def __init__(self, ladder: LadderPublisher) -> None:
+        super().__init__(ladder)
+        #: queue name -> when this process's declare of it lapses (epoch s): the buckets it keeps alive.
+        self.alive: dict[str, float] = {}
+        #: ``(exchange, routing key, slice end ms)`` -> messages this process sent toward it.
+        self.counts: dict[tuple[str, str, int], int] = {}
+        self._turn = itertools.count()
+        self._pruned_at = 0.0
+        self._four: bool | None = None
+
+    def __repr__(self) -> str:
+        return f"<DueBuckets {len(self.alive)} queue(s) over {self.ladder!r}>"
+
+    def _route(self, dest: Destination, due: float, now: float, shard: int) -> Route | tuple[int, str, str, int]:
+        """The bucket queue by the default exchange, with its per-message TTL, or the ladder's route."""
+        config = self.config
+        bucket = bucket_for(due, now, width_s=config.bucket_width, max_delay_s=config.bucket_max_delay,
+                            grace_s=config.bucket_grace)
+        if bucket is None:  # beyond delayq_bucket_max_delay: the ladder's, as every long delay (not logged)
+            return plan(self.ladder.spec, dest, due=due, now=now, shard=shard)
+        if due - now < config.bucket_min_delay:
+            return plan(self.ladder.spec, dest, due=due, now=now, shard=shard)  # short: the ladder's precision
+        if config.bucket_after and not self._due_together(dest, bucket, now):
+            return plan(self.ladder.spec, dest, due=due, now=now, shard=shard)  # alone so far: the ladder's precision
+        spread = next(self._turn) % self._shards()  # round robin: a burst spreads over the shards' queues
+        name = self._bucket(dest, bucket, spread, now)
+        if name is None:
+            return plan(self.ladder.spec, dest, due=due, now=now, shard=shard)
+        return Route(self.ladder.spec.units_for(bucket.expiration_ms / 1000), "", name, 1, bucket.expiration_ms)
+
+    def _due_together(self, dest: Destination, bucket: Bucket, now: float) -> bool:
+        """Count the message toward its slice; ``True`` once more than ``delayq_bucket_after`` came due in it."""
+        key = (dest.exchange, dest.routing_key, bucket.slice_end_ms)
+        with self._lock:
+            seen = self.counts[key] = self.counts.get(key, 0) + 1
+            if len(self.counts) > _COUNTED and now - self._pruned_at >= 1.0:  # a scan at most once a second
+                self._pruned_at = now
+                for past in [k for k in self.counts if k[2] <= now * 1000]:
+                    del self.counts[past]
+                if len(self.counts) > 4 * _COUNTED:  # that many future slices: start counting afresh
+                    self.counts.clear()
+        return seen > self.config.bucket_after
+
+    def _on_4x(self) -> bool:
+        """Whether the broker is RabbitMQ 4.x or later (no file handles reserved per quorum queue)."""
+        if self._four is None:
+            self._four = broker_version(self.ladder.link.raw) >= RESERVATIONS_GONE_FROM
+        return self._four
+
+    def _limit(self) -> int:
+        """``delayq_bucket_queues``, or by broker line: 3.x reserves file handles per quorum queue, 4.x none."""
+        if self.config.bucket_queues is not None:
+            return self.config.bucket_queues
+        return ALIVE_4X if self._on_4x() else ALIVE_3X
+
+    def _shards(self) -> int:
+        """``delayq_bucket_shards``, or by broker line (measured: docs/how-it-works.md, "The `buckets` backend")."""
+        if self.config.bucket_shards is not None:
+            return self.config.bucket_shards
+        return SHARDS_4X if self._on_4x() else SHARDS_3X
+
+    def _bucket(self, dest: Destination, bucket: Bucket, spread: int, now: float) -> str | None:
+        """The queue of shard ``spread`` of the bucket; the first time, every shard's queue is declared."""
+        names = [bucket_queue_name(self.ladder.spec, dest, bucket, k) for k in range(self._shards())]
+        with self._lock:
+            if names[spread] in self.alive:
+                return names[spread]
+            for gone in [n for n, lapses in self.alive.items() if lapses <= now]:
+                del self.alive[gone]  # deleted by the broker by now, or by the next declare of others
+            limit = self._limit()
+            if len(self.alive) + len(names) > limit:
+                self._tell(f"more than delayq_bucket_queues ({limit}) alive", dest)
+                return None
+            lease = bucket.lease_ms
+            try:
+                if not self._open(names, self.ladder_topology().bucket_queue_args(lease, dest.exchange,
+                                                                                  dest.routing_key)):
+                    self._tell(f"queue {names[0]!r} does not exist and delayq_declare is False", dest)
+                    return None
+            except (DelayqError, amqp.exceptions.AMQPError, OSError) as exc:  # the ladder holds it instead:
+                # FileHandleBudgetExceeded/Unknown, a refused or mismatched declare, a connection lost in it
+                self._tell(f"not declared ({exc})", dest)
+                return None
+            self.alive.update((name, now + lease / 1000) for name in names)
+            return names[spread]
+
+    def ladder_topology(self) -> Topology:
+        """The ladder's topology (connected: ``place_on`` declared the ladder before it routes)."""
+        topology = self.ladder.topology
+        assert topology is not None
+        return topology
+
+    def _open(self, names: list[str], args: dict[str, Any]) -> bool:
+        """Declare the shards' queues of one bucket, one file-handle check for all of them (RabbitMQ 3.x);
+        ``False`` when one is missing and ``delayq_declare`` is off."""
+        topology = self.ladder_topology()
+        raw: amqp.Connection = self.ladder.link.raw
+        if self.config.declare and topology.budget is not None and topology.queue_type == "quorum":
+            topology.budget(names[0], len(names), what="due-time bucket")
+        ch = raw.channel()
+        try:
+            for name in names:
+                if self.config.declare:
+                    ch.queue_declare(name, durable=True, auto_delete=False, arguments=args)
+                else:
+                    try:
+                        ch.queue_declare(name, passive=True)
+                    except amqp.NotFound:
+                        return False
+            return True
+        finally:
+            if ch.is_open:
+                ch.close()
