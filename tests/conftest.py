@@ -238,6 +238,7 @@ def make_app(broker_url: str, prefix: str, uid: str, vhost: str) -> Iterator[Cal
                 conn.close()
     import kombu.pools
 
+    from celery_delayq.rabbitmq import fixed as _fixed
     from celery_delayq.rabbitmq import publisher as _pub
 
     # kombu's pools are global and shared by equal connections: reset, don't close one
@@ -248,6 +249,9 @@ def make_app(broker_url: str, prefix: str, uid: str, vhost: str) -> Iterator[Cal
         with contextlib.suppress(Exception):
             pub.close()
     _pub._PUBLISHERS.clear()
+    # The fixed and buckets backends (the default) hold a publisher of their own: a test must not inherit one
+    # whose topology remembers exit queues an earlier test's cleanup deleted.
+    _fixed._FIXED.clear()
 
 
 @pytest.fixture
