@@ -112,19 +112,17 @@ class DueBuckets(FixedDelays):
     def _route(self, dest: Destination, due: float, now: float, shard: int) -> Route | tuple[int, str, str, int]:
         """The bucket queue by the default exchange, with its per-message TTL, or the ladder's route."""
         config = self.config
-        bucket = bucket_for(due, now, width_s=config.bucket_width, max_delay_s=config.bucket_max_delay,
-                            grace_s=config.bucket_grace)
-        if bucket is None:  # beyond delayq_bucket_max_delay: the ladder's, as every long delay (not logged)
-            return plan(self.ladder.spec, dest, due=due, now=now, shard=shard)
-        if due - now < config.bucket_min_delay:
-            return plan(self.ladder.spec, dest, due=due, now=now, shard=shard)  # short: the ladder's precision
-        if config.bucket_after and not self._due_together(dest, bucket, now):
-            return plan(self.ladder.spec, dest, due=due, now=now, shard=shard)  # alone so far: the ladder's precision
-        spread = next(self._turn) % self._shards()  # round robin: a burst spreads over the shards' queues
-        name = self._bucket(dest, bucket, spread, now)
-        if name is None:
-            return plan(self.ladder.spec, dest, due=due, now=now, shard=shard)
-        return Route(self.ladder.spec.units_for(bucket.expiration_ms / 1000), "", name, 1, bucket.expiration_ms)
+        # Short (the ladder's precision) or beyond delayq_bucket_max_delay (as every long delay): the ladder's,
+        # not logged. The short check first: it is most delays, and needs no slice arithmetic.
+        bucket = None if due - now < config.bucket_min_delay else bucket_for(
+            due, now, width_s=config.bucket_width, max_delay_s=config.bucket_max_delay, grace_s=config.bucket_grace)
+        # Alone so far in its second: the ladder's precision, and no queue of its own.
+        if bucket is not None and (not config.bucket_after or self._due_together(dest, bucket, now)):
+            name = self._bucket(dest, bucket, next(self._turn) % self._shards(), now)  # round robin over shards
+            if name is not None:
+                return Route(self.ladder.spec.units_for(bucket.expiration_ms / 1000), "", name, 1,
+                             bucket.expiration_ms)
+        return plan(self.ladder.spec, dest, due=due, now=now, shard=shard)
 
     def _due_together(self, dest: Destination, bucket: Bucket, now: float) -> bool:
         """Count the message toward its slice; ``True`` once more than ``delayq_bucket_after`` came due in it."""
@@ -159,10 +157,11 @@ class DueBuckets(FixedDelays):
 
     def _bucket(self, dest: Destination, bucket: Bucket, spread: int, now: float) -> str | None:
         """The queue of shard ``spread`` of the bucket; the first time, every shard's queue is declared."""
-        names = [bucket_queue_name(self.ladder.spec, dest, bucket, k) for k in range(self._shards())]
+        name = bucket_queue_name(self.ladder.spec, dest, bucket, spread)
         with self._lock:
-            if names[spread] in self.alive:
-                return names[spread]
+            if name in self.alive:  # every publish after the first of its shard: one name, no listing
+                return name
+            names = [bucket_queue_name(self.ladder.spec, dest, bucket, k) for k in range(self._shards())]
             for gone in [n for n, lapses in self.alive.items() if lapses <= now]:
                 del self.alive[gone]  # deleted by the broker by now, or by the next declare of others
             limit = self._limit()
@@ -179,8 +178,8 @@ class DueBuckets(FixedDelays):
                 # FileHandleBudgetExceeded/Unknown, a refused or mismatched declare, a connection lost in it
                 self._tell(f"not declared ({exc})", dest)
                 return None
-            self.alive.update((name, now + lease / 1000) for name in names)
-            return names[spread]
+            self.alive.update((each, now + lease / 1000) for each in names)
+            return name
 
     def ladder_topology(self) -> Topology:
         """The ladder's topology (connected: ``place_on`` declared the ladder before it routes)."""
