@@ -151,8 +151,14 @@ class DelayqConfig:
             before the slice gets ``buckets`` queues: a delay that comes due alone keeps the ladder's precision
             (``delayq_unit_ms``) and costs no queue of its own, work that comes due together takes one hop (0:
             every delay that fits).
-        bucket_min_delay: Seconds below which a delay always takes the ladder, with its precision: a bucket may
-            be up to ``delayq_bucket_width`` late, a small share only of a long delay.
+        bucket_min_delay: Seconds below which a delay takes the ladder, with its precision: a bucket may be up
+            to ``delayq_bucket_width`` late, a small share only of a long delay. Unless the app repeats it
+            (``delayq_recurring_after``).
+        recurring_after: Times one process sends the same delay under ``delayq_bucket_min_delay`` (to the
+            ladder's unit) toward one destination within a ten-minute window before the rest of the window's
+            take a queue of that delay: one hop, the ladder's precision, for a fixed ``countdown`` or a retry's
+            backoff step (``buckets`` backend; 0: never); at most four such delays per process and window. Its
+            queues count toward ``delayq_bucket_queues``.
         metrics_address: The address the metrics exporter binds (``delayq_metrics_port`` and
             ``delayq metrics``). Loopback by default, so the metrics are not served to the network unless asked:
             ``0.0.0.0`` (every IPv4 interface), ``::`` or one interface's address is that explicit choice.
@@ -207,6 +213,7 @@ class DelayqConfig:
     bucket_shards: int | None = None
     bucket_after: int = 100
     bucket_min_delay: float = 30.0
+    recurring_after: int = 100
     previous_shapes: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
@@ -563,6 +570,7 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "bucket_shards": _number("bucket_shards", integer=True, low=1, high=64, optional=True),
     "bucket_after": _number("bucket_after", integer=True, low=0),
     "bucket_min_delay": _number("bucket_min_delay", integer=False, low=0, unit="seconds"),
+    "recurring_after": _number("recurring_after", integer=True, low=0),
     "previous_shapes": lambda v: _shapes(v),
 }
 

@@ -137,6 +137,7 @@ NUMBERS: list[tuple[str, list[Any], list[tuple[Any, Any]]]] = [
     ("bucket_shards", [0, 65, "four"], [("4", 4), (None, None)]),
     ("bucket_after", [-1, 0.5, "some"], [("0", 0), ("100", 100)]),
     ("bucket_min_delay", [-1, math.nan, "long"], [("0", 0.0), (60, 60.0)]),
+    ("recurring_after", [-1, 0.5, "often"], [("0", 0), ("100", 100)]),
 ]
 
 

@@ -101,6 +101,9 @@ class IndexWriter:
     def __init__(self, connection: Connection, config: DelayqConfig) -> None:
         self.config = config
         self._link = OwnedConnection(connection, role="index writer")
+        #: Held while writing (the connection, its confirms): a publish's :meth:`add` never waits for it.
+        self._io_lock = threading.RLock()
+        #: Held only to touch the buffer and its timer. Taken after ``_io_lock``, never before it.
         self._lock = threading.RLock()
         #: The streams' layout once connected (``None`` then: no index on this broker or by the settings).
         self._layout: IndexLayout | None = None
@@ -109,55 +112,63 @@ class IndexWriter:
         self._timer: threading.Timer | None = None
 
     def add(self, receipt: Receipt, headers: dict[str, Any]) -> None:
-        """Buffer the entry of a confirmed message; the buffer is written when full or after :data:`LINGER_S`."""
+        """Buffer the entry of a confirmed message; the buffer is written when full or after :data:`LINGER_S`.
+
+        Only the buffer's lock is taken here, so a publish does not wait for a write in flight (the timer's).
+        """
         if not self.config.index:
             return
+        if not self._ready:  # a new ladder's streams: created now, so a reader never finds them missing
+            with self._io_lock:
+                if not self._ready:
+                    try:
+                        self._open()
+                    except Exception as exc:  # noqa: BLE001 - the task is scheduled; only its listing is missing
+                        _lost(1, exc)
+                        return
         with self._lock:
-            if not self._ready:  # a new ladder's streams: created now, so a reader never finds them missing
-                try:
-                    self._open()
-                except Exception as exc:  # noqa: BLE001 - the task is scheduled; only its listing is missing
-                    _lost(1, exc)
-                    return
             self.pairs.append((receipt, headers))
-            if len(self.pairs) >= CHUNK:
-                self.flush()
-            elif self._timer is None:
+            full = len(self.pairs) >= CHUNK
+            if not full and self._timer is None:
                 self._timer = threading.Timer(LINGER_S, self.flush)
                 self._timer.daemon = True
                 self._timer.start()
+        if full:
+            self.flush()
 
     def write(self, done: Sequence[tuple[Receipt, dict[str, Any]]]) -> None:
         """Write and confirm the entries of confirmed messages now (a ``batch()`` block's)."""
         if self.config.index and done:
-            with self._lock:
+            with self._io_lock:
                 self._send(done)
 
     def flush(self) -> None:
         """Write and confirm every buffered entry now."""
-        with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            pairs, self.pairs = self.pairs, []
+        with self._io_lock:
+            with self._lock:
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
+                pairs, self.pairs = self.pairs, []
             if pairs:
                 self._send(pairs)
 
     def close(self) -> None:
         """Flush, then close the writer's connection."""
-        with self._lock:
+        with self._io_lock:
             self.flush()
             self._link.drop()
 
     def after_fork_in_child(self) -> None:
         """In a forked child: the parent writes its own entries; reconnect on next use."""
+        self._io_lock = threading.RLock()
         self._lock = threading.RLock()
         self.pairs = []
         self._timer = None
         self._link.after_fork_in_child()
 
     def _send(self, done: Sequence[tuple[Receipt, dict[str, Any]]]) -> None:
-        """Publish the entries on the writer's confirm channel and wait for their confirms (lock held)."""
+        """Publish the entries on the writer's confirm channel and wait for their confirms (``_io_lock`` held)."""
         pairs = []
         for receipt, headers in done:
             task_id = str(headers.get("id") or receipt.entry)

@@ -135,7 +135,7 @@ def _patterns(prefix: str) -> tuple[tuple[str, str, re.Pattern[str]], ...]:
         ("queue", "cancels", rf"{p}\.{_SHAPE}\.cancels"),
         ("queue", "exit", rf"{p}\.exit\.{_LABEL_TOKEN}"),
         ("queue", "fixed", rf"{p}\.fixed\.[0-9]+ms\.{_LABEL_TOKEN}"),
-        ("queue", "buckets", rf"{p}\.bucket\.[0-9]+\.[0-9]+s\.[0-9]+\.{_LABEL_TOKEN}"),
+        ("queue", "buckets", rf"{p}\.bucket\.[0-9]+\.[0-9]+s\.[0-9]+\.(?:[0-9]+ms\.)?{_LABEL_TOKEN}"),
         ("queue", "laps", rf"{p}\.laps"),
         ("queue", "unroutable", rf"{p}\.unroutable"),
         ("queue", "parking", rf"{p}\.parking"),
@@ -292,7 +292,7 @@ class Topology:
 
     def bucket_queue_args(self, lease_ms: int, exchange: str, routing_key: str) -> dict[str, Any]:
         """Arguments of a due-time bucket (:mod:`.buckets`): a ``fixed`` queue's whose messages carry their own
-        TTL, deleting itself ``lease_ms`` after it was last declared."""
+        TTL, deleting itself ``lease_ms`` after it was created (a redeclare does not renew a quorum queue's)."""
         return {**self._queue_args(lease_ms, exchange, routing_key), "x-expires": lease_ms}
 
     def entities(self) -> list[tuple[str, str, dict[str, Any]]]:

@@ -20,8 +20,9 @@ from celery_delayq import cancel, pending
 from celery_delayq.config import DelayqConfig
 from celery_delayq.ladder.spec import LadderSpec
 from celery_delayq.rabbitmq import buckets as buckets_module
-from celery_delayq.rabbitmq.buckets import (ALIVE_3X, ALIVE_4X, LEASE_STEP_S, SHARDS_3X, SHARDS_4X, Bucket,
-                                            DueBuckets, bucket_for, bucket_queue_name, bucket_queue_prefix)
+from celery_delayq.rabbitmq.buckets import (ALIVE_3X, ALIVE_4X, LEASE_STEP_S, RECURRING_DELAYS, RECURRING_WINDOW_S, SHARDS_3X,
+                                            SHARDS_4X, Bucket, DueBuckets, bucket_for, bucket_queue_name,
+                                            bucket_queue_prefix, recurring_for)
 from celery_delayq.rabbitmq.client import broker_version
 from celery_delayq.rabbitmq.topology import Topology, ladder_role
 from helpers import Collector, drain, queue_depth, running_worker
@@ -95,12 +96,60 @@ def test_queue_names_carry_slice_lease_shard_and_destination_and_are_the_ladders
     assert ladder_role("px", "queue", name.replace(".1200s.", ".1200.")) is None
 
 
+@given(st.floats(min_value=1e-4, max_value=29.99), st.floats(min_value=0, max_value=10_000),
+       st.sampled_from([1, 10, 100]))
+def test_a_recurring_delay_is_rounded_as_the_ladder_rounds_and_never_early(delay: float, offset: float,
+                                                                           unit: int) -> None:
+    now = NOW + offset
+    found = recurring_for(delay, now, unit_ms=unit, window_s=600, min_delay_s=30, grace_s=900)
+    assert found is not None
+    assert found.expiration_ms == LadderSpec(unit_ms=unit, levels=8).units_for(delay) * unit  # the ladder's rounding
+    assert found.expiration_ms / 1000 >= delay - 1e-6  # never early
+    assert found.slice_end_ms % 600_000 == 0 and 0 < found.slice_end_ms - now * 1000 <= 600_000  # its window
+
+
+@given(st.floats(min_value=0, max_value=599.999), st.floats(min_value=0, max_value=599.999),
+       st.floats(min_value=1e-3, max_value=29.99))
+def test_a_recurring_queue_outlives_its_windows_last_message_by_the_grace(created: float, last: float,
+                                                                         delay: float) -> None:
+    """Whoever creates a window's queue (x-expires counts from creation, a redeclare does not renew it), it
+    lives until the last message of the window has expired plus the grace."""
+    start = 1_790_000_400.0  # a window start (a multiple of 600 s)
+    first = recurring_for(delay, start + created, unit_ms=10, window_s=600, min_delay_s=30, grace_s=900)
+    latest = recurring_for(delay, start + last, unit_ms=10, window_s=600, min_delay_s=30, grace_s=900)
+    assert first is not None and latest is not None and first == latest  # one queue, whoever declares it
+    expires_at_ms = (start + created) * 1000 + first.lease_ms
+    assert expires_at_ms >= (start + last) * 1000 + latest.expiration_ms + 900_000
+
+
+def test_only_a_short_positive_delay_can_recur() -> None:
+    assert recurring_for(29.9, NOW, unit_ms=10, window_s=600, min_delay_s=30, grace_s=900) is not None
+    assert recurring_for(30.0, NOW, unit_ms=10, window_s=600, min_delay_s=30, grace_s=900) is None  # a bucket's
+    assert recurring_for(0.0, NOW, unit_ms=10, window_s=600, min_delay_s=30, grace_s=900) is None
+    assert recurring_for(-1.0, NOW, unit_ms=10, window_s=600, min_delay_s=30, grace_s=900) is None
+    assert recurring_for(float("nan"), NOW, unit_ms=10, window_s=600, min_delay_s=30, grace_s=900) is None
+    assert recurring_for(1.0, NOW, unit_ms=10, window_s=600, min_delay_s=0, grace_s=900) is None
+
+
+def test_a_recurring_queue_is_named_by_its_delay_and_is_the_ladders() -> None:
+    spec = LadderSpec(prefix="px")
+    dest = Topology(spec, "quorum").destination("", "emails")
+    found = recurring_for(2.0, NOW, unit_ms=10, window_s=600, min_delay_s=30, grace_s=900)
+    assert found is not None
+    name = bucket_queue_name(spec, dest, found, 1, recurring=True)
+    assert ".1.2000ms." in name and name != bucket_queue_name(spec, dest, found, 1)
+    assert bucket_queue_name(spec, dest, found._replace(expiration_ms=3000), 1, recurring=True) != name
+    assert ladder_role("px", "queue", name) == ("buckets", "")  # `delayq topology delete` removes it
+
+
 def test_the_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="delayq_bucket_width"):
         DelayqConfig(bucket_width=0)
     with pytest.raises(ValueError, match="delayq_bucket_grace"):
         DelayqConfig(bucket_grace=0.5)
     assert DelayqConfig(backend="buckets").backend == "buckets"
+    with pytest.raises(ValueError, match="delayq_recurring_after"):
+        DelayqConfig(recurring_after=-1)
 
 
 # -- broker -------------------------------------------------------------------------------
@@ -299,7 +348,8 @@ def test_by_default_a_second_one_process_fills_with_over_100_long_delays_takes_b
         make_app, amqp_conn, placed: list[tuple[Any, dict[str, Any]]]) -> None:
     """The default (``delayq_backend`` unset): the ladder, until one due second of one destination has had
     ``delayq_bucket_after`` (100) tasks from this process, each at least ``delayq_bucket_min_delay`` (30 s)
-    ahead; the rest of that second takes one hop. Shorter delays keep the ladder however many there are."""
+    ahead; the rest of that second takes one hop. Shorter delays toward one due time (each a different delay by
+    the time it is sent) keep the ladder."""
     app = make_app(delayq_enabled=True)
     config = celery_delayq.ladder_for(app).config
     assert (config.backend, config.bucket_after, config.bucket_min_delay) == ("buckets", 100, 30.0)
@@ -307,6 +357,7 @@ def test_by_default_a_second_one_process_fills_with_over_100_long_delays_takes_b
     @app.task
     def probe(i: int) -> None: ...
 
+    _not_near_a_window_end()
     short, long = time.time() + 5, time.time() + 31
     with celery_delayq.batch(app):
         for i in range(104):
@@ -314,9 +365,118 @@ def test_by_default_a_second_one_process_fills_with_over_100_long_delays_takes_b
         for i in range(104):
             probe.apply_async((i,), eta=long)
     hops = [plan.hops for plan, _ in placed]
-    assert len(hops) == 208 and min(hops[:204]) > 1 and hops[204:] == [1, 1, 1, 1], hops[200:]
+    assert len(hops) == 208 and min(hops[104:204]) > 1 and hops[204:] == [1, 1, 1, 1], hops[200:]
+    # A short delay takes a queue of its own only once the same delay (to the unit) came more than 100 times.
+    assert [h == 1 for h in hops[:104]] == [n > 100 for n in _running_counts(placed[:104])]
     got = drain(amqp_conn, app.conf.task_default_queue, 208, timeout=90,
                 key=lambda m: m.headers["id"])  # type: ignore[index]
     assert {m.headers["id"] for m in got} >= {h["id"] for _, h in placed}  # type: ignore[index]
     early = [m for m in got if m.arrived < datetime.fromisoformat(m.headers["eta"]).timestamp()]  # type: ignore
     assert not early
+
+
+def _not_near_a_window_end() -> None:
+    """Wait out the end of a recurring delay's counting window if it is near (counts start afresh there)."""
+    left = RECURRING_WINDOW_S - time.time() % RECURRING_WINDOW_S
+    if left < 15:
+        time.sleep(left + 0.1)
+
+
+def _running_counts(placed: list[tuple[Any, dict[str, Any]]]) -> list[int]:
+    """For each placed message: how many sent so far (itself included) had its delay, to the ladder's unit."""
+    seen: dict[int, int] = {}
+    out = []
+    for plan, _ in placed:
+        seen[plan.units] = seen.get(plan.units, 0) + 1
+        out.append(seen[plan.units])
+    return out
+
+
+def test_by_default_a_countdown_one_process_repeats_over_100_times_takes_a_queue_of_its_own(
+        make_app, collector: Collector, amqp_conn, placed: list[tuple[Any, dict[str, Any]]]) -> None:
+    """A fixed ``countdown`` (or a retry's backoff step) repeated: after ``delayq_recurring_after`` (100) sends
+    of the same delay (to the ladder's 10 ms unit), the rest take one hop through a queue of that delay, with
+    the ladder's precision; a delay repeated less often keeps the ladder."""
+    app = make_app(delayq_enabled=True)
+    assert celery_delayq.ladder_for(app).config.recurring_after == 100
+
+    @app.task(bind=True)
+    def probe(self: Any, due: float) -> None:
+        collector.add(due=due, eta=datetime.fromisoformat(str(self.request.eta)).timestamp())
+
+    with running_worker(app):
+        _not_near_a_window_end()
+        with celery_delayq.batch(app):
+            for _ in range(130):
+                probe.apply_async((time.time() + 1.5,), countdown=1.5)
+            for _ in range(20):
+                probe.apply_async((time.time() + 2.5,), countdown=2.5)
+        runs = collector.wait_for(150, timeout=60)
+    counts = _running_counts(placed)
+    hops = [plan.hops for plan, _ in placed]
+    assert [h == 1 for h in hops] == [n > 100 for n in counts]
+    assert hops.count(1) >= 20 and min(hops[130:]) > 1  # most of the 1.5 s ones after 100; none of the 20
+    recurring = {plan.routing_key for plan, _ in placed if plan.hops == 1}
+    assert all(".1500ms." in name and name.startswith(bucket_queue_prefix(celery_delayq.ladder_for(app).config.prefix))
+               for name in recurring), recurring
+    assert len(recurring) <= (SHARDS_4X if broker_version(amqp_conn) >= (4, 0) else SHARDS_3X)
+    assert all(r["at"] >= r["eta"] for r in runs), [r for r in runs if r["at"] < r["eta"]]  # never early
+    late = sorted(r["at"] - r["eta"] for r in runs)
+    assert late[-1] < LATE_S + 1.0, late[-10:]
+
+
+def test_only_a_few_recurring_delays_get_queues_the_rest_keep_the_ladder(
+        make_app, amqp_conn, caplog, placed: list[tuple[Any, dict[str, Any]]]) -> None:
+    """An app's few repeated delays get queues; a spread of delays that each happen to repeat does not turn
+    into a queue per value (at most ``RECURRING_DELAYS`` per process and window, the rest logged once)."""
+    app = make_app(delayq_enabled=True, delayq_recurring_after=2, delayq_bucket_shards=1)
+
+    @app.task
+    def probe(i: int) -> None: ...
+
+    _not_near_a_window_end()
+    delays = [1.0 + k for k in range(RECURRING_DELAYS + 1)]
+    with caplog.at_level("INFO", logger="celery_delayq.rabbitmq.fixed"), celery_delayq.batch(app):
+        for delay in delays:
+            for i in range(4):
+                probe.apply_async((i,), countdown=delay)
+    by_delay: dict[int, list[int]] = {}
+    for plan, _ in placed:
+        by_delay.setdefault(round(plan.delay), []).append(plan.hops)
+    one_hop = [d for d, hops in sorted(by_delay.items()) if 1 in hops]
+    assert len(one_hop) == RECURRING_DELAYS, by_delay  # the first ones to repeat
+    assert all(min(hops) > 1 for d, hops in by_delay.items() if d not in one_hop), by_delay
+    said = [r.getMessage() for r in caplog.records]
+    assert sum(f"more than {RECURRING_DELAYS} recurring delays" in m for m in said) == 1, said
+    got = drain(amqp_conn, app.conf.task_default_queue, len(placed), timeout=60,
+                key=lambda m: m.headers["id"])  # type: ignore[index]
+    assert len(got) == len(placed) == 4 * len(delays)
+    assert not [m for m in got if m.arrived < datetime.fromisoformat(m.headers["eta"]).timestamp()]  # type: ignore
+
+
+def test_a_slice_keeps_its_queues_when_its_publishes_cross_a_lease_step(
+        make_app, amqp_conn, placed: list[tuple[Any, dict[str, Any]]]) -> None:
+    """Publishes toward one second that go on across a lease step (a million published over three minutes)
+    keep the queues the slice opened with: any queue of that name lives until the slice end plus the grace,
+    so a second set would only double the queues (and, at delayq_bucket_queues, send the rest to the ladder)."""
+    app = make_app(delayq_enabled=True, delayq_backend="buckets", delayq_bucket_min_delay=0, delayq_bucket_after=0,
+                   delayq_bucket_shards=2)
+
+    @app.task
+    def probe(i: int) -> None: ...
+
+    probe.apply_async((0,), countdown=1)  # connects the backend (and opens that second's queues)
+    backend = _buckets(app)
+    dest = backend.ladder_topology().destination("", app.conf.task_default_queue)
+    now = time.time()
+    first = bucket_for(now + 400, now, width_s=1.0, max_delay_s=600, grace_s=900)
+    later = bucket_for(now + 400, now + 101, width_s=1.0, max_delay_s=600, grace_s=900)  # S - now: 299 s
+    assert first is not None and later is not None and later.lease_ms < first.lease_ms  # a lease step apart
+    before = len(backend.alive)
+    a = backend._bucket(dest, first, 0, now)
+    b = backend._bucket(dest, later, 1, now + 101)
+    assert a is not None and b is not None
+    assert f".{first.lease_ms // 1000}s." in b and len(backend.alive) == before + 2  # the slice's two shards, once
+    for name in (a, b):
+        assert amqp_conn.channel().queue_declare(name, passive=True).message_count == 0
+    drain(amqp_conn, app.conf.task_default_queue, 1, timeout=30)
