@@ -120,12 +120,16 @@ SATURATION_START, SATURATION_END = "<!-- SATURATION:START -->", "<!-- SATURATION
 #: The saturation runs on private nodes (benchmarks/faults/shapes.py) and ddf578f's, for the README.
 SATURATION_FILES = {
     "burst": ROOT / "benchmarks/results/shapes_quiet.json",
+    "buckets": ROOT / "benchmarks/results/buckets.json",
+    "million_default": ROOT / "benchmarks/results/million_default.json",
     "million": ROOT / "benchmarks/results/million.json",
     "base_burst": ROOT / "benchmarks/results/ddf578f/scale.json",
     "base_million": ROOT / "benchmarks/results/ddf578f/full.json",
 }
 #: Columns of the saturation table: (shape in the runs, heading).
-SATURATION_COLUMNS = (("14x4", "ladder 14x4 (the default before buckets)"), ("7x16", "ladder 7x16"), ("fixed", "`fixed` backend"))
+SATURATION_COLUMNS = (("default", "**the default** (buckets; its run's `fixed` = 1.00)"),
+                      ("14x4", "ladder 14x4 (the default before buckets)"),
+                      ("7x16", "ladder 7x16"), ("fixed", "`fixed` backend"))
 
 
 def saturation(docs: dict[str, dict[str, Any]]) -> str:
@@ -141,21 +145,32 @@ def saturation(docs: dict[str, dict[str, Any]]) -> str:
         return f"{r['drain_per_s']:,.0f}/s ({r['published']:,} tasks)" if r else "-"
 
     burst = docs.get("burst")
-    shown = [r for key in ("burst", "million") for r in (docs.get(key) or {}).get("rows", [])]
+    # The million with the default and `fixed` in one run first, then the ladder shapes' earlier one.
+    million = {"rows": [r for key in ("million_default", "million") for r in (docs.get(key) or {}).get("rows", [])]}
+    shown = (burst or {}).get("rows", []) + million["rows"]
     clean = all(r.get("lost") == 0 and r.get("early") == 0 for r in shown)
     lines = [f"| at saturation, one node{'; nothing lost or early in any run' if clean else ' (some runs lost or early: see the tables)'} | "
              + " | ".join(h for _, h in SATURATION_COLUMNS) + " | ddf578f (its default) |",
              "|---|" + "---|" * (len(SATURATION_COLUMNS) + 1)]
+    def default_of(line: str) -> str:
+        """The shipped default's drain over `fixed`'s in its own run (buckets.json: the latest such run)."""
+        for run in reversed((docs.get("buckets") or {}).get("runs", [])):
+            rows = [r for r in run["rows"] if str(r["broker"]).startswith(line)]
+            fixed = [r["drain_per_s"] for r in rows if r["shape"] == "fixed"]
+            mine = next((r for r in rows if r.get("default")), None)
+            if mine and fixed:
+                return f"**{mine['drain_per_s'] / (sum(fixed) / len(fixed)):.2f}×**"
+        return "-"
+
     for line, label in (("4.", "RabbitMQ 4.3"), ("3.", "RabbitMQ 3.10")):
         cells = [row_of(burst, shape, line) for shape, _ in SATURATION_COLUMNS]
         tasks = next((c["published"] for c in cells if c), 0)
-        lines.append(f"| {tasks:,} due at once, drained per second, {label} | "
-                     + " | ".join(f"**{c['drain_per_s']:,.0f}**" if c else "-" for c in cells)
+        lines.append(f"| {tasks:,} due at once, drained per second, {label} | {default_of(line)} | "
+                     + " | ".join(f"**{c['drain_per_s']:,.0f}**" if c else "-" for c in cells[1:])
                      + f" | {base_burst(line)} |")
         lines.append(f"| broker CPU per delivered task (µs), {label} | "
                      + " | ".join(f"{c['broker_cpu_us_per_task']:,}" if c else "-" for c in cells) + " | - |")
-    million = docs.get("million")
-    if million:
+    if million["rows"]:
         cells = [row_of(million, shape, "4.") for shape, _ in SATURATION_COLUMNS]
         base = (docs.get("base_million", {}).get("results") or {}).get("capacity") or {}
         late = (base.get("lateness") or {}).get("max_ms")
@@ -163,6 +178,12 @@ def saturation(docs: dict[str, dict[str, Any]]) -> str:
         lines.append(f"| 1,000,000 due within one minute: the last one late by, RabbitMQ 4.3 | "
                      + " | ".join(f"**{c['late_max_s']:,.0f} s**" if c else "-" for c in cells) + f" | {before} |")
     when = (burst or {}).get("when", "")
+    dates = {key: (docs.get(key) or {}).get("when") for key in ("million_default", "million")}
+    if million["rows"] and all(dates.values()):
+        when += f"; the million: the default and `fixed` {dates['million_default']}, the ladders {dates['million']}"
+    if docs.get("buckets"):
+        when += (f"; the default's drain: over `fixed`'s in the same run, {docs['buckets'].get('when')}, "
+                 "[buckets.md](benchmarks/results/buckets.md)")
     lines += ["", f"`python -m benchmarks.faults.shapes` ({when}, private nodes of both lines on this 2-core machine, "
                   "nothing else running; full tables and what limits them: "
                   "[docs/benchmarks.md](docs/benchmarks.md#issue-25-throughput-near-the-brokers-limit))."]

@@ -63,6 +63,7 @@ def run_pair(node: Any, *, tasks: int, procs: int, countdown: float) -> list[dic
         drain = round(len(arrivals) / (max(arrivals) - first_due), 1) if arrivals and max(arrivals) > first_due \
             else float("nan")
         row = asdict(result)
+        row.pop("trace")
         row.update(backend=backend, countdown=countdown, drain_per_s=drain,
                    hops_per_task=round(statistics.fmean(reader.hops), 2) if reader.hops else float("nan"))
         rows.append(row)

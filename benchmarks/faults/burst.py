@@ -20,6 +20,7 @@ first). Never touches the shared brokers.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import statistics
@@ -60,7 +61,8 @@ else:
 #: label -> (delayq_shards, advanced.config terms for the rabbit application, more app settings)
 SETTINGS = {"defaults": (1, "", ""), "shards4": (4, "", ""),
             "prefetch512": (1, "{dead_letter_worker_consumer_prefetch, 512}", ""),
-            "fixed": (1, "", ", delayq_backend='fixed'"), "buckets": (1, "", ", delayq_backend='buckets'")}
+            "fixed": (1, "", ", delayq_backend='fixed'"), "buckets": (1, "", ", delayq_backend='buckets'"),
+            "ladder": (1, "", ", delayq_backend='ladder'"), "window100": (1, "", ", delayq_batch_window=100")}
 _PORTS = {"host": 5686, "rmq4": 5687}
 
 
@@ -82,6 +84,9 @@ class BurstResult:
     late_max_s: float
     hot_queue: str
     hot_queue_peak_ready: int
+    #: ``--trace``: a sample every 0.5 s, ``t`` from the start: :func:`_sample`'s counts, ``due`` (tasks due by
+    #: then) and ``arrived`` (read by the consumer by then).
+    trace: list[dict[str, float]] | None = None
 
 
 class _Reader(Arrivals):
@@ -115,25 +120,43 @@ class _Reader(Arrivals):
             conn.collect()
 
 
+def _get(url: str) -> Any:
+    req = urllib.request.Request(url, headers={"Authorization": "Basic " + b64encode(b"guest:guest").decode()})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        return json.load(resp)
+
+
 def _hottest(mgmt_url: str, prefix: str) -> tuple[str, int]:
     """The ladder queue holding the most ready messages now (management API)."""
-    req = urllib.request.Request(f"{mgmt_url}/api/queues?columns=name,messages_ready",
-                                 headers={"Authorization": "Basic " + b64encode(b"guest:guest").decode()})
+    name, ready, _ = _sample(mgmt_url, prefix)
+    return name, ready
+
+
+def _sample(mgmt_url: str, prefix: str) -> tuple[str, int, dict[str, int]]:
+    """The delay queue holding the most ready messages now, and where the burst's messages are: ``waiting``
+    (every queue of the prefix but the destination), ``ready`` (of those, expired and not yet dead-lettered
+    on 3.x, or dead-lettering), ``dest`` (in the destination, not yet read by the consumer) and ``published``
+    (the node's count of client publishes so far). Management API; empty on a failed read."""
     try:
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            rows = json.load(resp)
+        rows = _get(f"{mgmt_url}/api/queues?columns=name,messages,messages_ready")
+        stats = _get(f"{mgmt_url}/api/overview?columns=message_stats").get("message_stats") or {}
     except (OSError, ValueError):  # a busy node's API may time out or answer 500: skip this sample
-        return "", 0
-    ladder = [(r.get("messages_ready") or 0, r["name"]) for r in rows if r["name"].startswith(prefix + ".")]
-    if not ladder:
-        return "", 0
-    ready, name = max(ladder)
-    return name, int(ready)
+        return "", 0, {}
+    delay = [r for r in rows if r["name"].startswith(prefix + ".")]
+    dest = [r for r in rows if r["name"] == f"{prefix}-dest"]
+    where = {"waiting": sum(int(r.get("messages") or 0) for r in delay),
+             "ready": sum(int(r.get("messages_ready") or 0) for r in delay),
+             "dest": sum(int(r.get("messages") or 0) for r in dest),
+             "published": int(stats.get("publish") or 0)}
+    if not delay:
+        return "", 0, where
+    ready, name = max((int(r.get("messages_ready") or 0), r["name"]) for r in delay)
+    return name, ready, where
 
 
 def run_burst(node: Any, *, settings: str, tasks: int, procs: int, countdown: float, workdir: Path,
               batched: bool = False, shards: int = 1, settle_s: float = 300.0, extra: str = "",
-              reader_class: type[_Reader] | None = None) -> BurstResult:
+              reader_class: type[_Reader] | None = None, trace: bool = False) -> BurstResult:
     """One burst against ``node``: publish from ``procs`` processes, time every arrival.
 
     ``extra``: more app settings (``", delayq_backend='fixed'"``); ``reader_class``: a
@@ -151,11 +174,20 @@ def run_burst(node: Any, *, settings: str, tasks: int, procs: int, countdown: fl
     children = [subprocess.Popen([sys.executable, "-c", _PUBLISH, str(per), str(countdown), "1" if batched else "0"], env=env, cwd=workdir,
                                  stderr=subprocess.PIPE, text=True) for _ in range(procs)]
     hot, peak = "", 0
-    while any(c.poll() is None for c in children):
-        name, ready = _hottest(node.mgmt_url, prefix)
+    samples: list[dict[str, float]] = []
+
+    def look() -> None:
+        nonlocal hot, peak
+        at = time.time()
+        name, ready, where = _sample(node.mgmt_url, prefix)
         if ready > peak:
             hot, peak = name, ready
+        if trace and where:
+            samples.append({"t": round(at - start, 2), "arrived": len(reader.seen), **where})
         time.sleep(0.5)
+
+    while any(c.poll() is None for c in children):
+        look()
     publish_s = time.time() - start
     for child in children:
         if child.returncode != 0:
@@ -163,21 +195,21 @@ def run_burst(node: Any, *, settings: str, tasks: int, procs: int, countdown: fl
     published = per * procs
     deadline = time.time() + settle_s
     while len(reader.seen) < published and time.time() < deadline:
-        name, ready = _hottest(node.mgmt_url, prefix)
-        if ready > peak:
-            hot, peak = name, ready
-        time.sleep(0.5)
+        look()
     time.sleep(1.0)  # late duplicates
     reader.stop.set()
     reader.join(10)
     late = sorted(arrived - due for due, arrived in reader.seen.values())
+    dues = sorted(due - start for due, _ in reader.seen.values())
+    for sample in samples:
+        sample["due"] = bisect.bisect_right(dues, sample["t"])
     q = statistics.quantiles(late, n=100) if len(late) > 1 else [float("nan")] * 99
     return BurstResult(
         broker=_version(node), settings=settings, publish="batch" if batched else "confirm-each", published=published, delivered=len(reader.seen),
         lost=published - len(reader.seen), duplicates=reader.dupes, early=sum(1 for x in late if x < 0),
         publish_s=round(publish_s, 1), late_p50_s=round(q[49], 3), late_p99_s=round(q[98], 3),
         late_max_s=round(late[-1], 3) if late else float("nan"), hot_queue=hot.removeprefix(prefix + "."),
-        hot_queue_peak_ready=peak)
+        hot_queue_peak_ready=peak, trace=samples if trace else None)
 
 
 COLUMNS = ["broker", "settings", "publish", "published", "delivered", "lost", "duplicates", "early", "publish_s",
@@ -218,14 +250,18 @@ def markdown(rows: list[dict[str, Any]], *, tasks: int, procs: int, countdown: f
 @click.option("--settings", "settings", type=click.Choice(sorted(SETTINGS)), multiple=True,
               default=["defaults", "shards4"], show_default=True, help="Broker settings to run (repeatable).")
 @click.option("--goal", default=10.0, show_default=True, help="Lateness of the last task the run must meet, s.")
+@click.option("--trace", is_flag=True, help="Sample where the burst's messages are every 0.5 s (burst_trace.json).")
 @click.option("--out", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
 def main(tasks: int, procs: int, countdown: float, runs: int, only: str | None, settings: tuple[str, ...],
-         goal: float, out: Path) -> None:
+         goal: float, trace: bool, out: Path) -> None:
     """Run the burst on private nodes and write burst.md / burst.json under --out."""
     rows: list[dict[str, Any]] = []
+    traces: list[dict[str, Any]] = []
     for flavour in usable_flavours(only, say=lambda text: click.echo(text, err=True)):
         for label in settings:
             shards, advanced, extra = SETTINGS[label]
+            if trace:  # the management API's counts every 0.5 s, not 5 s, so the samples see the burst move
+                advanced = ", ".join(filter(None, [advanced, "{collect_statistics_interval, 500}"]))
             with Cluster.start(flavour, size=1, base_port=_PORTS[flavour], prefix=f"dqb{flavour[0]}",
                                rabbit_advanced=advanced) as cluster:
                 for i in range(runs):
@@ -235,15 +271,22 @@ def main(tasks: int, procs: int, countdown: float, runs: int, only: str | None, 
                                    err=True)
                         result = run_burst(cluster.nodes[0], settings=label, tasks=tasks, procs=procs,
                                            countdown=countdown, batched=batched, shards=shards,
-                                           workdir=Path(tempfile.mkdtemp()), extra=extra)
-                        click.echo(f"    {asdict(result)}", err=True)
-                        rows.append(asdict(result))
+                                           workdir=Path(tempfile.mkdtemp()), extra=extra, trace=trace)
+                        row = asdict(result)
+                        if trace:
+                            traces.append({k: row[k] for k in ("broker", "settings", "publish", "late_max_s")}
+                                          | {"trace": row["trace"]})
+                        row.pop("trace")
+                        click.echo(f"    {row}", err=True)
+                        rows.append(row)
     out.mkdir(parents=True, exist_ok=True)
     when = time.strftime("%Y-%m-%d")
     text = markdown(rows, tasks=tasks, procs=procs, countdown=countdown, when=when, goal_s=goal)
     (out / "burst.json").write_text(json.dumps({"when": when, "tasks": tasks, "procs": procs,
                                                 "countdown": countdown, "rows": rows}, indent=2) + "\n")
     (out / "burst.md").write_text(text)
+    if trace:
+        (out / "burst_trace.json").write_text(json.dumps({"when": when, "runs": traces}) + "\n")
     click.echo(text)
 
 
