@@ -280,7 +280,7 @@ def delete(ctx: click.Context, discard_messages: bool, with_parking: bool, keep_
     prefix's naming scheme makes, and no other (another app's
     <prefix>x.… or <prefix>.tasks stays): the levels of every shard,
     the delivery exchange, the index streams, the exit queue of every
-    destination ever published to, the fixed backend's queues, the laps
+    destination ever published to, the fixed and buckets backends' queues, the laps
     and unroutable queues and exchange. The parking queue only with
     --parking. Without the management API it refuses (AMQP cannot list
     queues), and deletes nothing.
@@ -348,7 +348,7 @@ def delete(ctx: click.Context, discard_messages: bool, with_parking: bool, keep_
                f"{len(gone) - n_exchanges} queues ({sum(1 for o in gone if o.role == 'exit')} of them exit queues)")
     click.echo(f"  queues: {_per_role(gone, 'queue') or 'none'}; exchanges: {_per_role(gone, 'exchange') or 'none'}")
     if exits:
-        click.echo(f"  exit and fixed queues: {', '.join(exits)}")
+        click.echo(f"  exit, fixed and bucket queues: {', '.join(exits)}")
     for line in kept:
         click.echo(line, err=True)
     if again:
