@@ -126,12 +126,6 @@ def _get(url: str) -> Any:
         return json.load(resp)
 
 
-def _hottest(mgmt_url: str, prefix: str) -> tuple[str, int]:
-    """The ladder queue holding the most ready messages now (management API)."""
-    name, ready, _ = _sample(mgmt_url, prefix)
-    return name, ready
-
-
 def _sample(mgmt_url: str, prefix: str) -> tuple[str, int, dict[str, int]]:
     """The delay queue holding the most ready messages now, and where the burst's messages are: ``waiting``
     (every queue of the prefix but the destination), ``ready`` (of those, expired and not yet dead-lettered

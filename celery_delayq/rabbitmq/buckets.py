@@ -35,7 +35,7 @@ from ..errors import DelayqError
 from ..ladder.spec import LadderSpec
 from .budget import RESERVATIONS_GONE_FROM
 from .client import broker_version
-from .fixed import FixedDelays
+from .fixed import FixedDelays, fixed_ttl_ms
 from .publisher import LadderPublisher, Route, plan
 from .topology import Destination, Topology
 
@@ -104,8 +104,8 @@ def recurring_for(remaining_s: float, now: float, *, unit_ms: int, window_s: flo
     """
     if not 0 < remaining_s < min_delay_s or not math.isfinite(now):
         return None
-    unit_us = unit_ms * 1000
-    expiration_ms = -(-round(remaining_s * 1_000_000) // unit_us) * unit_ms
+    expiration_ms = fixed_ttl_ms(remaining_s, resolution_s=unit_ms / 1000, max_delay_s=min_delay_s)
+    assert expiration_ms is not None  # positive, and under min_delay_s rounds up to at most min_delay_s
     window_us = round(window_s * 1_000_000)
     end_us = (round(now * 1_000_000) // window_us + 1) * window_us
     lease_s = math.ceil(window_s) + math.ceil(min_delay_s) + math.ceil(grace_s)
@@ -185,9 +185,9 @@ class DueBuckets(FixedDelays):
             return None
         key = (dest.exchange, dest.routing_key, found.expiration_ms)
         with self._lock:
-            window, keys = self.recurring
-            if window != found.slice_end_ms:
-                window, keys = self.recurring = (found.slice_end_ms, set())
+            if self.recurring[0] != found.slice_end_ms:  # a new window: its delays are counted afresh
+                self.recurring = (found.slice_end_ms, set())
+            keys = self.recurring[1]
             if key not in keys:
                 if len(keys) >= RECURRING_DELAYS:
                     self._tell(f"more than {RECURRING_DELAYS} recurring delays in ten minutes", dest)
