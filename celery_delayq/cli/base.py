@@ -24,6 +24,7 @@ from ..audit import audit, cli_actor
 from ..errors import DelayqError
 from ..glue.app_ladder import AppLadder, ladder_for
 from ..inputs import BadInput, describe_guard, require_selection
+from ..rabbitmq import client
 from ..rabbitmq.client import CONNECTION_ERRORS, AMQPError
 
 __all__ = ["DelayqGroup", "Action", "app_context", "app_name", "audit_action", "bulk_options", "check_bulk",
@@ -123,6 +124,11 @@ def _one_line(exc: click.UsageError) -> click.UsageError:
 
 
 def _unreachable(ctx: click.Context, exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError) or isinstance(exc.__cause__, TimeoutError):  # kombu wraps it
+        # the host took the connection (or drops it) but no broker answered in time
+        return (f"RabbitMQ at {_uri(ctx)} did not answer within {client.READ_SIDE_CONNECT_TIMEOUT_S:g} s (or "
+                "broker_connection_timeout, if longer): it is overloaded (see `rabbitmqctl status`, memory and "
+                "disk alarms), or a firewall drops the connection.")
     return (f"cannot reach RabbitMQ at {_uri(ctx)}: {_cause(exc)}. Check that the broker runs "
             "and that broker_url (or delayq_broker_url) points at it.")
 

@@ -18,7 +18,13 @@ from ..errors import UnsupportedTransport
 
 __all__ = ["attempts", "Connection", "Channel", "Message", "NotFound", "PreconditionFailed", "AccessRefused", "AMQPError",
            "RecoverableConnectionError", "CONNECTION_ERRORS", "raw_connection", "connected", "nack", "declare_queue",
-           "broker_version", "throwaway_channel"]
+           "broker_version", "throwaway_channel", "READ_SIDE_CONNECT_TIMEOUT_S"]
+
+#: The least time a reading command, the page or the metrics endpoint gives the broker to accept a connection and
+#: finish the AMQP handshake (s). Celery's ``broker_connection_timeout`` (4 s by default) is kept when longer. A
+#: refused or unresolvable host still fails at once; a broker busy declaring and deleting quorum queues (RabbitMQ
+#: 4.3 under a test suite took more than 4 s once) gets the time to answer instead of being called unreachable.
+READ_SIDE_CONNECT_TIMEOUT_S = 15.0
 
 #: Failures to reach or log in to the broker, whichever layer (socket, kombu, py-amqp) raises them.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (OSError, kombu.exceptions.OperationalError, AMQPConnectionError)
@@ -53,7 +59,12 @@ def attempts(connection: kombu.Connection, retries: int) -> int:
 
 @contextlib.contextmanager
 def connected(connection: kombu.Connection) -> Iterator[Connection]:
-    """``connection`` connected (one attempt: an operator wants to know at once), as py-amqp's, released afterwards."""
+    """``connection`` connected (one attempt: an operator wants to know at once), as py-amqp's, released afterwards.
+
+    The handshake may take up to :data:`READ_SIDE_CONNECT_TIMEOUT_S` (or the app's longer
+    ``broker_connection_timeout``): a busy broker is slow, not unreachable.
+    """
+    connection.connect_timeout = max(connection.connect_timeout or 0.0, READ_SIDE_CONNECT_TIMEOUT_S)
     try:
         yield raw_connection(connection)
     finally:

@@ -10,9 +10,12 @@ last resort and ``delayq web``'s refusal of a short secret in-process.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ from celery.bin.base import CLIContext
 from click.testing import CliRunner
 
 from celery_delayq.cli import delayq
+from celery_delayq.rabbitmq import client
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -104,3 +108,45 @@ def test_web_refuses_a_short_secret_in_one_line(variable: str) -> None:
     [line] = out.stderr.strip().splitlines()
     assert "1 character(s); give at least 16" in line and "Traceback" not in out.output
     assert "delayq web on" not in out.output  # never served
+
+
+def _silent_listener() -> socket.socket:
+    """A port that takes connections and never speaks AMQP: a broker too busy to finish the handshake."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    held: list[Any] = []
+    threading.Thread(target=lambda: [held.append(srv.accept()) for _ in range(8)], daemon=True).start()
+    return srv
+
+
+def test_a_broker_that_does_not_answer_gets_the_read_side_s_time_and_is_named_as_slow(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reading command waits READ_SIDE_CONNECT_TIMEOUT_S for the handshake, not Celery's 4 s (or the app's
+    shorter ``broker_connection_timeout``), then says the broker did not answer, not that it is unreachable."""
+    monkeypatch.setattr(client, "READ_SIDE_CONNECT_TIMEOUT_S", 3.0)
+    srv = _silent_listener()
+    try:
+        app = Celery("slow", broker=f"amqp://guest:guest@127.0.0.1:{srv.getsockname()[1]}//", set_as_current=False)
+        app.conf.update(delayq_enabled=True, broker_connection_timeout=1)
+        started = time.monotonic()
+        out = CliRunner().invoke(delayq, ["status"], obj=CLIContext(app=app, no_color=True, workdir=None))
+        waited = time.monotonic() - started
+    finally:
+        srv.close()
+    assert out.exit_code == 1 and 2.9 <= waited < 10, (waited, out.output)
+    [line] = out.output.strip().splitlines()
+    assert "did not answer within 3 s" in line and "overloaded" in line and "cannot reach" not in line
+
+
+def test_a_closed_port_is_named_unreachable_at_once() -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    app = Celery("closed", broker=f"amqp://guest:guest@127.0.0.1:{port}//", set_as_current=False)
+    app.conf.update(delayq_enabled=True)
+    started = time.monotonic()
+    out = CliRunner().invoke(delayq, ["status"], obj=CLIContext(app=app, no_color=True, workdir=None))
+    assert out.exit_code == 1 and time.monotonic() - started < 3, out.output
+    [line] = out.output.strip().splitlines()
+    assert f"cannot reach RabbitMQ at amqp://guest:**@127.0.0.1:{port}//" in line and "refused" in line.lower()
