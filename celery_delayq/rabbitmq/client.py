@@ -64,7 +64,8 @@ def connected(connection: kombu.Connection) -> Iterator[Connection]:
     The handshake may take up to :data:`READ_SIDE_CONNECT_TIMEOUT_S` (or the app's longer
     ``broker_connection_timeout``): a busy broker is slow, not unreachable.
     """
-    connection.connect_timeout = max(connection.connect_timeout or 0.0, READ_SIDE_CONNECT_TIMEOUT_S)
+    connection.connect_timeout = max(connection.connect_timeout or 0.0,  # type: ignore[assignment]  # kombu: int
+                                     READ_SIDE_CONNECT_TIMEOUT_S)
     try:
         yield raw_connection(connection)
     finally:
