@@ -16,15 +16,26 @@ the apps of users do), in a ``dqbench-share-*`` vhost that is deleted afterwards
 * ``delayq_batch``: ``apply_async(countdown=600)`` with the ladder in ``celery_delayq.batch()``.
 
 Per mode: the best of ``--rounds`` rounds by wall time per call, with its CPU time
-per call; then one profiled round per mode whose time is summed by package
-(``celery``, ``kombu``, ``amqp``, ``celery_delayq``, the standard library, the
-socket): what the ladder's path spends that Celery's own does not.
+per call, and the broker's CPU per call over the whole child (``/proc`` of the node's
+OS process: the broker shares this machine's CPUs with the publisher); then one
+profiled round per mode whose time is summed by package (``celery``, ``kombu``,
+``amqp``, ``celery_delayq``, the standard library, the socket): what the ladder's
+path spends that Celery's own does not.
+
+``--instructions`` also counts the instructions each mode's publishing process
+executes per call (``valgrind --tool=callgrind``, every thread: a child of 100 calls
+subtracted from one of 600), which the machine's noise does not move: the client's
+CPU work, apart from the broker's and from waiting.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pstats
+import re
+import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -69,6 +80,12 @@ def block():
 with block():
     for _ in range(200):
         noop.apply_async((1,), **kw)
+if rounds == 0:  # counted by valgrind: the calls only
+    with block():
+        for _ in range(n):
+            noop.apply_async((1,), **kw)
+    print(json.dumps({"mode": mode}))
+    sys.exit(0)
 best = None
 for _ in range(rounds):
     c0, w0 = time.process_time(), time.perf_counter()
@@ -88,6 +105,37 @@ prof.dump_stats(profile_to)
 print(json.dumps({"mode": mode, "wall_us": round(best[0], 1), "cpu_us": round(best[1], 1),
                   "rate": round(1e6 / best[0], 1)}))
 '''
+
+
+def broker_cpu_s() -> float | None:
+    """CPU seconds (user + system) the benchmark broker's OS process has used; ``None`` when not on this machine."""
+    try:
+        pid = subprocess.run(["rabbitmqctl", "-q", "eval", "list_to_integer(os:getpid())."], capture_output=True,
+                             text=True, timeout=60, check=True).stdout.strip()
+        fields = Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+#: Calls of the two children of :func:`instructions_per_call` (their difference is what is counted).
+INSTRUCTION_CALLS = (100, 600)
+
+
+def instructions_per_call(mode: str, url: str) -> float | None:
+    """Instructions per call of ``mode``'s publishing process (thousands), under callgrind; ``None``: no valgrind."""
+    if shutil.which("valgrind") is None:
+        return None
+    counts = []
+    for calls in INSTRUCTION_CALLS:
+        done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+                               "-c", _CHILD, mode, str(calls), "0", url, "-"],
+                              capture_output=True, text=True, timeout=1800, cwd=ROOT)
+        found = re.search(r"Collected : (\d+)", done.stderr)
+        if done.returncode or found is None:
+            raise click.ClickException(f"{mode} under valgrind failed: {done.stderr[-2000:]}")
+        counts.append(int(found.group(1)))
+    return (counts[1] - counts[0]) / (INSTRUCTION_CALLS[1] - INSTRUCTION_CALLS[0]) / 1000
 
 
 def package_of(filename: str) -> str:
@@ -121,9 +169,10 @@ def markdown(doc: dict[str, Any]) -> str:
     lines = [f"# A delayed `apply_async` beside Celery's own ({doc['broker']}, {doc['when']})", "",
              f"`{doc['argv']}`: each mode in a process of its own, {doc['calls']:,} calls, best of {doc['rounds']} "
              f"rounds, {doc['alternations']} alternations of all modes.", "",
-             "| mode | calls/s (each alternation) | best wall µs/call | its CPU µs/call |", "|---|---|---|---|"]
-    lines += [f"| {m} | {', '.join(f'{x:,.0f}' for x in rates[m])} | {best[m]['wall_us']} | {best[m]['cpu_us']} |"
-              for m in MODES]
+             "| mode | calls/s (each alternation) | best wall µs/call | its CPU µs/call | broker CPU µs/call |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {m} | {', '.join(f'{x:,.0f}' for x in rates[m])} | {best[m]['wall_us']} | {best[m]['cpu_us']} | "
+              f"{_broker_cpu(doc, m)} |" for m in MODES]
     lines += ["", "Shares, per alternation (same run):", "",
               f"- `apply_async` confirm each / Celery with `confirm_publish`: {shares('delayq', 'celery_confirmed')}",
               f"- `apply_async` in `batch()` / Celery unconfirmed, no delay: {shares('delayq_batch', 'celery_unconfirmed')}",
@@ -131,6 +180,7 @@ def markdown(doc: dict[str, Any]) -> str:
               f"{shares('delayq_batch', 'celery_countdown_unconfirmed')}",
               f"- Celery's own countdown / no countdown, unconfirmed: "
               f"{shares('celery_countdown_unconfirmed', 'celery_unconfirmed')}", "",
+              *_instruction_lines(doc),
               "Where the time goes (one profiled round per mode; µs per call of each package's own code, "
               "inflated by the profiler alike in every column):", ""]
     packages = sorted({p for prof in doc["packages"].values() for p in prof})
@@ -141,31 +191,68 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _broker_cpu(doc: dict[str, Any], mode: str) -> str:
+    """The median broker CPU per call of ``mode`` over the alternations (pure)."""
+    found = [r["broker_cpu_us"] for r in doc["runs"] if r["mode"] == mode and r.get("broker_cpu_us") is not None]
+    return f"{statistics.median(found):.0f}" if found else "-"
+
+
+def _instruction_lines(doc: dict[str, Any]) -> list[str]:
+    """The instructions table and its shares, when counted (pure)."""
+    counted = {m: v for m, v in (doc.get("instructions") or {}).items() if v}
+    if not all(m in counted for m in MODES):
+        return []
+
+    def share(ours: str, peer: str) -> str:
+        return f"{counted[peer] / counted[ours]:.2f}"
+
+    return ["Instructions per call of the publishing process (`--instructions`: callgrind, every thread, 600 calls "
+            "less 100; the machine's noise does not move them):", "",
+            "| " + " | ".join(MODES) + " |", "|" + "---|" * len(MODES),
+            "| " + " | ".join(f"{counted[m]:,.0f}k" for m in MODES) + " |", "",
+            f"- confirm each / Celery with `confirm_publish`: {share('delayq', 'celery_confirmed')} (under valgrind "
+            "a call is ~50x slower, so the index entries' 0.25 s linger writes a few entries at a time: an upper "
+            "bound of the index's share)",
+            f"- `batch()` / Celery unconfirmed, no delay: {share('delayq_batch', 'celery_unconfirmed')}",
+            f"- `batch()` / Celery unconfirmed, same countdown: {share('delayq_batch', 'celery_countdown_unconfirmed')}",
+            ""]
+
+
 @click.command()
 @click.option("--calls", default=2000, show_default=True)
 @click.option("--rounds", default=5, show_default=True)
 @click.option("--alternations", default=3, show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
-def main(calls: int, rounds: int, alternations: int, out: Path) -> None:
+@click.option("--instructions", is_flag=True, help="Also count each mode's instructions per call (valgrind).")
+def main(calls: int, rounds: int, alternations: int, out: Path, instructions: bool) -> None:
     """Run every mode alternately; write publish_share.md and .json under --out."""
-    runs, packages = [], {}
+    runs, packages, counted = [], {}, {}
     TMP_DIR.mkdir(parents=True, exist_ok=True)
     with vhost("share") as vh:
         for _ in range(alternations):
             for mode in MODES:
                 prof = str(TMP_DIR / f"{vh.name}-{mode}.pstats")
+                before = broker_cpu_s()
                 done = subprocess.run([sys.executable, "-c", _CHILD, mode, str(calls), str(rounds), vh.url, prof],
                                       capture_output=True, text=True, timeout=900, cwd=ROOT)
+                after = broker_cpu_s()
                 if done.returncode:
                     raise click.ClickException(f"{mode} failed: {done.stderr[-2000:]}")
-                runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+                run = json.loads(done.stdout.strip().splitlines()[-1])
+                if before is not None and after is not None:  # every call of the child: warm-up, rounds, profiled
+                    run["broker_cpu_us"] = round((after - before) / (200 + (rounds + 1) * calls) * 1e6, 1)
+                runs.append(run)
                 packages[mode] = by_package(prof, calls)
                 click.echo(f"  {runs[-1]}", err=True)
+        if instructions:
+            for mode in MODES:
+                counted[mode] = instructions_per_call(mode, vh.url)
+                click.echo(f"  {mode}: {counted[mode]}k instructions per call", err=True)
     broker = broker_version()
     doc = {"when": time.strftime("%Y-%m-%d"), "broker": broker, "calls": calls, "rounds": rounds,
            "alternations": alternations, "argv": "python benchmarks/publish_share.py" + (
                "" if BROKER_HOST == "127.0.0.1:5672" else f" (DELAYQ_BENCH_BROKER_HOST={BROKER_HOST})"),
-           "runs": runs, "packages": packages}
+           "runs": runs, "packages": packages, "instructions": counted}
     stem = "publish_share" + ("" if broker.startswith("3.") else "_rmq4")
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(doc, indent=2) + "\n")

@@ -54,3 +54,13 @@ def test_publish_share_sums_profiled_time_by_package_and_gives_each_alternations
     assert "Celery with `confirm_publish`: 0.90, 0.90" in text
     assert "Celery unconfirmed, no delay: 0.60, 0.60" in text
     assert "| celery_delayq | 0.0 | 1.0 | 0.0 | 0.0 | 1.0 |" in text
+    assert "Instructions per call" not in text and text.count("| - |") == len(MODES)  # neither counted here
+    runs[0]["broker_cpu_us"], runs[len(MODES)]["broker_cpu_us"] = 50.0, 70.0  # celery_confirmed, both alternations
+    doc["instructions"] = {"celery_confirmed": 1500.0, "delayq": 2000.0, "celery_unconfirmed": 1400.0,
+                           "celery_countdown_unconfirmed": 1600.0, "delayq_batch": 1700.0}
+    text = markdown(doc)
+    assert "| celery_confirmed | 1,000, 500 | 1000.0 | 1.0 | 60 |" in text  # the median broker CPU
+    assert "| 1,500k | 2,000k | 1,400k | 1,600k | 1,700k |" in text
+    assert "confirm each / Celery with `confirm_publish`: 0.75" in text
+    assert "`batch()` / Celery unconfirmed, no delay: 0.82" in text
+    assert "`batch()` / Celery unconfirmed, same countdown: 0.94" in text

@@ -4,7 +4,8 @@ Celery fails on a bad countdown with whatever its arithmetic raises, and sends a
 :class:`CheckedTaskMessage` takes the app's ``app.amqp.create_task_message`` seam: for tasks whose delays belong
 in the ladder, a delay that is not a point in time raises :class:`~celery_delayq.InvalidDelay` and one beyond
 ``delayq_max_delay`` :class:`~celery_delayq.DelayTooLong`, before a message exists; an epoch-seconds eta becomes
-a datetime. Other apps and tasks keep Celery's behaviour.
+a datetime, and a countdown the eta Celery would write (the app's time zone), from the clock reading the check
+used (Celery would read its clock and convert again). Other apps and tasks keep Celery's behaviour.
 """
 
 from __future__ import annotations
@@ -59,5 +60,9 @@ class CheckedTaskMessage:
             countdown, eta, due = checked_delay(countdown, eta, now=now)
             if due is not None and due > now:  # before Celery's before_task_publish even fires
                 self.routing.config.check_delay(due - now)
+            if countdown and due is not None:
+                # Celery's own conversion (its clock read again, the app's time zone, every call), done once
+                # from the clock reading the check used: the same instant, in the same zone, as the message's eta.
+                eta, countdown = datetime.fromtimestamp(due, tz=self.amqp.app.timezone), None
         build = self.amqp.task_protocols[self.amqp.app.conf.task_protocol]
         return build(task_id, name, args, kwargs, countdown, eta, *rest, **options)
