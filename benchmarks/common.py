@@ -54,6 +54,16 @@ def rabbitmqctl(*args: str, timeout: float = 120.0) -> str:
     return out.stdout
 
 
+def broker_cpu_s() -> float | None:
+    """CPU seconds (user + system) the benchmark broker's OS process has used; ``None`` when not on this machine."""
+    try:
+        pid = rabbitmqctl("eval", "list_to_integer(os:getpid()).", timeout=60).strip()
+        fields = Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def broker_url(vhost: str) -> str:
     """AMQP URL of ``vhost`` on the benchmark broker."""
     return f"amqp://{BROKER_USER}:{BROKER_PASSWORD}@{BROKER_HOST}/{quote(vhost, safe='')}"

@@ -31,7 +31,6 @@ CPU work, apart from the broker's and from waiting.
 from __future__ import annotations
 
 import json
-import os
 import pstats
 import re
 import shutil
@@ -46,7 +45,8 @@ import click
 
 # This checkout's benchmarks package (run as a script from the repository root).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import BROKER_HOST, REPO_ROOT as ROOT, RESULTS_DIR as RESULTS, TMP_DIR, broker_version, vhost  # noqa: E402
+from benchmarks.common import (BROKER_HOST, REPO_ROOT as ROOT, RESULTS_DIR as RESULTS, TMP_DIR,  # noqa: E402
+                               broker_cpu_s, broker_version, vhost)
 MODES = ("celery_confirmed", "delayq", "celery_unconfirmed", "celery_countdown_unconfirmed", "delayq_batch")
 
 _CHILD = r'''
@@ -54,6 +54,7 @@ import contextlib, cProfile, json, sys, time
 from celery import Celery
 from kombu import Queue
 mode, n, rounds, url, profile_to = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+countdown = float(sys.argv[6])
 app = Celery("share", broker=url, set_as_current=False)
 q = "share-" + mode
 if mode.startswith("delayq"):
@@ -69,7 +70,7 @@ else:
 def noop(x):
     return x
 
-kw = {"countdown": 600} if mode.startswith("delayq") or "countdown" in mode else {}
+kw = {"countdown": countdown} if mode.startswith("delayq") or "countdown" in mode else {}
 
 def block():
     if mode == "delayq_batch":
@@ -107,29 +108,18 @@ print(json.dumps({"mode": mode, "wall_us": round(best[0], 1), "cpu_us": round(be
 '''
 
 
-def broker_cpu_s() -> float | None:
-    """CPU seconds (user + system) the benchmark broker's OS process has used; ``None`` when not on this machine."""
-    try:
-        pid = subprocess.run(["rabbitmqctl", "-q", "eval", "list_to_integer(os:getpid())."], capture_output=True,
-                             text=True, timeout=60, check=True).stdout.strip()
-        fields = Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 #: Calls of the two children of :func:`instructions_per_call` (their difference is what is counted).
 INSTRUCTION_CALLS = (100, 600)
 
 
-def instructions_per_call(mode: str, url: str) -> float | None:
+def instructions_per_call(mode: str, url: str, countdown: float) -> float | None:
     """Instructions per call of ``mode``'s publishing process (thousands), under callgrind; ``None``: no valgrind."""
     if shutil.which("valgrind") is None:
         return None
     counts = []
     for calls in INSTRUCTION_CALLS:
         done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-                               "-c", _CHILD, mode, str(calls), "0", url, "-"],
+                               "-c", _CHILD, mode, str(calls), "0", url, "-", str(countdown)],
                               capture_output=True, text=True, timeout=1800, cwd=ROOT)
         found = re.search(r"Collected : (\d+)", done.stderr)
         if done.returncode or found is None:
@@ -168,7 +158,8 @@ def markdown(doc: dict[str, Any]) -> str:
 
     lines = [f"# A delayed `apply_async` beside Celery's own ({doc['broker']}, {doc['when']})", "",
              f"`{doc['argv']}`: each mode in a process of its own, {doc['calls']:,} calls, best of {doc['rounds']} "
-             f"rounds, {doc['alternations']} alternations of all modes.", "",
+             f"rounds, {doc['alternations']} alternations of all modes; the delayed modes' countdown "
+             f"{doc.get('countdown', 600):g} s.", "",
              "| mode | calls/s (each alternation) | best wall µs/call | its CPU µs/call | broker CPU µs/call |",
              "|---|---|---|---|---|"]
     lines += [f"| {m} | {', '.join(f'{x:,.0f}' for x in rates[m])} | {best[m]['wall_us']} | {best[m]['cpu_us']} | "
@@ -224,7 +215,12 @@ def _instruction_lines(doc: dict[str, Any]) -> list[str]:
 @click.option("--alternations", default=3, show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
 @click.option("--instructions", is_flag=True, help="Also count each mode's instructions per call (valgrind).")
-def main(calls: int, rounds: int, alternations: int, out: Path, instructions: bool) -> None:
+@click.option("--countdown", default=600.0, show_default=True,
+              help="The delayed modes' countdown (s). 600: the ladder (beyond delayq_bucket_max_delay); under it, "
+                   "a due second this publisher fills takes the default's due-time buckets after 100 tasks.")
+@click.option("--name", default="publish_share", show_default=True, help="The results' file name (without .md).")
+def main(calls: int, rounds: int, alternations: int, out: Path, instructions: bool, countdown: float,
+         name: str) -> None:
     """Run every mode alternately; write publish_share.md and .json under --out."""
     runs, packages, counted = [], {}, {}
     TMP_DIR.mkdir(parents=True, exist_ok=True)
@@ -233,7 +229,8 @@ def main(calls: int, rounds: int, alternations: int, out: Path, instructions: bo
             for mode in MODES:
                 prof = str(TMP_DIR / f"{vh.name}-{mode}.pstats")
                 before = broker_cpu_s()
-                done = subprocess.run([sys.executable, "-c", _CHILD, mode, str(calls), str(rounds), vh.url, prof],
+                done = subprocess.run([sys.executable, "-c", _CHILD, mode, str(calls), str(rounds), vh.url, prof,
+                                       str(countdown)],
                                       capture_output=True, text=True, timeout=900, cwd=ROOT)
                 after = broker_cpu_s()
                 if done.returncode:
@@ -246,14 +243,14 @@ def main(calls: int, rounds: int, alternations: int, out: Path, instructions: bo
                 click.echo(f"  {runs[-1]}", err=True)
         if instructions:
             for mode in MODES:
-                counted[mode] = instructions_per_call(mode, vh.url)
+                counted[mode] = instructions_per_call(mode, vh.url, countdown)
                 click.echo(f"  {mode}: {counted[mode]}k instructions per call", err=True)
     broker = broker_version()
     doc = {"when": time.strftime("%Y-%m-%d"), "broker": broker, "calls": calls, "rounds": rounds,
-           "alternations": alternations, "argv": "python benchmarks/publish_share.py" + (
+           "alternations": alternations, "countdown": countdown, "argv": " ".join(["python benchmarks/publish_share.py", *sys.argv[1:]]) + (
                "" if BROKER_HOST == "127.0.0.1:5672" else f" (DELAYQ_BENCH_BROKER_HOST={BROKER_HOST})"),
            "runs": runs, "packages": packages, "instructions": counted}
-    stem = "publish_share" + ("" if broker.startswith("3.") else "_rmq4")
+    stem = name + ("" if broker.startswith("3.") else "_rmq4")
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(doc, indent=2) + "\n")
     (out / f"{stem}.md").write_text(markdown(doc))

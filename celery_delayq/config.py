@@ -154,11 +154,13 @@ class DelayqConfig:
         bucket_min_delay: Seconds below which a delay takes the ladder, with its precision: a bucket may be up
             to ``delayq_bucket_width`` late, a small share only of a long delay. Unless the app repeats it
             (``delayq_recurring_after``).
-        recurring_after: Times one process sends the same delay under ``delayq_bucket_min_delay`` (to the
-            ladder's unit) toward one destination within a ten-minute window before the rest of the window's
-            take a queue of that delay: one hop, the ladder's precision, for a fixed ``countdown`` or a retry's
-            backoff step (``buckets`` backend; 0: never); at most four such delays per process and window. Its
-            queues count toward ``delayq_bucket_queues``.
+        recurring_after: Times one process sends the same delay (to the ladder's unit, up to
+            ``delayq_bucket_max_delay``) toward one destination within a ten-minute window before the rest of the
+            window's take a queue of that delay: one hop, the ladder's precision, for a fixed ``countdown`` or a
+            retry's backoff step (``buckets`` backend; 0: never). A long one takes it instead of a due-time
+            bucket: steady traffic with one countdown then keeps one queue per window and shard, not a set per
+            second. At most four such delays per process and window. Its queues count toward
+            ``delayq_bucket_queues``.
         metrics_address: The address the metrics exporter binds (``delayq_metrics_port`` and
             ``delayq metrics``). Loopback by default, so the metrics are not served to the network unless asked:
             ``0.0.0.0`` (every IPv4 interface), ``::`` or one interface's address is that explicit choice.

@@ -14,17 +14,20 @@ It is the default backend, with two guards that keep the ladder (and its 10 ms p
 not pay: a delay under ``delayq_bucket_min_delay`` (30 s), and the first ``delayq_bucket_after`` (100) tasks of
 one process toward a destination's due second.
 
-A short delay that an app *repeats* (a fixed ``countdown``, a retry's backoff step) takes a queue of its own
-too: once one process has sent the same delay (to the ladder's unit) toward a destination more than
-``delayq_recurring_after`` times in a ten-minute window, the rest of that window's go to a queue of that delay
-and window, every message with that same TTL (so they expire in the order they came: nothing waits behind a
-longer one), one hop. Named by its window because a quorum queue's ``x-expires`` counts from its creation: a
-redeclare does not renew it (measured on 3.10.8 and 4.3.6). The design and its measurements:
+A delay that an app *repeats* (a fixed ``countdown``, a retry's backoff step) takes a queue of its own: once
+one process has sent the same delay (to the ladder's unit, up to ``delayq_bucket_max_delay``) toward a
+destination more than ``delayq_recurring_after`` times in a ten-minute window, the rest of that window's go to
+a queue of that delay and window, every message with that same TTL (so they expire in the order they came:
+nothing waits behind a longer one), one hop. A long delay is checked for this before its due second's bucket:
+steady traffic with one countdown takes one queue per window and shard, where buckets would open a set of
+queues every second (measured: docs/how-it-works.md, "Steady traffic"). Named by its window because a quorum
+queue's ``x-expires`` counts from its creation: a redeclare does not renew it (measured on 3.10.8 and 4.3.6). The design and its measurements:
 docs/how-it-works.md, "The default" and "The `buckets` backend".
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 from typing import Any, NamedTuple
@@ -56,6 +59,10 @@ ALIVE_3X, ALIVE_4X = 64, 512
 SHARDS_3X, SHARDS_4X = 4, 8
 #: Due slices whose counts (``delayq_bucket_after``) one process keeps before it forgets those already past.
 _COUNTED = 4096
+#: Distinct long delays (``delayq_bucket_min_delay`` and over) one process counts toward recurring at once, the
+#: least recently sent forgotten first: a repeated countdown keeps its count, the spread of delays of a burst
+#: toward one moment (a new value every unit) never reaches ``delayq_recurring_after`` and keeps its buckets.
+_LONG_COUNTED = 64
 
 
 class Bucket(NamedTuple):
@@ -91,24 +98,26 @@ def bucket_for(due: float, now: float, *, width_s: float, max_delay_s: float, gr
     return Bucket(-(-end_us // 1000), expiration_ms, -(-lease_us // 1000))
 
 
-def recurring_for(remaining_s: float, now: float, *, unit_ms: int, window_s: float, min_delay_s: float,
+def recurring_for(remaining_s: float, now: float, *, unit_ms: int, window_s: float, under_s: float,
                   grace_s: float) -> Bucket | None:
-    """Pure: the queue of a short delay an app repeats, published at ``now``: every message in it waits
+    """Pure: the queue of a delay an app repeats, published at ``now``: every message in it waits
     ``expiration_ms`` (``remaining_s`` rounded *up* to ``unit_ms``, as the ladder rounds: never early), and
     ``slice_end_ms`` is the end of the epoch-aligned window of ``window_s`` it takes the publishes of. ``None``
-    (the ladder) when the delay is not positive or not under ``min_delay_s`` (those are the due-time buckets').
+    (the ladder, or a bucket) when the delay is not positive or, rounded, not under ``under_s``: the bound of its
+    family, ``delayq_bucket_min_delay`` for short delays, ``delayq_bucket_max_delay`` for long ones.
 
     The lease counts from the queue's creation, at the window's start at the earliest, and outlives the last
-    message's expiry (window end + a delay under ``min_delay_s``) by ``grace_s``, so it is the same for every
-    declarer.
+    message's expiry (window end + a delay under ``under_s``) by ``grace_s``, so it is the same for every
+    declarer (and, as the bound is in it, in the queue's name: the two families never share a queue).
     """
-    if not 0 < remaining_s < min_delay_s or not math.isfinite(now):
+    if not 0 < remaining_s < under_s or not math.isfinite(now):
         return None
-    expiration_ms = fixed_ttl_ms(remaining_s, resolution_s=unit_ms / 1000, max_delay_s=min_delay_s)
-    assert expiration_ms is not None  # positive, and under min_delay_s rounds up to at most min_delay_s
+    expiration_ms = fixed_ttl_ms(remaining_s, resolution_s=unit_ms / 1000, max_delay_s=under_s)
+    if expiration_ms is None:  # rounded up to the unit, beyond the bound
+        return None
     window_us = round(window_s * 1_000_000)
     end_us = (round(now * 1_000_000) // window_us + 1) * window_us
-    lease_s = math.ceil(window_s) + math.ceil(min_delay_s) + math.ceil(grace_s)
+    lease_s = math.ceil(window_s) + math.ceil(under_s) + math.ceil(grace_s)
     return Bucket(-(-end_us // 1000), expiration_ms, lease_s * 1000)
 
 
@@ -144,6 +153,8 @@ class DueBuckets(FixedDelays):
         self.leases: dict[tuple[str, str, int, int], int] = {}
         #: The window (end ms) and the ``(exchange, routing key, delay ms)`` given recurring queues in it.
         self.recurring: tuple[int, set[tuple[str, str, int]]] = (0, set())
+        #: ``(exchange, routing key, window end ms, delay ms)`` -> sends of a long delay (the recent ones only).
+        self.long_counts: collections.OrderedDict[tuple[str, str, int, int], int] = collections.OrderedDict()
         self._turn = itertools.count()
         self._pruned_at = 0.0
         self._four: bool | None = None
@@ -161,6 +172,10 @@ class DueBuckets(FixedDelays):
                 if found is not None:
                     return found
             return plan(self.ladder.spec, dest, due=due, now=now, shard=shard)
+        if config.recurring_after:  # one countdown, steady: a queue per window, not a set per second
+            found = self._recurring(dest, remaining, now, under_s=config.bucket_max_delay)
+            if found is not None:
+                return found
         # Beyond delayq_bucket_max_delay (as every long delay): the ladder's, not logged.
         bucket = bucket_for(due, now, width_s=config.bucket_width, max_delay_s=config.bucket_max_delay,
                             grace_s=config.bucket_grace)
@@ -173,15 +188,19 @@ class DueBuckets(FixedDelays):
                              bucket.expiration_ms)
         return plan(self.ladder.spec, dest, due=due, now=now, shard=shard)
 
-    def _recurring(self, dest: Destination, remaining: float, now: float) -> Route | None:
-        """The queue of a short delay this process repeats toward ``dest`` (``None``: not often enough yet in
-        this window, or no queue could be had: the ladder)."""
+    def _recurring(self, dest: Destination, remaining: float, now: float, *,
+                   under_s: float | None = None) -> Route | None:
+        """The queue of a delay this process repeats toward ``dest`` (``None``: not often enough yet in this
+        window, or no queue could be had: the ladder, or for a long delay (``under_s`` given) its bucket)."""
         spec = self.ladder.spec
+        long = under_s is not None
         found = recurring_for(remaining, now, unit_ms=spec.unit_ms, window_s=RECURRING_WINDOW_S,
-                              min_delay_s=self.config.bucket_min_delay, grace_s=self.config.bucket_grace)
-        if found is None or not self._together(
-                (dest.exchange, dest.routing_key, found.slice_end_ms, found.expiration_ms), now,
-                self.config.recurring_after):
+                              under_s=under_s if under_s is not None else self.config.bucket_min_delay,
+                              grace_s=self.config.bucket_grace)
+        if found is None:
+            return None
+        key4 = (dest.exchange, dest.routing_key, found.slice_end_ms, found.expiration_ms)
+        if not (self._long_together(key4) if long else self._together(key4, now, self.config.recurring_after)):
             return None
         key = (dest.exchange, dest.routing_key, found.expiration_ms)
         with self._lock:
@@ -190,7 +209,8 @@ class DueBuckets(FixedDelays):
             keys = self.recurring[1]
             if key not in keys:
                 if len(keys) >= RECURRING_DELAYS:
-                    self._tell(f"more than {RECURRING_DELAYS} recurring delays in ten minutes", dest)
+                    if not long:  # a long one keeps its bucket, as before it recurred
+                        self._tell(f"more than {RECURRING_DELAYS} recurring delays in ten minutes", dest)
                     return None
                 keys.add(key)
         name = self._bucket(dest, found, next(self._turn) % self._shards(), now, recurring=True)
@@ -212,6 +232,16 @@ class DueBuckets(FixedDelays):
                 if len(self.counts) > 4 * _COUNTED:  # that many future slices: start counting afresh
                     self.counts.clear()
         return seen > after
+
+    def _long_together(self, key: tuple[str, str, int, int]) -> bool:
+        """Count a send of a long delay: ``True`` once it came more than ``delayq_recurring_after`` times while
+        among the :data:`_LONG_COUNTED` most recently sent delays."""
+        with self._lock:
+            counts = self.long_counts
+            seen = counts[key] = counts.pop(key, 0) + 1  # the most recent last
+            if len(counts) > _LONG_COUNTED:
+                counts.popitem(last=False)
+        return seen > self.config.recurring_after
 
     def _on_4x(self) -> bool:
         """Whether the broker is RabbitMQ 4.x or later (no file handles reserved per quorum queue)."""

@@ -101,7 +101,7 @@ def test_queue_names_carry_slice_lease_shard_and_destination_and_are_the_ladders
 def test_a_recurring_delay_is_rounded_as_the_ladder_rounds_and_never_early(delay: float, offset: float,
                                                                            unit: int) -> None:
     now = NOW + offset
-    found = recurring_for(delay, now, unit_ms=unit, window_s=600, min_delay_s=30, grace_s=900)
+    found = recurring_for(delay, now, unit_ms=unit, window_s=600, under_s=30, grace_s=900)
     assert found is not None
     assert found.expiration_ms == LadderSpec(unit_ms=unit, levels=8).units_for(delay) * unit  # the ladder's rounding
     assert found.expiration_ms / 1000 >= delay - 1e-6  # never early
@@ -115,26 +115,44 @@ def test_a_recurring_queue_outlives_its_windows_last_message_by_the_grace(create
     """Whoever creates a window's queue (x-expires counts from creation, a redeclare does not renew it), it
     lives until the last message of the window has expired plus the grace."""
     start = 1_790_000_400.0  # a window start (a multiple of 600 s)
-    first = recurring_for(delay, start + created, unit_ms=10, window_s=600, min_delay_s=30, grace_s=900)
-    latest = recurring_for(delay, start + last, unit_ms=10, window_s=600, min_delay_s=30, grace_s=900)
+    first = recurring_for(delay, start + created, unit_ms=10, window_s=600, under_s=30, grace_s=900)
+    latest = recurring_for(delay, start + last, unit_ms=10, window_s=600, under_s=30, grace_s=900)
     assert first is not None and latest is not None and first == latest  # one queue, whoever declares it
     expires_at_ms = (start + created) * 1000 + first.lease_ms
     assert expires_at_ms >= (start + last) * 1000 + latest.expiration_ms + 900_000
 
 
 def test_only_a_short_positive_delay_can_recur() -> None:
-    assert recurring_for(29.9, NOW, unit_ms=10, window_s=600, min_delay_s=30, grace_s=900) is not None
-    assert recurring_for(30.0, NOW, unit_ms=10, window_s=600, min_delay_s=30, grace_s=900) is None  # a bucket's
-    assert recurring_for(0.0, NOW, unit_ms=10, window_s=600, min_delay_s=30, grace_s=900) is None
-    assert recurring_for(-1.0, NOW, unit_ms=10, window_s=600, min_delay_s=30, grace_s=900) is None
-    assert recurring_for(float("nan"), NOW, unit_ms=10, window_s=600, min_delay_s=30, grace_s=900) is None
-    assert recurring_for(1.0, NOW, unit_ms=10, window_s=600, min_delay_s=0, grace_s=900) is None
+    assert recurring_for(29.9, NOW, unit_ms=10, window_s=600, under_s=30, grace_s=900) is not None
+    assert recurring_for(30.0, NOW, unit_ms=10, window_s=600, under_s=30, grace_s=900) is None  # a bucket's
+    assert recurring_for(0.0, NOW, unit_ms=10, window_s=600, under_s=30, grace_s=900) is None
+    assert recurring_for(-1.0, NOW, unit_ms=10, window_s=600, under_s=30, grace_s=900) is None
+    assert recurring_for(float("nan"), NOW, unit_ms=10, window_s=600, under_s=30, grace_s=900) is None
+    assert recurring_for(1.0, NOW, unit_ms=10, window_s=600, under_s=0, grace_s=900) is None
+
+
+@given(st.floats(min_value=30.0, max_value=599.98), st.floats(min_value=0, max_value=599.999),
+       st.floats(min_value=0, max_value=599.999))
+def test_a_long_recurring_delay_has_the_ladders_precision_and_its_queue_outlives_the_window(
+        delay: float, created: float, last: float) -> None:
+    """A long delay repeated (up to delayq_bucket_max_delay) recurs too: rounded up to the unit, never early, and
+    its queue (whoever creates it in the window) lives past the window's last message by the grace."""
+    start = 1_790_000_400.0
+    first = recurring_for(delay, start + created, unit_ms=10, window_s=600, under_s=600, grace_s=900)
+    latest = recurring_for(delay, start + last, unit_ms=10, window_s=600, under_s=600, grace_s=900)
+    assert first is not None and first == latest
+    assert first.expiration_ms == LadderSpec(unit_ms=10).units_for(delay) * 10 and first.expiration_ms >= delay * 1000
+    assert (start + created) * 1000 + first.lease_ms >= (start + last) * 1000 + first.expiration_ms + 900_000
+    short = recurring_for(2.0, start, unit_ms=10, window_s=600, under_s=30, grace_s=900)
+    assert short is not None and short.lease_ms != first.lease_ms  # the two families never share a queue name
+    assert recurring_for(600.0, start, unit_ms=10, window_s=600, under_s=600, grace_s=900) is None  # a bucket's
+    assert recurring_for(599.995, start, unit_ms=10, window_s=600, under_s=599.991, grace_s=900) is None  # rounded
 
 
 def test_a_recurring_queue_is_named_by_its_delay_and_is_the_ladders() -> None:
     spec = LadderSpec(prefix="px")
     dest = Topology(spec, "quorum").destination("", "emails")
-    found = recurring_for(2.0, NOW, unit_ms=10, window_s=600, min_delay_s=30, grace_s=900)
+    found = recurring_for(2.0, NOW, unit_ms=10, window_s=600, under_s=30, grace_s=900)
     assert found is not None
     name = bucket_queue_name(spec, dest, found, 1, recurring=True)
     assert ".1.2000ms." in name and name != bucket_queue_name(spec, dest, found, 1)
@@ -423,6 +441,40 @@ def test_by_default_a_countdown_one_process_repeats_over_100_times_takes_a_queue
     assert all(r["at"] >= r["eta"] for r in runs), [r for r in runs if r["at"] < r["eta"]]  # never early
     late = sorted(r["at"] - r["eta"] for r in runs)
     assert late[-1] < LATE_S + 1.0, late[-10:]
+
+
+def test_a_long_countdown_one_process_repeats_takes_one_queue_per_window_not_a_bucket_set_per_second(
+        make_app, amqp_conn, placed: list[tuple[Any, dict[str, Any]]]) -> None:
+    """Steady traffic with one countdown at or over delayq_bucket_min_delay (here 2 s, to keep the test short):
+    after delayq_recurring_after sends of that delay, its window's queue (one per shard, however many due
+    seconds it spans), one hop, never early; the sends before it counted, and a spread of delays (a burst toward
+    one moment) keeps its due-time buckets."""
+    app = make_app(delayq_enabled=True, delayq_bucket_min_delay=2, delayq_bucket_max_delay=20,
+                   delayq_recurring_after=20, delayq_bucket_after=5, delayq_bucket_shards=2)
+
+    @app.task
+    def probe(i: int) -> None: ...
+
+    _not_near_a_window_end()
+    with celery_delayq.batch(app):
+        for i in range(60):  # one countdown over ~3 due seconds
+            probe.apply_async((i,), countdown=3.0)
+            time.sleep(0.05)
+        moment = time.time() + 6.0
+        for i in range(20):  # toward one moment: a new delay each time
+            probe.apply_async((i,), eta=moment)
+            time.sleep(0.02)
+    steady, burst = placed[:60], placed[60:]
+    counts = _running_counts(steady)
+    recurring = [plan for (plan, _), n in zip(steady, counts) if n > 20]
+    assert recurring and all(plan.hops == 1 and ".3000ms." in plan.routing_key for plan in recurring)
+    assert len({plan.routing_key for plan in recurring}) <= 2  # its shards, not a set per due second
+    assert ".1520s." in recurring[0].routing_key  # the lease: window 600 + bound 20 + grace 900
+    assert [plan.hops for plan, _ in burst][5:] == [1] * 15 and not any("ms." in p.routing_key for p, _ in burst)
+    got = drain(amqp_conn, app.conf.task_default_queue, len(placed), timeout=60,
+                key=lambda m: m.headers["id"])  # type: ignore[index]
+    assert len(got) == len(placed) == 80
+    assert not [m for m in got if m.arrived < datetime.fromisoformat(m.headers["eta"]).timestamp()]  # type: ignore
 
 
 def test_only_a_few_recurring_delays_get_queues_the_rest_keep_the_ladder(
