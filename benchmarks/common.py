@@ -64,6 +64,21 @@ def broker_cpu_s() -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def script_argv(script: str) -> str:
+    """How this run was started (``python SCRIPT ARGS``, and the broker when not the default one), for a table."""
+    return " ".join([f"python {script}", *sys.argv[1:]]) + (
+        "" if BROKER_HOST == "127.0.0.1:5672" else f" (DELAYQ_BENCH_BROKER_HOST={BROKER_HOST})")
+
+
+def write_line_results(out: Path, name: str, doc: dict[str, Any], text: str) -> None:
+    """``NAME.json`` and ``NAME.md`` under ``out`` (``NAME_rmq4.*`` for a broker of a 4.x line), and the table."""
+    stem = name + ("" if str(doc["broker"]).startswith("3.") else "_rmq4")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (out / f"{stem}.md").write_text(text)
+    print(text)
+
+
 def broker_url(vhost: str) -> str:
     """AMQP URL of ``vhost`` on the benchmark broker."""
     return f"amqp://{BROKER_USER}:{BROKER_PASSWORD}@{BROKER_HOST}/{quote(vhost, safe='')}"

@@ -45,8 +45,8 @@ import click
 
 # This checkout's benchmarks package (run as a script from the repository root).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import (BROKER_HOST, REPO_ROOT as ROOT, RESULTS_DIR as RESULTS, TMP_DIR,  # noqa: E402
-                               broker_cpu_s, broker_version, vhost)
+from benchmarks.common import (REPO_ROOT as ROOT, RESULTS_DIR as RESULTS, TMP_DIR, broker_cpu_s,  # noqa: E402
+                               broker_version, script_argv, vhost, write_line_results)
 MODES = ("celery_confirmed", "delayq", "celery_unconfirmed", "celery_countdown_unconfirmed", "delayq_batch")
 
 _CHILD = r'''
@@ -247,14 +247,9 @@ def main(calls: int, rounds: int, alternations: int, out: Path, instructions: bo
                 click.echo(f"  {mode}: {counted[mode]}k instructions per call", err=True)
     broker = broker_version()
     doc = {"when": time.strftime("%Y-%m-%d"), "broker": broker, "calls": calls, "rounds": rounds,
-           "alternations": alternations, "countdown": countdown, "argv": " ".join(["python benchmarks/publish_share.py", *sys.argv[1:]]) + (
-               "" if BROKER_HOST == "127.0.0.1:5672" else f" (DELAYQ_BENCH_BROKER_HOST={BROKER_HOST})"),
+           "alternations": alternations, "countdown": countdown, "argv": script_argv("benchmarks/publish_share.py"),
            "runs": runs, "packages": packages, "instructions": counted}
-    stem = name + ("" if broker.startswith("3.") else "_rmq4")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(doc, indent=2) + "\n")
-    (out / f"{stem}.md").write_text(markdown(doc))
-    click.echo(markdown(doc))
+    write_line_results(out, name, doc, markdown(doc))
 
 
 if __name__ == "__main__":

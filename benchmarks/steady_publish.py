@@ -32,8 +32,8 @@ from typing import Any
 import click
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import (BROKER_HOST, REPO_ROOT as ROOT, RESULTS_DIR as RESULTS, broker_cpu_s,  # noqa: E402
-                               broker_version, rabbitmqctl, vhost)
+from benchmarks.common import (REPO_ROOT as ROOT, RESULTS_DIR as RESULTS, broker_cpu_s,  # noqa: E402
+                               broker_version, rabbitmqctl, script_argv, vhost, write_line_results)
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "default": {},
@@ -95,7 +95,7 @@ def markdown(doc: dict[str, Any]) -> str:
 @click.option("--settings", "names", default=",".join(SETTINGS), show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
 def main(countdown: float, processes: int, seconds: float, names: str, out: Path) -> None:
-    """Run the settings' publishers alternately; write steady_publish.md and .json under --out."""
+    """Run each setting's publishers, one setting at a time; write steady_publish.md and .json under --out."""
     chosen = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in chosen if n not in SETTINGS]
     if unknown:
@@ -119,14 +119,8 @@ def main(countdown: float, processes: int, seconds: float, names: str, out: Path
                 click.echo(f"  {run}", err=True)
     broker = broker_version()
     doc = {"when": time.strftime("%Y-%m-%d"), "broker": broker, "countdown": countdown, "processes": processes,
-           "seconds": seconds, "settings": chosen, "runs": runs,
-           "argv": " ".join(["python benchmarks/steady_publish.py", *sys.argv[1:]]) + (
-               "" if BROKER_HOST == "127.0.0.1:5672" else f" (DELAYQ_BENCH_BROKER_HOST={BROKER_HOST})")}
-    stem = "steady_publish" + ("" if broker.startswith("3.") else "_rmq4")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(doc, indent=2) + "\n")
-    (out / f"{stem}.md").write_text(markdown(doc))
-    click.echo(markdown(doc))
+           "seconds": seconds, "settings": chosen, "runs": runs, "argv": script_argv("benchmarks/steady_publish.py")}
+    write_line_results(out, "steady_publish", doc, markdown(doc))
 
 
 if __name__ == "__main__":

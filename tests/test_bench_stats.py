@@ -64,3 +64,17 @@ def test_publish_share_sums_profiled_time_by_package_and_gives_each_alternations
     assert "confirm each / Celery with `confirm_publish`: 0.75" in text
     assert "`batch()` / Celery unconfirmed, no delay: 0.82" in text
     assert "`batch()` / Celery unconfirmed, same countdown: 0.94" in text
+
+
+def test_steady_publish_gives_each_settings_processes_median_and_queues() -> None:
+    from benchmarks.steady_publish import markdown
+
+    runs = [{"setting": "default", "process": k, "calls": 1000, "rate": r, "queues": q, "broker_cpu_us": c}
+            for k, (r, q, c) in enumerate([(900.0, 67, 600.0), (1100.0, 71, 500.0), (1000.0, 71, 550.0)])]
+    runs += [{"setting": "ladder", "process": 0, "calls": 1000, "rate": 1200.0, "queues": 63}]
+    doc = {"broker": "3.10.8", "when": "2026-11-29", "argv": "x", "processes": 3, "seconds": 8.0, "countdown": 300.0,
+           "settings": ["default", "ladder"], "runs": runs}
+    text = markdown(doc)
+    assert "| default | 900, 1,100, 1,000 | 1,000 | 550 | 67, 71, 71 |" in text
+    assert "| ladder | 1,200 | 1,200 | - | 63 |" in text  # no broker CPU measured: a dash
+    assert "apply_async(countdown=300)" in text
