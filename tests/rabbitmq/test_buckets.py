@@ -7,6 +7,7 @@ it runs on both lines (the per-message TTL and ``x-expires`` of quorum queues in
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from datetime import datetime
 from typing import Any
@@ -467,8 +468,10 @@ def test_a_long_countdown_one_process_repeats_takes_one_queue_per_window_not_a_b
     steady, burst = placed[:60], placed[60:]
     counts = _running_counts(steady)
     recurring = [plan for (plan, _), n in zip(steady, counts) if n > 20]
-    assert recurring and all(plan.hops == 1 and ".3000ms." in plan.routing_key for plan in recurring)
-    assert len({plan.routing_key for plan in recurring}) <= 2  # its shards, not a set per due second
+    # The delay as the ladder rounds it: 3.00 s, or 2.99 s when over 10 ms passed between the check and the publish.
+    delays = {int(re.search(r"\.(\d+)ms\.", plan.routing_key).group(1)) for plan in recurring}  # type: ignore[union-attr]
+    assert recurring and all(plan.hops == 1 for plan in recurring) and delays <= {2990, 3000}, delays
+    assert len({plan.routing_key for plan in recurring}) <= 2 * len(delays)  # its shards, not a set per due second
     assert ".1520s." in recurring[0].routing_key  # the lease: window 600 + bound 20 + grace 900
     assert [plan.hops for plan, _ in burst][5:] == [1] * 15 and not any("ms." in p.routing_key for p, _ in burst)
     got = drain(amqp_conn, app.conf.task_default_queue, len(placed), timeout=60,
