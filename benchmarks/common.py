@@ -54,14 +54,19 @@ def rabbitmqctl(*args: str, timeout: float = 120.0) -> str:
     return out.stdout
 
 
+def process_cpu_ticks(pid: int) -> int:
+    """Clock ticks (user + system) process ``pid`` has used, from ``/proc`` (``OSError``: no such process here)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
 def broker_cpu_s() -> float | None:
     """CPU seconds (user + system) the benchmark broker's OS process has used; ``None`` when not on this machine."""
     try:
-        pid = rabbitmqctl("eval", "list_to_integer(os:getpid()).", timeout=60).strip()
-        fields = Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()
+        pid = int(rabbitmqctl("eval", "list_to_integer(os:getpid()).", timeout=60).strip())
+        return process_cpu_ticks(pid) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, subprocess.SubprocessError):
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def script_argv(script: str) -> str:

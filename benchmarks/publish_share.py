@@ -205,7 +205,8 @@ def _instruction_lines(doc: dict[str, Any]) -> list[str]:
             "a call is ~50x slower, so the index entries' 0.25 s linger writes a few entries at a time: an upper "
             "bound of the index's share)",
             f"- `batch()` / Celery unconfirmed, no delay: {share('delayq_batch', 'celery_unconfirmed')}",
-            f"- `batch()` / Celery unconfirmed, same countdown: {share('delayq_batch', 'celery_countdown_unconfirmed')}",
+            "- `batch()` / Celery unconfirmed, same countdown: "
+            f"{share('delayq_batch', 'celery_countdown_unconfirmed')}",
             ""]
 
 

@@ -73,18 +73,17 @@ def markdown(doc: dict[str, Any]) -> str:
     """The committed table (pure): per setting, each process's rate, the median broker CPU per call, the queues."""
     lines = [f"# Steady traffic with one countdown ({doc['broker']}, {doc['when']})", "",
              f"`{doc['argv']}`: {doc['processes']} publisher processes per setting, one after another "
-             f"(one setting at a time, its vhost deleted before the next), each {doc['seconds']:g} s of `apply_async(countdown="
-             f"{doc['countdown']:g})` in `batch()` blocks of 200.", "",
+             f"(one setting at a time, its vhost deleted before the next), each {doc['seconds']:g} s of "
+             f"`apply_async(countdown={doc['countdown']:g})` in `batch()` blocks of 200.", "",
              "| setting | calls/s, each process | median | broker CPU µs per call (median) | queues alive after each "
              "process |", "|---|---|---|---|---|"]
     for name in doc["settings"]:
         rows = [r for r in doc["runs"] if r["setting"] == name]
         rates = [r["rate"] for r in rows]
         cpu = [r["broker_cpu_us"] for r in rows if r.get("broker_cpu_us") is not None]
+        cpu_text = f"{statistics.median(cpu):,.0f}" if cpu else "-"
         lines.append(f"| {name} | {', '.join(f'{x:,.0f}' for x in rates)} | {statistics.median(rates):,.0f} | "
-                     f"{statistics.median(cpu):,.0f} | {', '.join(str(r['queues']) for r in rows)} |"
-                     if cpu else f"| {name} | {', '.join(f'{x:,.0f}' for x in rates)} | "
-                     f"{statistics.median(rates):,.0f} | - | {', '.join(str(r['queues']) for r in rows)} |")
+                     f"{cpu_text} | {', '.join(str(r['queues']) for r in rows)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -99,7 +98,8 @@ def main(countdown: float, processes: int, seconds: float, names: str, out: Path
     chosen = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in chosen if n not in SETTINGS]
     if unknown:
-        raise click.BadParameter(f"unknown: {', '.join(unknown)} (known: {', '.join(SETTINGS)})", param_hint="--settings")
+        raise click.BadParameter(f"unknown: {', '.join(unknown)} (known: {', '.join(SETTINGS)})",
+                                 param_hint="--settings")
     runs: list[dict[str, Any]] = []
     for name in chosen:  # one setting at a time: its queues, not another's, load the broker (3.x: file handles)
         with vhost(f"steady-{name.replace('_', '-')}") as vh:

@@ -35,6 +35,7 @@ from typing import Any, Callable
 
 import click
 
+from ..common import process_cpu_ticks
 from .burst import _Reader
 from .nodes import Cluster, usable_flavours
 from .scenario import REPO, _app_file, _version
@@ -87,10 +88,9 @@ class _CpuMeter(threading.Thread):
     @staticmethod
     def _proc_ticks(pid: int) -> int:
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return process_cpu_ticks(pid)
         except OSError:
             return 0
-        return int(fields[11]) + int(fields[12])
 
     @staticmethod
     def _machine() -> tuple[int, int]:

@@ -21,8 +21,8 @@ a queue of that delay and window, every message with that same TTL (so they expi
 nothing waits behind a longer one), one hop. A long delay is checked for this before its due second's bucket:
 steady traffic with one countdown takes one queue per window and shard, where buckets would open a set of
 queues every second (measured: docs/how-it-works.md, "Steady traffic"). Named by its window because a quorum
-queue's ``x-expires`` counts from its creation: a redeclare does not renew it (measured on 3.10.8 and 4.3.6). The design and its measurements:
-docs/how-it-works.md, "The default" and "The `buckets` backend".
+queue's ``x-expires`` counts from its creation: a redeclare does not renew it (measured on 3.10.8 and 4.3.6).
+The design and its measurements: docs/how-it-works.md, "The default" and "The `buckets` backend".
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ class DueBuckets(FixedDelays):
                     return found
             return plan(self.ladder.spec, dest, due=due, now=now, shard=shard)
         if config.recurring_after:  # one countdown, steady: a queue per window, not a set per second
-            found = self._recurring(dest, remaining, now, under_s=config.bucket_max_delay)
+            found = self._recurring(dest, remaining, now, long=True)
             if found is not None:
                 return found
         # Beyond delayq_bucket_max_delay (as every long delay): the ladder's, not logged.
@@ -188,19 +188,18 @@ class DueBuckets(FixedDelays):
                              bucket.expiration_ms)
         return plan(self.ladder.spec, dest, due=due, now=now, shard=shard)
 
-    def _recurring(self, dest: Destination, remaining: float, now: float, *,
-                   under_s: float | None = None) -> Route | None:
+    def _recurring(self, dest: Destination, remaining: float, now: float, *, long: bool = False) -> Route | None:
         """The queue of a delay this process repeats toward ``dest`` (``None``: not often enough yet in this
-        window, or no queue could be had: the ladder, or for a long delay (``under_s`` given) its bucket)."""
-        spec = self.ladder.spec
-        long = under_s is not None
+        window, or no queue could be had: the ladder, or for a ``long`` one, under ``delayq_bucket_max_delay``
+        and not under ``delayq_bucket_min_delay``, its bucket)."""
+        spec, config = self.ladder.spec, self.config
         found = recurring_for(remaining, now, unit_ms=spec.unit_ms, window_s=RECURRING_WINDOW_S,
-                              under_s=under_s if under_s is not None else self.config.bucket_min_delay,
-                              grace_s=self.config.bucket_grace)
+                              under_s=config.bucket_max_delay if long else config.bucket_min_delay,
+                              grace_s=config.bucket_grace)
         if found is None:
             return None
         key4 = (dest.exchange, dest.routing_key, found.slice_end_ms, found.expiration_ms)
-        if not (self._long_together(key4) if long else self._together(key4, now, self.config.recurring_after)):
+        if not (self._long_together(key4) if long else self._together(key4, now, config.recurring_after)):
             return None
         key = (dest.exchange, dest.routing_key, found.expiration_ms)
         with self._lock:
