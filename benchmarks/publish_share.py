@@ -9,11 +9,18 @@ the apps of users do), in a ``dqbench-share-*`` vhost that is deleted afterwards
 
 * ``celery_confirmed``: Celery's ``apply_async``, no delay, ``confirm_publish``
   into a quorum queue: Celery's cost plus one confirm round trip;
-* ``delayq``: ``apply_async(countdown=600)`` with the ladder, confirm each;
+* ``delayq``: ``apply_async(countdown=900)``, confirm each: beyond ``delayq_bucket_max_delay``
+  (600 s), so through the ladder;
+* ``delayq_repeat``: ``apply_async(countdown=300)``, confirm each: a countdown the process repeats,
+  so after 100 calls (the warm-up's) its own one-hop queue (the default's recurring delays);
 * ``celery_unconfirmed``: Celery's ``apply_async``, no delay, no confirms (Celery's default);
-* ``celery_countdown_unconfirmed``: the same with ``countdown=600`` (classic ETA, no ladder):
+* ``celery_countdown_unconfirmed``: the same with ``countdown=900`` (classic ETA, no ladder):
   what Celery's own countdown handling costs;
-* ``delayq_batch``: ``apply_async(countdown=600)`` with the ladder in ``celery_delayq.batch()``.
+* ``delayq_batch``, ``delayq_batch_repeat``: ``delayq`` and ``delayq_repeat`` in ``celery_delayq.batch()``.
+
+Each delayed mode states the hops of the path it measured (one more call after the timed rounds, read from
+the ``message_scheduled`` signal): a countdown under ``delayq_bucket_max_delay`` that the process repeats
+takes its one-hop queue, so a "ladder" mode with 1 hop would be measuring the wrong path.
 
 Per mode: the best of ``--rounds`` rounds by wall time per call, with its CPU time
 per call, and the broker's CPU per call over the whole child (``/proc`` of the node's
@@ -47,7 +54,8 @@ import click
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import (REPO_ROOT as ROOT, RESULTS_DIR as RESULTS, TMP_DIR, broker_cpu_s,  # noqa: E402
                                broker_version, script_argv, vhost, write_line_results)
-MODES = ("celery_confirmed", "delayq", "celery_unconfirmed", "celery_countdown_unconfirmed", "delayq_batch")
+MODES = ("celery_confirmed", "delayq", "delayq_repeat", "celery_unconfirmed", "celery_countdown_unconfirmed",
+         "delayq_batch", "delayq_batch_repeat")
 
 _CHILD = r'''
 import contextlib, cProfile, json, sys, time
@@ -73,7 +81,7 @@ def noop(x):
 kw = {"countdown": countdown} if mode.startswith("delayq") or "countdown" in mode else {}
 
 def block():
-    if mode == "delayq_batch":
+    if mode.startswith("delayq_batch"):
         import celery_delayq
         return celery_delayq.batch(app)
     return contextlib.nullcontext()
@@ -96,6 +104,17 @@ for _ in range(rounds):
     wall, cpu = (time.perf_counter() - w0) / n * 1e6, (time.process_time() - c0) / n * 1e6
     if best is None or wall < best[0]:
         best = (wall, cpu)
+hops = None
+if mode.startswith("delayq"):  # the path measured: one more call, its route read from the signal
+    from celery_delayq import signals
+    seen = []
+    def grab(sender=None, plan=None, **_kw):
+        seen.append(plan.hops)
+    signals.message_scheduled.connect(grab, weak=False)
+    with block():
+        noop.apply_async((1,), **kw)
+    signals.message_scheduled.disconnect(grab)
+    hops = seen[-1] if seen else None
 prof = cProfile.Profile()
 prof.enable()
 with block():
@@ -104,7 +123,7 @@ with block():
 prof.disable()
 prof.dump_stats(profile_to)
 print(json.dumps({"mode": mode, "wall_us": round(best[0], 1), "cpu_us": round(best[1], 1),
-                  "rate": round(1e6 / best[0], 1)}))
+                  "rate": round(1e6 / best[0], 1), "hops": hops}))
 '''
 
 
@@ -148,6 +167,20 @@ def by_package(profile: str, calls: int) -> dict[str, float]:
     return out
 
 
+#: The shares the tables give: (ours, peer, what it says), in the order printed.
+SHARES = (
+    ("delayq", "celery_confirmed", "`apply_async` confirm each, ladder / Celery with `confirm_publish`"),
+    ("delayq_repeat", "celery_confirmed",
+     "`apply_async` confirm each, a repeated countdown (its one-hop queue) / Celery with `confirm_publish`"),
+    ("delayq_batch", "celery_unconfirmed", "`apply_async` in `batch()`, ladder / Celery unconfirmed, no delay"),
+    ("delayq_batch_repeat", "celery_unconfirmed",
+     "`apply_async` in `batch()`, a repeated countdown / Celery unconfirmed, no delay"),
+    ("delayq_batch", "celery_countdown_unconfirmed",
+     "`apply_async` in `batch()`, ladder / Celery unconfirmed, same countdown"),
+    ("celery_countdown_unconfirmed", "celery_unconfirmed", "Celery's own countdown / no countdown, unconfirmed"),
+)
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The committed table (pure)."""
     best = {m: min((r for r in doc["runs"] if r["mode"] == m), key=lambda r: r["wall_us"]) for m in MODES}
@@ -156,22 +189,18 @@ def markdown(doc: dict[str, Any]) -> str:
     def shares(a: str, b: str) -> str:  # alternation k of mode a over alternation k of mode b
         return ", ".join(f"{x / y:.2f}" for x, y in zip(rates[a], rates[b]))
 
+    countdowns = doc.get("countdowns") or {}
     lines = [f"# A delayed `apply_async` beside Celery's own ({doc['broker']}, {doc['when']})", "",
              f"`{doc['argv']}`: each mode in a process of its own, {doc['calls']:,} calls, best of {doc['rounds']} "
-             f"rounds, {doc['alternations']} alternations of all modes; the delayed modes' countdown "
-             f"{doc.get('countdown', 600):g} s.", "",
-             "| mode | calls/s (each alternation) | best wall µs/call | its CPU µs/call | broker CPU µs/call |",
-             "|---|---|---|---|---|"]
-    lines += [f"| {m} | {', '.join(f'{x:,.0f}' for x in rates[m])} | {best[m]['wall_us']} | {best[m]['cpu_us']} | "
-              f"{_broker_cpu(doc, m)} |" for m in MODES]
-    lines += ["", "Shares, per alternation (same run):", "",
-              f"- `apply_async` confirm each / Celery with `confirm_publish`: {shares('delayq', 'celery_confirmed')}",
-              f"- `apply_async` in `batch()` / Celery unconfirmed, no delay: {shares('delayq_batch', 'celery_unconfirmed')}",
-              f"- `apply_async` in `batch()` / Celery unconfirmed, same countdown: "
-              f"{shares('delayq_batch', 'celery_countdown_unconfirmed')}",
-              f"- Celery's own countdown / no countdown, unconfirmed: "
-              f"{shares('celery_countdown_unconfirmed', 'celery_unconfirmed')}", "",
-              *_instruction_lines(doc),
+             f"rounds, {doc['alternations']} alternations of all modes.", "",
+             "| mode | countdown (s) | hops of the path measured | calls/s (each alternation) | best wall µs/call | "
+             "its CPU µs/call | broker CPU µs/call |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {m} | {_or_dash(countdowns.get(m))} | {_hops(doc, m)} | {', '.join(f'{x:,.0f}' for x in rates[m])} | "
+              f"{best[m]['wall_us']} | {best[m]['cpu_us']} | {_broker_cpu(doc, m)} |" for m in MODES]
+    lines += ["", "Shares, per alternation (same run):", ""]
+    lines += [f"- {text}: {shares(ours, peer)}" for ours, peer, text in SHARES]
+    lines += ["", *_instruction_lines(doc),
               "Where the time goes (one profiled round per mode; µs per call of each package's own code, "
               "inflated by the profiler alike in every column):", ""]
     packages = sorted({p for prof in doc["packages"].values() for p in prof})
@@ -180,6 +209,16 @@ def markdown(doc: dict[str, Any]) -> str:
         lines.append(f"| {p} | " + " | ".join(f"{doc['packages'][m].get(p, 0.0):.1f}" for m in MODES) + " |")
     lines.append("| **total** | " + " | ".join(f"**{sum(doc['packages'][m].values()):.1f}**" for m in MODES) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _or_dash(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _hops(doc: dict[str, Any], mode: str) -> str:
+    """The hops every alternation of ``mode`` measured (``-``: a Celery mode; pure)."""
+    found = sorted({r["hops"] for r in doc["runs"] if r["mode"] == mode and r.get("hops") is not None})
+    return ", ".join(str(h) for h in found) or "-"
 
 
 def _broker_cpu(doc: dict[str, Any], mode: str) -> str:
@@ -193,21 +232,12 @@ def _instruction_lines(doc: dict[str, Any]) -> list[str]:
     counted = {m: v for m, v in (doc.get("instructions") or {}).items() if v}
     if not all(m in counted for m in MODES):
         return []
-
-    def share(ours: str, peer: str) -> str:
-        return f"{counted[peer] / counted[ours]:.2f}"
-
     return ["Instructions per call of the publishing process (`--instructions`: callgrind, every thread, 600 calls "
-            "less 100; the machine's noise does not move them):", "",
+            "less 100; the machine's noise does not move them; under valgrind a call is ~50x slower, so the index "
+            "entries' 0.25 s linger writes a few entries at a time: an upper bound of the index's share):", "",
             "| " + " | ".join(MODES) + " |", "|" + "---|" * len(MODES),
             "| " + " | ".join(f"{counted[m]:,.0f}k" for m in MODES) + " |", "",
-            f"- confirm each / Celery with `confirm_publish`: {share('delayq', 'celery_confirmed')} (under valgrind "
-            "a call is ~50x slower, so the index entries' 0.25 s linger writes a few entries at a time: an upper "
-            "bound of the index's share)",
-            f"- `batch()` / Celery unconfirmed, no delay: {share('delayq_batch', 'celery_unconfirmed')}",
-            "- `batch()` / Celery unconfirmed, same countdown: "
-            f"{share('delayq_batch', 'celery_countdown_unconfirmed')}",
-            ""]
+            *[f"- {text}: {counted[peer] / counted[ours]:.2f}" for ours, peer, text in SHARES], ""]
 
 
 @click.command()
@@ -216,14 +246,19 @@ def _instruction_lines(doc: dict[str, Any]) -> list[str]:
 @click.option("--alternations", default=3, show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
 @click.option("--instructions", is_flag=True, help="Also count each mode's instructions per call (valgrind).")
-@click.option("--countdown", default=600.0, show_default=True,
-              help="The delayed modes' countdown (s). 600: the ladder (beyond delayq_bucket_max_delay); under it, "
-                   "a due second this publisher fills takes the default's due-time buckets after 100 tasks.")
+@click.option("--countdown", default=900.0, show_default=True,
+              help="The ladder modes' countdown (s), and Celery's countdown mode's. Beyond delayq_bucket_max_delay "
+                   "(600): the ladder; the table's hops say which path was measured.")
+@click.option("--repeat-countdown", default=300.0, show_default=True,
+              help="The _repeat modes' countdown (s): under delayq_bucket_max_delay, repeated, so after 100 calls "
+                   "its own one-hop queue.")
 @click.option("--name", default="publish_share", show_default=True, help="The results' file name (without .md).")
 def main(calls: int, rounds: int, alternations: int, out: Path, instructions: bool, countdown: float,
-         name: str) -> None:
+         repeat_countdown: float, name: str) -> None:
     """Run every mode alternately; write publish_share.md and .json under --out."""
     runs, packages, counted = [], {}, {}
+    countdowns = {m: repeat_countdown if m.endswith("_repeat") else countdown
+                  for m in MODES if "countdown" in m or m.startswith("delayq")}
     TMP_DIR.mkdir(parents=True, exist_ok=True)
     with vhost("share") as vh:
         for _ in range(alternations):
@@ -231,24 +266,24 @@ def main(calls: int, rounds: int, alternations: int, out: Path, instructions: bo
                 prof = str(TMP_DIR / f"{vh.name}-{mode}.pstats")
                 before = broker_cpu_s()
                 done = subprocess.run([sys.executable, "-c", _CHILD, mode, str(calls), str(rounds), vh.url, prof,
-                                       str(countdown)],
+                                       str(countdowns.get(mode, 0.0))],
                                       capture_output=True, text=True, timeout=900, cwd=ROOT)
                 after = broker_cpu_s()
                 if done.returncode:
                     raise click.ClickException(f"{mode} failed: {done.stderr[-2000:]}")
                 run = json.loads(done.stdout.strip().splitlines()[-1])
                 if before is not None and after is not None:  # every call of the child: warm-up, rounds, profiled
-                    run["broker_cpu_us"] = round((after - before) / (200 + (rounds + 1) * calls) * 1e6, 1)
+                    run["broker_cpu_us"] = round((after - before) / (201 + (rounds + 1) * calls) * 1e6, 1)
                 runs.append(run)
                 packages[mode] = by_package(prof, calls)
                 click.echo(f"  {runs[-1]}", err=True)
         if instructions:
             for mode in MODES:
-                counted[mode] = instructions_per_call(mode, vh.url, countdown)
+                counted[mode] = instructions_per_call(mode, vh.url, countdowns.get(mode, 0.0))
                 click.echo(f"  {mode}: {counted[mode]}k instructions per call", err=True)
     broker = broker_version()
     doc = {"when": time.strftime("%Y-%m-%d"), "broker": broker, "calls": calls, "rounds": rounds,
-           "alternations": alternations, "countdown": countdown, "argv": script_argv("benchmarks/publish_share.py"),
+           "alternations": alternations, "countdowns": countdowns, "argv": script_argv("benchmarks/publish_share.py"),
            "runs": runs, "packages": packages, "instructions": counted}
     write_line_results(out, name, doc, markdown(doc))
 

@@ -44,26 +44,34 @@ def test_publish_share_sums_profiled_time_by_package_and_gives_each_alternations
     assert package_of("/x/site-packages/celery_delayq/rabbitmq/publisher.py") == "celery_delayq"
     assert package_of("/x/site-packages/celery/app/task.py") == "celery"
     assert package_of("~") == "builtins (socket, encoding)"
-    rates = {"celery_confirmed": 1000.0, "delayq": 900.0, "celery_unconfirmed": 5000.0,
-             "celery_countdown_unconfirmed": 4000.0, "delayq_batch": 3000.0}
-    runs = [{"mode": m, "rate": rates[m] * k, "wall_us": 1e6 / (rates[m] * k), "cpu_us": 1.0}
+    rates = {"celery_confirmed": 1000.0, "delayq": 900.0, "delayq_repeat": 950.0, "celery_unconfirmed": 5000.0,
+             "celery_countdown_unconfirmed": 4000.0, "delayq_batch": 3000.0, "delayq_batch_repeat": 3500.0}
+    hops = {"delayq": 7, "delayq_repeat": 1, "delayq_batch": 7, "delayq_batch_repeat": 1}
+    runs = [{"mode": m, "rate": rates[m] * k, "wall_us": 1e6 / (rates[m] * k), "cpu_us": 1.0, "hops": hops.get(m)}
             for k in (1.0, 0.5) for m in MODES]
     doc = {"when": "2026-11-26", "broker": "4.3.6", "calls": 10, "rounds": 1, "alternations": 2, "argv": "x",
+           "countdowns": {"delayq": 900.0, "delayq_repeat": 300.0, "celery_countdown_unconfirmed": 900.0},
            "runs": runs, "packages": {m: {"celery": 2.0, "celery_delayq": 1.0 if "delayq" in m else 0.0} for m in MODES}}
     text = markdown(doc)
-    assert "Celery with `confirm_publish`: 0.90, 0.90" in text
-    assert "Celery unconfirmed, no delay: 0.60, 0.60" in text
-    assert "| celery_delayq | 0.0 | 1.0 | 0.0 | 0.0 | 1.0 |" in text
-    assert "Instructions per call" not in text and text.count("| - |") == len(MODES)  # neither counted here
+    assert "confirm each, ladder / Celery with `confirm_publish`: 0.90, 0.90" in text
+    assert "a repeated countdown (its one-hop queue) / Celery with `confirm_publish`: 0.95, 0.95" in text
+    assert "`batch()`, ladder / Celery unconfirmed, no delay: 0.60, 0.60" in text
+    assert "| celery_delayq | 0.0 | 1.0 | 1.0 | 0.0 | 0.0 | 1.0 | 1.0 |" in text
+    assert "| delayq | 900 | 7 | 900, 450 |" in text and "| delayq_repeat | 300 | 1 | 950, 475 |" in text
+    assert "| celery_unconfirmed | - | - | 5,000, 2,500 |" in text  # no countdown, no path of ours
+    assert "Instructions per call" not in text  # neither counted here: no broker CPU column either
+    assert sum(1 for line in text.splitlines() if line.endswith("| - |")) == len(MODES)
     runs[0]["broker_cpu_us"], runs[len(MODES)]["broker_cpu_us"] = 50.0, 70.0  # celery_confirmed, both alternations
-    doc["instructions"] = {"celery_confirmed": 1500.0, "delayq": 2000.0, "celery_unconfirmed": 1400.0,
-                           "celery_countdown_unconfirmed": 1600.0, "delayq_batch": 1700.0}
+    doc["instructions"] = {"celery_confirmed": 1500.0, "delayq": 2000.0, "delayq_repeat": 1875.0,
+                           "celery_unconfirmed": 1400.0, "celery_countdown_unconfirmed": 1600.0,
+                           "delayq_batch": 1700.0, "delayq_batch_repeat": 1750.0}
     text = markdown(doc)
-    assert "| celery_confirmed | 1,000, 500 | 1000.0 | 1.0 | 60 |" in text  # the median broker CPU
-    assert "| 1,500k | 2,000k | 1,400k | 1,600k | 1,700k |" in text
-    assert "confirm each / Celery with `confirm_publish`: 0.75" in text
-    assert "`batch()` / Celery unconfirmed, no delay: 0.82" in text
-    assert "`batch()` / Celery unconfirmed, same countdown: 0.94" in text
+    assert "| celery_confirmed | - | - | 1,000, 500 | 1000.0 | 1.0 | 60 |" in text  # the median broker CPU
+    assert "| 1,500k | 2,000k | 1,875k | 1,400k | 1,600k | 1,700k | 1,750k |" in text
+    assert "confirm each, ladder / Celery with `confirm_publish`: 0.75" in text
+    assert "(its one-hop queue) / Celery with `confirm_publish`: 0.80" in text
+    assert "`batch()`, ladder / Celery unconfirmed, no delay: 0.82" in text
+    assert "`batch()`, ladder / Celery unconfirmed, same countdown: 0.94" in text
 
 
 def test_steady_publish_gives_each_settings_processes_median_and_queues() -> None:
@@ -78,3 +86,13 @@ def test_steady_publish_gives_each_settings_processes_median_and_queues() -> Non
     assert "| default | 900, 1,100, 1,000 | 1,000 | 550 | 67, 71, 71 |" in text
     assert "| ladder | 1,200 | 1,200 | - | 63 |" in text  # no broker CPU measured: a dash
     assert "apply_async(countdown=300)" in text
+
+
+def test_entry_by_queue_gives_each_measures_medians_and_the_by_queue_share() -> None:
+    from benchmarks.entry_by_queue import MEASURES, markdown
+
+    runs = {field: {"topic": [100.0, 300.0, 200.0], "queue_bcc": [90.0, 110.0, None]} for _label, field in MEASURES}
+    runs["hop4"] = {"topic": [None], "queue_bcc": [None]}  # the broker was not on this machine
+    text = markdown({"broker": "3.10.8", "when": "2026-11-29", "argv": "x", "rounds": 3, "runs": runs})
+    assert "| publish, confirm each: wall µs | 200 | 100 | 0.50 |" in text
+    assert "| 4 hops: broker CPU µs per message | - | - | - |" in text
