@@ -60,13 +60,25 @@ def process_cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
+def broker_pid() -> int | None:
+    """The benchmark broker's OS process id (``rabbitmqctl eval``); ``None`` when it cannot be asked."""
+    try:
+        return int(rabbitmqctl("eval", "list_to_integer(os:getpid()).", timeout=60).strip())
+    except (ValueError, subprocess.SubprocessError, OSError):
+        return None
+
+
+def cpu_s_of(pid: int | None) -> float | None:
+    """CPU seconds (user + system) process ``pid`` has used; ``None`` when it is not on this machine."""
+    try:
+        return None if pid is None else process_cpu_ticks(pid) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return None
+
+
 def broker_cpu_s() -> float | None:
     """CPU seconds (user + system) the benchmark broker's OS process has used; ``None`` when not on this machine."""
-    try:
-        pid = int(rabbitmqctl("eval", "list_to_integer(os:getpid()).", timeout=60).strip())
-        return process_cpu_ticks(pid) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return None
+    return cpu_s_of(broker_pid())
 
 
 def script_argv(script: str) -> str:

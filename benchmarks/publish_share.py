@@ -23,8 +23,9 @@ the ``message_scheduled`` signal): a countdown under ``delayq_bucket_max_delay``
 takes its one-hop queue, so a "ladder" mode with 1 hop would be measuring the wrong path.
 
 Per mode: the best of ``--rounds`` rounds by wall time per call, with its CPU time
-per call, and the broker's CPU per call over the whole child (``/proc`` of the node's
-OS process: the broker shares this machine's CPUs with the publisher); then one
+per call, and the broker's CPU per call over the timed rounds (``/proc`` of the node's
+OS process, read by the child: the broker shares this machine's CPUs with the publisher;
+a child's connecting and declaring are not in it); then one
 profiled round per mode whose time is summed by package (``celery``, ``kombu``,
 ``amqp``, ``celery_delayq``, the standard library, the socket): what the ladder's
 path spends that Celery's own does not.
@@ -52,7 +53,7 @@ import click
 
 # This checkout's benchmarks package (run as a script from the repository root).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import (REPO_ROOT as ROOT, RESULTS_DIR as RESULTS, TMP_DIR, broker_cpu_s,  # noqa: E402
+from benchmarks.common import (REPO_ROOT as ROOT, RESULTS_DIR as RESULTS, TMP_DIR, broker_pid,  # noqa: E402
                                broker_version, script_argv, vhost, write_line_results)
 MODES = ("celery_confirmed", "delayq", "delayq_repeat", "celery_unconfirmed", "celery_countdown_unconfirmed",
          "delayq_batch", "delayq_batch_repeat")
@@ -63,6 +64,8 @@ from celery import Celery
 from kombu import Queue
 mode, n, rounds, url, profile_to = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 countdown = float(sys.argv[6])
+broker_pid = int(sys.argv[7]) if len(sys.argv) > 7 and sys.argv[7] != "-" else None
+from benchmarks.common import cpu_s_of  # the child runs in the repository root
 app = Celery("share", broker=url, set_as_current=False)
 q = "share-" + mode
 if mode.startswith("delayq"):
@@ -96,6 +99,7 @@ if rounds == 0:  # counted by valgrind: the calls only
     print(json.dumps({"mode": mode}))
     sys.exit(0)
 best = None
+broker_before = cpu_s_of(broker_pid)
 for _ in range(rounds):
     c0, w0 = time.process_time(), time.perf_counter()
     with block():
@@ -115,6 +119,9 @@ if mode.startswith("delayq"):  # the path measured: one more call, its route rea
         noop.apply_async((1,), **kw)
     signals.message_scheduled.disconnect(grab)
     hops = seen[-1] if seen else None
+broker_after = cpu_s_of(broker_pid)
+broker_us = (None if broker_before is None or broker_after is None
+             else round((broker_after - broker_before) / (rounds * n) * 1e6, 1))
 prof = cProfile.Profile()
 prof.enable()
 with block():
@@ -123,7 +130,7 @@ with block():
 prof.disable()
 prof.dump_stats(profile_to)
 print(json.dumps({"mode": mode, "wall_us": round(best[0], 1), "cpu_us": round(best[1], 1),
-                  "rate": round(1e6 / best[0], 1), "hops": hops}))
+                  "rate": round(1e6 / best[0], 1), "hops": hops, "broker_cpu_us": broker_us}))
 '''
 
 
@@ -260,20 +267,17 @@ def main(calls: int, rounds: int, alternations: int, out: Path, instructions: bo
     countdowns = {m: repeat_countdown if m.endswith("_repeat") else countdown
                   for m in MODES if "countdown" in m or m.startswith("delayq")}
     TMP_DIR.mkdir(parents=True, exist_ok=True)
+    pid = broker_pid()  # each child reads the broker's CPU over its timed rounds only
     with vhost("share") as vh:
         for _ in range(alternations):
             for mode in MODES:
                 prof = str(TMP_DIR / f"{vh.name}-{mode}.pstats")
-                before = broker_cpu_s()
                 done = subprocess.run([sys.executable, "-c", _CHILD, mode, str(calls), str(rounds), vh.url, prof,
-                                       str(countdowns.get(mode, 0.0))],
+                                       str(countdowns.get(mode, 0.0)), str(pid or "-")],
                                       capture_output=True, text=True, timeout=900, cwd=ROOT)
-                after = broker_cpu_s()
                 if done.returncode:
                     raise click.ClickException(f"{mode} failed: {done.stderr[-2000:]}")
                 run = json.loads(done.stdout.strip().splitlines()[-1])
-                if before is not None and after is not None:  # every call of the child: warm-up, rounds, profiled
-                    run["broker_cpu_us"] = round((after - before) / (201 + (rounds + 1) * calls) * 1e6, 1)
                 runs.append(run)
                 packages[mode] = by_package(prof, calls)
                 click.echo(f"  {runs[-1]}", err=True)
