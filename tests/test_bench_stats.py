@@ -96,3 +96,16 @@ def test_entry_by_queue_gives_each_measures_medians_and_the_by_queue_share() -> 
     text = markdown({"broker": "3.10.8", "when": "2026-11-29", "argv": "x", "rounds": 3, "runs": runs})
     assert "| publish, confirm each: wall µs | 200 | 100 | 0.50 |" in text
     assert "| 4 hops: broker CPU µs per message | - | - | - |" in text
+
+
+def test_publish_layers_gives_each_layer_per_mode_and_a_dash_off_its_path() -> None:
+    from benchmarks.publish_layers import markdown
+
+    runs = [{"mode": "celery", "layers": {"apply_async": 600.0, "producer.publish": 500.0, "send+confirm": 450.0}},
+            {"mode": "ladder", "layers": {"apply_async": 700.0, "producer.publish": 560.0, "send": 70.0,
+                                          "confirm wait": 440.0}}]
+    text = markdown({"broker": "4.3.6", "when": "2026-11-29", "argv": "x", "runs": runs})
+    assert "| apply_async | the whole call | 600.0 | 700.0 |" in text
+    assert "| send | the frames sent | - | 70.0 |" in text
+    assert "| send+confirm | Celery: the frames sent and the confirm awaited | 450.0 | - |" in text
+    assert "| divert |" not in text  # on no mode's path here: no row
