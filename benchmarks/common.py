@@ -76,11 +76,6 @@ def cpu_s_of(pid: int | None) -> float | None:
         return None
 
 
-def broker_cpu_s() -> float | None:
-    """CPU seconds (user + system) the benchmark broker's OS process has used; ``None`` when not on this machine."""
-    return cpu_s_of(broker_pid())
-
-
 def script_argv(script: str) -> str:
     """How this run was started (``python SCRIPT ARGS``, and the broker when not the default one), for a table."""
     return " ".join([f"python {script}", *sys.argv[1:]]) + (

@@ -108,6 +108,7 @@ for _ in range(rounds):
     wall, cpu = (time.perf_counter() - w0) / n * 1e6, (time.process_time() - c0) / n * 1e6
     if best is None or wall < best[0]:
         best = (wall, cpu)
+broker_after = cpu_s_of(broker_pid)
 hops = None
 if mode.startswith("delayq"):  # the path measured: one more call, its route read from the signal
     from celery_delayq import signals
@@ -119,7 +120,6 @@ if mode.startswith("delayq"):  # the path measured: one more call, its route rea
         noop.apply_async((1,), **kw)
     signals.message_scheduled.disconnect(grab)
     hops = seen[-1] if seen else None
-broker_after = cpu_s_of(broker_pid)
 broker_us = (None if broker_before is None or broker_after is None
              else round((broker_after - broker_before) / (rounds * n) * 1e6, 1))
 prof = cProfile.Profile()

@@ -32,8 +32,8 @@ from typing import Any
 import click
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import (REPO_ROOT as ROOT, RESULTS_DIR as RESULTS, broker_cpu_s,  # noqa: E402
-                               broker_version, rabbitmqctl, script_argv, vhost, write_line_results)
+from benchmarks.common import (REPO_ROOT as ROOT, RESULTS_DIR as RESULTS, broker_pid,  # noqa: E402
+                               broker_version, cpu_s_of, rabbitmqctl, script_argv, vhost, write_line_results)
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "default": {},
@@ -101,14 +101,15 @@ def main(countdown: float, processes: int, seconds: float, names: str, out: Path
         raise click.BadParameter(f"unknown: {', '.join(unknown)} (known: {', '.join(SETTINGS)})",
                                  param_hint="--settings")
     runs: list[dict[str, Any]] = []
+    pid = broker_pid()
     for name in chosen:  # one setting at a time: its queues, not another's, load the broker (3.x: file handles)
         with vhost(f"steady-{name.replace('_', '-')}") as vh:
             for k in range(processes):
-                before = broker_cpu_s()
+                before = cpu_s_of(pid)
                 done = subprocess.run([sys.executable, "-c", _CHILD, vh.url, str(countdown), str(seconds),
                                        json.dumps(SETTINGS[name])], capture_output=True, text=True, timeout=600,
                                       cwd=ROOT)
-                after = broker_cpu_s()
+                after = cpu_s_of(pid)
                 if done.returncode:
                     raise click.ClickException(f"{name} failed: {done.stderr[-2000:]}")
                 run = {"setting": name, "process": k, **json.loads(done.stdout.strip().splitlines()[-1]),
