@@ -19,7 +19,7 @@ import pytest
 
 from celery_delayq import DelayedRetryTask, cancel
 from helpers import Collector, running_worker
-from test_browser import DOCS_IMG, browser  # noqa: F401 - the fixture
+from test_browser import DOCS_IMG, flash_text, browser  # noqa: F401 - the fixture
 from web_live import serve
 
 TOKEN = "shell-token-" + "s" * 16
@@ -143,8 +143,7 @@ def test_log_in_watch_a_task_leave_charts_narrow_dark_and_log_out(served: tuple[
 
             # -- an action from the page, logged in by the cookie: its form carries the CSRF token ------
             page.locator("table.tasks tbody tr", has_text=later[2].id).locator("button:has-text('Cancel')").click()
-            page.wait_for_selector(".flash.good")
-            assert "ancelled 1 task" in page.inner_text(".flash")
+            assert "ancelled 1 task" in flash_text(page)
 
             # -- pause: nothing is fetched while paused ---------------------------------------------
             page.click("[data-live-toggle]")
