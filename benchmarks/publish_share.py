@@ -9,6 +9,8 @@ the apps of users do), in a ``dqbench-share-*`` vhost that is deleted afterwards
 
 * ``celery_confirmed``: Celery's ``apply_async``, no delay, ``confirm_publish``
   into a quorum queue: Celery's cost plus one confirm round trip;
+* ``celery_countdown_confirmed``: the same with ``countdown=900`` (classic ETA, no ladder): Celery's own
+  delayed publish, confirmed, the peer that pays for a countdown as ours does;
 * ``delayq``: ``apply_async(countdown=900)``, confirm each: beyond ``delayq_bucket_max_delay``
   (600 s), so through the ladder;
 * ``delayq_repeat``: ``apply_async(countdown=300)``, confirm each: a countdown the process repeats,
@@ -31,9 +33,13 @@ profiled round per mode whose time is summed by package (``celery``, ``kombu``,
 path spends that Celery's own does not.
 
 ``--instructions`` also counts the instructions each mode's publishing process
-executes per call (``valgrind --tool=callgrind``, every thread: a child of 100 calls
-subtracted from one of 600), which the machine's noise does not move: the client's
-CPU work, apart from the broker's and from waiting.
+executes per call (``valgrind --tool=callgrind``: a child of 100 calls subtracted
+from one of 600), which the machine's noise does not move: the client's CPU work,
+apart from the broker's and from waiting. Counted per thread: every thread, and the
+calling thread alone (the one ``apply_async`` runs in). They differ by the index
+writer's timer thread, which valgrind's ~50x slowdown makes flush a few entries at a
+time, so its share under valgrind is an upper bound; the calling thread's share is
+the call's own work.
 """
 
 from __future__ import annotations
@@ -45,9 +51,10 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import click
 
@@ -55,8 +62,8 @@ import click
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import (REPO_ROOT as ROOT, RESULTS_DIR as RESULTS, TMP_DIR, broker_pid,  # noqa: E402
                                broker_version, script_argv, vhost, write_line_results)
-MODES = ("celery_confirmed", "delayq", "delayq_repeat", "celery_unconfirmed", "celery_countdown_unconfirmed",
-         "delayq_batch", "delayq_batch_repeat")
+MODES = ("celery_confirmed", "celery_countdown_confirmed", "delayq", "delayq_repeat", "celery_unconfirmed",
+         "celery_countdown_unconfirmed", "delayq_batch", "delayq_batch_repeat")
 
 _CHILD = r'''
 import contextlib, cProfile, json, sys, time
@@ -71,7 +78,7 @@ q = "share-" + mode
 if mode.startswith("delayq"):
     import celery_delayq
     app.conf.update(delayq_enabled=True, delayq_prefix="share", task_default_queue=q)
-elif mode == "celery_confirmed":
+elif mode in ("celery_confirmed", "celery_countdown_confirmed"):
     app.conf.update(task_default_queue=q, task_queues=[Queue(q, queue_arguments={"x-queue-type": "quorum"})],
                     broker_transport_options={"confirm_publish": True})
 else:
@@ -138,20 +145,39 @@ print(json.dumps({"mode": mode, "wall_us": round(best[0], 1), "cpu_us": round(be
 INSTRUCTION_CALLS = (100, 600)
 
 
-def instructions_per_call(mode: str, url: str, countdown: float) -> float | None:
-    """Instructions per call of ``mode``'s publishing process (thousands), under callgrind; ``None``: no valgrind."""
+def instructions_per_call(mode: str, url: str, countdown: float) -> dict[str, float] | None:
+    """Instructions per call of ``mode``'s publishing process (thousands): ``{"all": every thread, "calling": the
+    calling thread}``; ``None``: no valgrind."""
     if shutil.which("valgrind") is None:
         return None
     counts = []
-    for calls in INSTRUCTION_CALLS:
-        done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-                               "-c", _CHILD, mode, str(calls), "0", url, "-", str(countdown)],
-                              capture_output=True, text=True, timeout=1800, cwd=ROOT)
-        found = re.search(r"Collected : (\d+)", done.stderr)
-        if done.returncode or found is None:
-            raise click.ClickException(f"{mode} under valgrind failed: {done.stderr[-2000:]}")
-        counts.append(int(found.group(1)))
-    return (counts[1] - counts[0]) / (INSTRUCTION_CALLS[1] - INSTRUCTION_CALLS[0]) / 1000
+    with tempfile.TemporaryDirectory(prefix="share-callgrind-") as tmp:
+        for calls in INSTRUCTION_CALLS:
+            out = Path(tmp) / f"calls{calls}"
+            done = subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes",
+                                   f"--callgrind-out-file={out}", sys.executable, "-c", _CHILD, mode, str(calls),
+                                   "0", url, "-", str(countdown)],
+                                  capture_output=True, text=True, timeout=1800, cwd=ROOT)
+            if done.returncode or "Collected" not in done.stderr:
+                raise click.ClickException(f"{mode} under valgrind failed: {done.stderr[-2000:]}")
+            counts.append(thread_counts(sorted(Path(tmp).glob(f"calls{calls}-*"))))
+    span = INSTRUCTION_CALLS[1] - INSTRUCTION_CALLS[0]
+    return {"all": (sum(counts[1]) - sum(counts[0])) / span / 1000,
+            "calling": (counts[1][0] - counts[0][0]) / span / 1000}
+
+
+def thread_counts(files: Sequence[Path]) -> list[int]:
+    """The instructions of each thread, from callgrind's ``--separate-threads`` files in thread order (the main,
+    calling thread first): each file's ``summary:`` line (pure but for reading the files)."""
+    found = []
+    for f in files:
+        summary = re.search(r"^summary: (\d+)", f.read_text(errors="replace"), re.M)
+        if summary is None:
+            raise click.ClickException(f"no summary in callgrind output {f}")
+        found.append(int(summary.group(1)))
+    if not found:
+        raise click.ClickException("callgrind wrote no per-thread output")
+    return found
 
 
 def package_of(filename: str) -> str:
@@ -179,6 +205,8 @@ SHARES = (
     ("delayq", "celery_confirmed", "`apply_async` confirm each, ladder / Celery with `confirm_publish`"),
     ("delayq_repeat", "celery_confirmed",
      "`apply_async` confirm each, a repeated countdown (its one-hop queue) / Celery with `confirm_publish`"),
+    ("delayq", "celery_countdown_confirmed",
+     "`apply_async` confirm each, ladder / Celery with `confirm_publish`, same countdown"),
     ("delayq_batch", "celery_unconfirmed", "`apply_async` in `batch()`, ladder / Celery unconfirmed, no delay"),
     ("delayq_batch_repeat", "celery_unconfirmed",
      "`apply_async` in `batch()`, a repeated countdown / Celery unconfirmed, no delay"),
@@ -234,17 +262,34 @@ def _broker_cpu(doc: dict[str, Any], mode: str) -> str:
     return f"{statistics.median(found):.0f}" if found else "-"
 
 
+def instruction_counts(value: float | dict[str, float] | None) -> tuple[float, float | None] | None:
+    """(every thread, calling thread) of a mode's count (pure): results before the per-thread count hold one
+    number, every thread's."""
+    if not value:
+        return None
+    if isinstance(value, dict):
+        return value["all"], value.get("calling")
+    return float(value), None
+
+
 def _instruction_lines(doc: dict[str, Any]) -> list[str]:
     """The instructions table and its shares, when counted (pure)."""
-    counted = {m: v for m, v in (doc.get("instructions") or {}).items() if v}
+    counted = {m: c for m, v in (doc.get("instructions") or {}).items() if (c := instruction_counts(v))}
     if not all(m in counted for m in MODES):
         return []
-    return ["Instructions per call of the publishing process (`--instructions`: callgrind, every thread, 600 calls "
-            "less 100; the machine's noise does not move them; under valgrind a call is ~50x slower, so the index "
-            "entries' 0.25 s linger writes a few entries at a time: an upper bound of the index's share):", "",
-            "| " + " | ".join(MODES) + " |", "|" + "---|" * len(MODES),
-            "| " + " | ".join(f"{counted[m]:,.0f}k" for m in MODES) + " |", "",
-            *[f"- {text}: {counted[peer] / counted[ours]:.2f}" for ours, peer, text in SHARES], ""]
+    rows = [("every thread", {m: c[0] for m, c in counted.items()})]
+    if all(c[1] for c in counted.values()):
+        rows.append(("the calling thread", {m: c[1] for m, c in counted.items() if c[1]}))
+    lines = ["Instructions per call of the publishing process (`--instructions`: callgrind, 600 calls less 100; the "
+             "machine's noise does not move them; under valgrind a call is ~50x slower, so the index entries' "
+             "0.25 s linger writes a few entries at a time: every thread's count holds an upper bound of the "
+             "index's share" + (", the calling thread's is the call's own work):" if len(rows) > 1 else "):"), "",
+             "| threads | " + " | ".join(MODES) + " |", "|---|" + "---|" * len(MODES)]
+    lines += [f"| {label} | " + " | ".join(f"{row[m]:,.0f}k" for m in MODES) + " |" for label, row in rows]
+    lines.append("")
+    for ours, peer, text in SHARES:
+        lines.append(f"- {text}: " + "; ".join(f"{row[peer] / row[ours]:.2f} ({label})" for label, row in rows))
+    return [*lines, ""]
 
 
 @click.command()
@@ -284,7 +329,7 @@ def main(calls: int, rounds: int, alternations: int, out: Path, instructions: bo
         if instructions:
             for mode in MODES:
                 counted[mode] = instructions_per_call(mode, vh.url, countdowns.get(mode, 0.0))
-                click.echo(f"  {mode}: {counted[mode]}k instructions per call", err=True)
+                click.echo(f"  {mode}: {counted[mode]} thousand instructions per call", err=True)
     broker = broker_version()
     doc = {"when": time.strftime("%Y-%m-%d"), "broker": broker, "calls": calls, "rounds": rounds,
            "alternations": alternations, "countdowns": countdowns, "argv": script_argv("benchmarks/publish_share.py"),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for benchmarks
 from benchmarks.common import arrival_bursts  # noqa: E402
 
@@ -44,34 +46,55 @@ def test_publish_share_sums_profiled_time_by_package_and_gives_each_alternations
     assert package_of("/x/site-packages/celery_delayq/rabbitmq/publisher.py") == "celery_delayq"
     assert package_of("/x/site-packages/celery/app/task.py") == "celery"
     assert package_of("~") == "builtins (socket, encoding)"
-    rates = {"celery_confirmed": 1000.0, "delayq": 900.0, "delayq_repeat": 950.0, "celery_unconfirmed": 5000.0,
+    rates = {"celery_confirmed": 1000.0, "celery_countdown_confirmed": 850.0, "delayq": 900.0, "delayq_repeat": 950.0, "celery_unconfirmed": 5000.0,
              "celery_countdown_unconfirmed": 4000.0, "delayq_batch": 3000.0, "delayq_batch_repeat": 3500.0}
     hops = {"delayq": 7, "delayq_repeat": 1, "delayq_batch": 7, "delayq_batch_repeat": 1}
     runs = [{"mode": m, "rate": rates[m] * k, "wall_us": 1e6 / (rates[m] * k), "cpu_us": 1.0, "hops": hops.get(m)}
             for k in (1.0, 0.5) for m in MODES]
     doc = {"when": "2026-11-26", "broker": "4.3.6", "calls": 10, "rounds": 1, "alternations": 2, "argv": "x",
-           "countdowns": {"delayq": 900.0, "delayq_repeat": 300.0, "celery_countdown_unconfirmed": 900.0},
+           "countdowns": {"delayq": 900.0, "delayq_repeat": 300.0, "celery_countdown_unconfirmed": 900.0,
+                          "celery_countdown_confirmed": 900.0},
            "runs": runs, "packages": {m: {"celery": 2.0, "celery_delayq": 1.0 if "delayq" in m else 0.0} for m in MODES}}
     text = markdown(doc)
     assert "confirm each, ladder / Celery with `confirm_publish`: 0.90, 0.90" in text
     assert "a repeated countdown (its one-hop queue) / Celery with `confirm_publish`: 0.95, 0.95" in text
     assert "`batch()`, ladder / Celery unconfirmed, no delay: 0.60, 0.60" in text
-    assert "| celery_delayq | 0.0 | 1.0 | 1.0 | 0.0 | 0.0 | 1.0 | 1.0 |" in text
+    assert "confirm each, ladder / Celery with `confirm_publish`, same countdown: 1.06, 1.06" in text
+    assert "| celery_delayq | 0.0 | 0.0 | 1.0 | 1.0 | 0.0 | 0.0 | 1.0 | 1.0 |" in text
     assert "| delayq | 900 | 7 | 900, 450 |" in text and "| delayq_repeat | 300 | 1 | 950, 475 |" in text
     assert "| celery_unconfirmed | - | - | 5,000, 2,500 |" in text  # no countdown, no path of ours
     assert "Instructions per call" not in text  # neither counted here: no broker CPU column either
     assert sum(1 for line in text.splitlines() if line.endswith("| - |")) == len(MODES)
     runs[0]["broker_cpu_us"], runs[len(MODES)]["broker_cpu_us"] = 50.0, 70.0  # celery_confirmed, both alternations
-    doc["instructions"] = {"celery_confirmed": 1500.0, "delayq": 2000.0, "delayq_repeat": 1875.0,
+    doc["instructions"] = {"celery_confirmed": 1500.0, "celery_countdown_confirmed": 1600.0, "delayq": 2000.0, "delayq_repeat": 1875.0,
                            "celery_unconfirmed": 1400.0, "celery_countdown_unconfirmed": 1600.0,
                            "delayq_batch": 1700.0, "delayq_batch_repeat": 1750.0}
     text = markdown(doc)
     assert "| celery_confirmed | - | - | 1,000, 500 | 1000.0 | 1.0 | 60 |" in text  # the median broker CPU
-    assert "| 1,500k | 2,000k | 1,875k | 1,400k | 1,600k | 1,700k | 1,750k |" in text
-    assert "confirm each, ladder / Celery with `confirm_publish`: 0.75" in text
-    assert "(its one-hop queue) / Celery with `confirm_publish`: 0.80" in text
-    assert "`batch()`, ladder / Celery unconfirmed, no delay: 0.82" in text
-    assert "`batch()`, ladder / Celery unconfirmed, same countdown: 0.94" in text
+    assert "| every thread | 1,500k | 1,600k | 2,000k | 1,875k | 1,400k | 1,600k | 1,700k | 1,750k |" in text
+    assert "confirm each, ladder / Celery with `confirm_publish`: 0.75 (every thread)\n" in text
+    assert "(its one-hop queue) / Celery with `confirm_publish`: 0.80 (every thread)" in text
+    assert "`batch()`, ladder / Celery unconfirmed, no delay: 0.82 (every thread)" in text
+    assert "`batch()`, ladder / Celery unconfirmed, same countdown: 0.94 (every thread)" in text
+    assert "calling thread" not in text  # results of before the per-thread count: one number each
+    # Counted per thread: both rows, and each share from both.
+    doc["instructions"] = {m: {"all": v, "calling": v * 0.9 if m == "delayq" else v}
+                           for m, v in doc["instructions"].items()}
+    text = markdown(doc)
+    assert "| the calling thread | 1,500k | 1,600k | 1,800k | 1,875k |" in text
+    assert "ladder / Celery with `confirm_publish`, same countdown: 0.80 (every thread); 0.89 (the calling thread)" in text
+    assert "confirm each, ladder / Celery with `confirm_publish`: 0.75 (every thread); 0.83 (the calling thread)" in text
+
+
+def test_publish_share_reads_callgrinds_per_thread_summaries(tmp_path: Path) -> None:
+    from benchmarks.publish_share import thread_counts
+
+    for name, total in (("calls600-01", 900), ("calls600-02", 120), ("calls600-03", 30)):
+        (tmp_path / name).write_text(f"# callgrind format\nversion: 1\nevents: Ir\nsummary: {total}\n")
+    assert thread_counts(sorted(tmp_path.glob("calls600-*"))) == [900, 120, 30]
+    (tmp_path / "broken-01").write_text("events: Ir\n")
+    with pytest.raises(Exception, match="no summary"):
+        thread_counts([tmp_path / "broken-01"])
 
 
 def test_steady_publish_gives_each_settings_processes_median_and_queues() -> None:
