@@ -216,10 +216,17 @@ SHARES = (
 )
 
 
+def modes_of(doc: dict[str, Any]) -> list[str]:
+    """The modes a run measured, in :data:`MODES` order (pure): results of an earlier version lack later modes."""
+    run = {r["mode"] for r in doc["runs"]}
+    return [m for m in MODES if m in run]
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The committed table (pure)."""
-    best = {m: min((r for r in doc["runs"] if r["mode"] == m), key=lambda r: r["wall_us"]) for m in MODES}
-    rates = {m: [r["rate"] for r in doc["runs"] if r["mode"] == m] for m in MODES}
+    modes = modes_of(doc)
+    best = {m: min((r for r in doc["runs"] if r["mode"] == m), key=lambda r: r["wall_us"]) for m in modes}
+    rates = {m: [r["rate"] for r in doc["runs"] if r["mode"] == m] for m in modes}
 
     def shares(a: str, b: str) -> str:  # alternation k of mode a over alternation k of mode b
         return ", ".join(f"{x / y:.2f}" for x, y in zip(rates[a], rates[b]))
@@ -232,17 +239,17 @@ def markdown(doc: dict[str, Any]) -> str:
              "its CPU µs/call | broker CPU µs/call |",
              "|---|---|---|---|---|---|---|"]
     lines += [f"| {m} | {_or_dash(countdowns.get(m))} | {_hops(doc, m)} | {', '.join(f'{x:,.0f}' for x in rates[m])} | "
-              f"{best[m]['wall_us']} | {best[m]['cpu_us']} | {_broker_cpu(doc, m)} |" for m in MODES]
+              f"{best[m]['wall_us']} | {best[m]['cpu_us']} | {_broker_cpu(doc, m)} |" for m in modes]
     lines += ["", "Shares, per alternation (same run):", ""]
-    lines += [f"- {text}: {shares(ours, peer)}" for ours, peer, text in SHARES]
+    lines += [f"- {text}: {shares(ours, peer)}" for ours, peer, text in SHARES if {ours, peer} <= set(modes)]
     lines += ["", *_instruction_lines(doc),
               "Where the time goes (one profiled round per mode; µs per call of each package's own code, "
               "inflated by the profiler alike in every column):", ""]
-    packages = sorted({p for prof in doc["packages"].values() for p in prof})
-    lines += ["| package | " + " | ".join(MODES) + " |", "|---|" + "---|" * len(MODES)]
+    packages = sorted({p for m in modes for p in doc["packages"][m]})
+    lines += ["| package | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
     for p in packages:
-        lines.append(f"| {p} | " + " | ".join(f"{doc['packages'][m].get(p, 0.0):.1f}" for m in MODES) + " |")
-    lines.append("| **total** | " + " | ".join(f"**{sum(doc['packages'][m].values()):.1f}**" for m in MODES) + " |")
+        lines.append(f"| {p} | " + " | ".join(f"{doc['packages'][m].get(p, 0.0):.1f}" for m in modes) + " |")
+    lines.append("| **total** | " + " | ".join(f"**{sum(doc['packages'][m].values()):.1f}**" for m in modes) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -274,8 +281,9 @@ def instruction_counts(value: float | dict[str, float] | None) -> tuple[float, f
 
 def _instruction_lines(doc: dict[str, Any]) -> list[str]:
     """The instructions table and its shares, when counted (pure)."""
-    counted = {m: c for m, v in (doc.get("instructions") or {}).items() if (c := instruction_counts(v))}
-    if not all(m in counted for m in MODES):
+    modes = modes_of(doc)
+    counted = {m: c for m, v in (doc.get("instructions") or {}).items() if m in modes and (c := instruction_counts(v))}
+    if not modes or not all(m in counted for m in modes):
         return []
     rows = [("every thread", {m: c[0] for m, c in counted.items()})]
     if all(c[1] for c in counted.values()):
@@ -284,10 +292,10 @@ def _instruction_lines(doc: dict[str, Any]) -> list[str]:
              "machine's noise does not move them; under valgrind a call is ~50x slower, so the index entries' "
              "0.25 s linger writes a few entries at a time: every thread's count holds an upper bound of the "
              "index's share" + (", the calling thread's is the call's own work):" if len(rows) > 1 else "):"), "",
-             "| threads | " + " | ".join(MODES) + " |", "|---|" + "---|" * len(MODES)]
-    lines += [f"| {label} | " + " | ".join(f"{row[m]:,.0f}k" for m in MODES) + " |" for label, row in rows]
+             "| threads | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
+    lines += [f"| {label} | " + " | ".join(f"{row[m]:,.0f}k" for m in modes) + " |" for label, row in rows]
     lines.append("")
-    for ours, peer, text in SHARES:
+    for ours, peer, text in (s for s in SHARES if {s[0], s[1]} <= set(modes)):
         lines.append(f"- {text}: " + "; ".join(f"{row[peer] / row[ours]:.2f} ({label})" for label, row in rows))
     return [*lines, ""]
 

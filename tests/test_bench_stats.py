@@ -132,3 +132,18 @@ def test_publish_layers_gives_each_layer_per_mode_and_a_dash_off_its_path() -> N
     assert "| send | the frames sent | - | 70.0 |" in text
     assert "| send+confirm | Celery: the frames sent and the confirm awaited | 450.0 | - |" in text
     assert "| divert |" not in text  # on no mode's path here: no row
+
+
+def test_publish_share_renders_the_committed_results_of_this_and_the_earlier_version() -> None:
+    import json
+
+    from benchmarks.common import RESULTS_DIR
+    from benchmarks.publish_share import markdown
+
+    for stem in ("publish_share_threads", "publish_share_threads_rmq4"):  # this version: the file, byte for byte
+        doc = json.loads((RESULTS_DIR / f"{stem}.json").read_text())
+        assert markdown(doc) == (RESULTS_DIR / f"{stem}.md").read_text()
+    earlier = json.loads((RESULTS_DIR / "publish_share.json").read_text())  # before celery_countdown_confirmed
+    text = markdown(earlier)
+    assert "celery_countdown_confirmed" not in text and "same countdown: " in text  # the batch share it had
+    assert "| every thread | 1,593k | 1,856k |" in text and "calling thread" not in text
