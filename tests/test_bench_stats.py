@@ -46,8 +46,9 @@ def test_publish_share_sums_profiled_time_by_package_and_gives_each_alternations
     assert package_of("/x/site-packages/celery_delayq/rabbitmq/publisher.py") == "celery_delayq"
     assert package_of("/x/site-packages/celery/app/task.py") == "celery"
     assert package_of("~") == "builtins (socket, encoding)"
-    rates = {"celery_confirmed": 1000.0, "celery_countdown_confirmed": 850.0, "delayq": 900.0, "delayq_repeat": 950.0, "celery_unconfirmed": 5000.0,
-             "celery_countdown_unconfirmed": 4000.0, "delayq_batch": 3000.0, "delayq_batch_repeat": 3500.0}
+    rates = {"celery_confirmed": 1000.0, "celery_countdown_confirmed": 850.0, "delayq": 900.0, "delayq_repeat": 950.0,
+             "celery_unconfirmed": 5000.0, "celery_countdown_unconfirmed": 4000.0, "delayq_batch": 3000.0,
+             "delayq_batch_repeat": 3500.0}
     hops = {"delayq": 7, "delayq_repeat": 1, "delayq_batch": 7, "delayq_batch_repeat": 1}
     runs = [{"mode": m, "rate": rates[m] * k, "wall_us": 1e6 / (rates[m] * k), "cpu_us": 1.0, "hops": hops.get(m)}
             for k in (1.0, 0.5) for m in MODES]
@@ -66,8 +67,9 @@ def test_publish_share_sums_profiled_time_by_package_and_gives_each_alternations
     assert "Instructions per call" not in text  # neither counted here: no broker CPU column either
     assert sum(1 for line in text.splitlines() if line.endswith("| - |")) == len(MODES)
     runs[0]["broker_cpu_us"], runs[len(MODES)]["broker_cpu_us"] = 50.0, 70.0  # celery_confirmed, both alternations
-    doc["instructions"] = {"celery_confirmed": 1500.0, "celery_countdown_confirmed": 1600.0, "delayq": 2000.0, "delayq_repeat": 1875.0,
-                           "celery_unconfirmed": 1400.0, "celery_countdown_unconfirmed": 1600.0,
+    doc["instructions"] = {"celery_confirmed": 1500.0, "celery_countdown_confirmed": 1600.0, "delayq": 2000.0,
+                           "delayq_repeat": 1875.0, "celery_unconfirmed": 1400.0,
+                           "celery_countdown_unconfirmed": 1600.0,
                            "delayq_batch": 1700.0, "delayq_batch_repeat": 1750.0}
     text = markdown(doc)
     assert "| celery_confirmed | - | - | 1,000, 500 | 1000.0 | 1.0 | 60 |" in text  # the median broker CPU
@@ -82,8 +84,10 @@ def test_publish_share_sums_profiled_time_by_package_and_gives_each_alternations
                            for m, v in doc["instructions"].items()}
     text = markdown(doc)
     assert "| the calling thread | 1,500k | 1,600k | 1,800k | 1,875k |" in text
-    assert "ladder / Celery with `confirm_publish`, same countdown: 0.80 (every thread); 0.89 (the calling thread)" in text
-    assert "confirm each, ladder / Celery with `confirm_publish`: 0.75 (every thread); 0.83 (the calling thread)" in text
+    assert ("ladder / Celery with `confirm_publish`, same countdown: 0.80 (every thread); 0.89 (the calling thread)"
+            in text)
+    assert ("confirm each, ladder / Celery with `confirm_publish`: 0.75 (every thread); 0.83 (the calling thread)"
+            in text)
 
 
 def test_publish_share_reads_callgrinds_per_thread_summaries(tmp_path: Path) -> None:

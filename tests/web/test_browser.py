@@ -40,9 +40,8 @@ def _need(what: str) -> None:
 def flash_text(page: Any) -> str:
     """The one-line result of the action just clicked; fails with its text when the page refused it.
 
-    Waits for either kind of result: waiting for a good one only would hide a refusal behind a timeout. The
-    bound is a loaded CI machine's: a move reads the session's shared index (every other test's waiting
-    tasks) before it answers."""
+    Waits for either kind of result (up to :data:`SLOW_PAGE_MS`): waiting for a good one only would hide a
+    refusal behind a timeout."""
     page.wait_for_selector(".flash", timeout=SLOW_PAGE_MS)
     flash = page.locator(".flash").first
     text = flash.inner_text()
