@@ -151,3 +151,45 @@ def test_publish_share_renders_the_committed_results_of_this_and_the_earlier_ver
     text = markdown(earlier)
     assert "celery_countdown_confirmed" not in text and "same countdown: " in text  # the batch share it had
     assert "| every thread | 1,593k | 1,856k |" in text and "calling thread" not in text
+
+
+def test_confirm_path_gives_each_paths_median_and_its_share_of_celerys_and_of_the_step_before() -> None:
+    from benchmarks.confirm_path import PATHS, markdown
+
+    walls = {"celery": [600.0, 700.0, 650.0], "headers": [650.0], "mandatory": [650.0], "level_queue": [650.0],
+             "ladder": [700.0, 725.0, 740.0]}
+    runs = {p: {"wall": walls[p], "broker_cpu": None if p == "mandatory" else 400.0} for p in PATHS}
+    text = markdown({"broker": "3.10.8", "when": "2026-11-29", "argv": "x", "rounds": 3, "batch": 200, "runs": runs})
+    assert "| celery | Celery's headers, direct exchange, quorum queue | 650 | 400 | 1.00 | - |" in text
+    assert "| mandatory | `mandatory` | 650 | - | 1.00 | 1.00 |" in text  # the broker was not on this machine
+    assert "| ladder | the level's topic exchange, 15-word key | 725 | 400 | 0.90 | 0.90 |" in text
+
+
+def test_share_interleaved_divides_summed_times_of_the_same_rounds() -> None:
+    from benchmarks.share_interleaved import MODES, markdown, sum_share
+
+    assert sum_share([100.0, 300.0], [80.0, 120.0]) == pytest.approx(0.5)
+    runs = {m: {"wall": [100.0, 100.0], "cpu": [50.0, 50.0]} for m in MODES}
+    runs["delayq"] = {"wall": [120.0, 130.0], "cpu": [50.0, 75.0]}
+    text = markdown({"broker": "4.3.6", "when": "2026-11-29", "argv": "x", "rounds": 2, "batch": 200,
+                     "countdown": 900.0, "repeat_countdown": 300.0, "runs": runs})
+    assert "| delayq | 125.0 | 62.5 |" in text
+    assert "- ladder, confirm each / Celery's `confirm_publish`: **0.80** (calling thread's CPU: 0.80)" in text
+    assert "one hop) / Celery's `confirm_publish`: **1.00**" in text
+    assert "without it (`delayq_index = False`): **0.80**" in text
+    del runs["delayq_noindex"]  # a run of the version before it: its rows and shares only
+    earlier = markdown({"broker": "4.3.6", "when": "2026-11-29", "argv": "x", "rounds": 2, "batch": 200,
+                        "countdown": 900.0, "repeat_countdown": 300.0, "runs": runs})
+    assert "delayq_noindex" not in earlier and "delayq_index" not in earlier and "| delayq | 125.0 |" in earlier
+
+
+def test_the_committed_confirm_path_and_share_interleaved_results_render_as_committed() -> None:
+    import json
+
+    from benchmarks import confirm_path, share_interleaved
+    from benchmarks.common import RESULTS_DIR
+
+    for module, name in ((confirm_path, "confirm_path"), (share_interleaved, "share_interleaved")):
+        for stem in (name, f"{name}_rmq4"):
+            doc = json.loads((RESULTS_DIR / f"{stem}.json").read_text())
+            assert module.markdown(doc) == (RESULTS_DIR / f"{stem}.md").read_text()
