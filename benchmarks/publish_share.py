@@ -77,7 +77,8 @@ app = Celery("share", broker=url, set_as_current=False)
 q = "share-" + mode
 if mode.startswith("delayq"):
     import celery_delayq
-    app.conf.update(delayq_enabled=True, delayq_prefix="share", task_default_queue=q)
+    app.conf.update(delayq_enabled=True, delayq_prefix="share", task_default_queue=q,
+                    delayq_index=not mode.endswith("_noindex"))  # _noindex: benchmarks/cache_sim.py's
 elif mode in ("celery_confirmed", "celery_countdown_confirmed"):
     app.conf.update(task_default_queue=q, task_queues=[Queue(q, queue_arguments={"x-queue-type": "quorum"})],
                     broker_transport_options={"confirm_publish": True})

@@ -193,3 +193,27 @@ def test_the_committed_confirm_path_and_share_interleaved_results_render_as_comm
         for stem in (name, f"{name}_rmq4"):
             doc = json.loads((RESULTS_DIR / f"{stem}.json").read_text())
             assert module.markdown(doc) == (RESULTS_DIR / f"{stem}.md").read_text()
+
+
+def test_cache_sim_reads_cachegrinds_summary_and_gives_celerys_share_of_each_event() -> None:
+    from benchmarks.cache_sim import EVENTS, MODES, markdown, per_call, read_summary
+
+    text = "desc: I1 cache: 32768 B\ncmd: python\nevents: Ir I1mr D1mr\nsummary: 1000 40 20\n"
+    assert read_summary(text) == {"Ir": 1000, "I1mr": 40, "D1mr": 20}
+    assert per_call({"Ir": 1000, "I1mr": 40}, {"Ir": 4000, "I1mr": 100, "Bc": 9}, 300) == {"Ir": 10.0, "I1mr": 0.2}
+    runs = {m: {event: 1000.0 for event, _what in EVENTS} for m in MODES}
+    runs["delayq"]["I1mr"] = 1250.0
+    text = markdown({"broker": "3.10.8", "when": "2026-11-29", "argv": "x", "calls": [100, 400], "runs": runs})
+    assert "| instruction cache misses (L1) (`I1mr`) | 1.0k | 1.2k (0.80) | 1.0k (1.00) |" in text
+    assert "400 calls less 100" in text
+
+
+def test_the_committed_cache_sim_results_render_as_committed() -> None:
+    import json
+
+    from benchmarks.cache_sim import markdown
+    from benchmarks.common import RESULTS_DIR
+
+    for stem in ("cache_sim", "cache_sim_rmq4"):
+        doc = json.loads((RESULTS_DIR / f"{stem}.json").read_text())
+        assert markdown(doc) == (RESULTS_DIR / f"{stem}.md").read_text()
