@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,9 +27,9 @@ from typing import Any
 import click
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import (REPO_ROOT as ROOT, RESULTS_DIR as RESULTS, broker_version,  # noqa: E402
-                               script_argv, vhost, write_line_results)
-from benchmarks.publish_share import _CHILD  # noqa: E402
+from benchmarks.common import (RESULTS_DIR as RESULTS, broker_version, script_argv, vhost,  # noqa: E402
+                               write_line_results)
+from benchmarks.publish_share import under_valgrind  # noqa: E402
 
 MODES = ("celery_confirmed", "delayq", "delayq_noindex")
 CALLS = (100, 400)
@@ -57,9 +56,8 @@ def per_call(small: dict[str, int], large: dict[str, int], calls: int) -> dict[s
 def count(mode: str, url: str, calls: int, tmp: Path) -> dict[str, int]:
     """cachegrind's summary of ``mode``'s child making ``calls`` confirmed calls (``countdown=900``)."""
     out = tmp / f"{mode}-{calls}"
-    done = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=yes", "--branch-sim=yes",
-                           f"--cachegrind-out-file={out}", sys.executable, "-c", _CHILD, mode, str(calls), "0", url,
-                           "-", "900"], capture_output=True, text=True, timeout=3600, cwd=ROOT)
+    done = under_valgrind(["--tool=cachegrind", "--cache-sim=yes", "--branch-sim=yes", f"--cachegrind-out-file={out}"],
+                          mode, url, calls, 900.0, timeout=3600)
     if done.returncode:
         raise click.ClickException(f"{mode} under cachegrind failed: {done.stderr[-2000:]}")
     return read_summary(out.read_text(errors="replace"))

@@ -37,28 +37,33 @@ from benchmarks.common import (RESULTS_DIR as RESULTS, broker_pid, broker_versio
                                script_argv, vhost, write_line_results)
 from benchmarks.entry_by_queue import BODY, HEADERS, LEVELS, _QUORUM  # noqa: E402
 
-#: Each path adds one difference to the one before it (module docstring).
-PATHS = ("celery", "headers", "mandatory", "level_queue", "ladder")
+#: Each path and the difference it adds to the one before it (module docstring), in order.
+PATHS = {"celery": "Celery's headers, direct exchange, quorum queue", "headers": "the ladder's 7 headers",
+         "mandatory": "`mandatory`", "level_queue": "a level queue's arguments (TTL, dead-lettering)",
+         "ladder": "the level's topic exchange, 15-word key"}
 CELERY_HEADERS = {k: v for k, v in HEADERS.items() if not k.startswith("x-delayq")}
+
+
+def queues_of(name: str) -> list[str]:
+    """The queues :func:`declare_paths` declares: the plain quorum queue, then level 7's digits 1–3 (pure)."""
+    return [f"{name}.plain"] + [f"{name}.14x4.L07.d{d}" for d in (1, 2, 3)]
 
 
 def declare_paths(ch: amqp.Channel, name: str) -> dict[str, Callable[[], None]]:
     """Declare every path's exchange and queue; return ``path -> publish one message and await its confirm``."""
-    plain, level = f"{name}.plain", f"{name}.14x4.L07.d1"
+    plain, *levels = queues_of(name)
+    level = levels[0]  # digit 1 of level 7: where a 900 s countdown's first hop waits
     exchanges = ((plain, "direct"), (f"{name}.direct", "direct"), (f"{name}.L07", "topic"), (f"{name}.L06", "topic"))
     for x, kind in exchanges:
         ch.exchange_declare(x, kind, durable=True, auto_delete=False)
     ch.queue_declare(plain, durable=True, auto_delete=False, arguments={"x-queue-type": "quorum"})
     ch.queue_bind(plain, plain, plain)
-    ch.queue_declare(level, durable=True, auto_delete=False,
-                     arguments={**_QUORUM, "x-message-ttl": 3_600_000, "x-dead-letter-exchange": f"{name}.L06"})
-    ch.queue_bind(level, f"{name}.direct", level)
     skip = "*." * (LEVELS - 1 - 7)
-    for d in (1, 2, 3):  # level 7's bindings, as the ladder has them (digits 2 and 3 to queues of their own)
-        if d > 1:
-            ch.queue_declare(f"{name}.14x4.L07.d{d}", durable=True, auto_delete=False,
-                             arguments={**_QUORUM, "x-message-ttl": 3_600_000, "x-dead-letter-exchange": f"{name}.L06"})
-        ch.queue_bind(f"{name}.14x4.L07.d{d}", f"{name}.L07", f"{skip}{d}.#")
+    for d, queue in enumerate(levels, start=1):  # level 7's queues and bindings, as the ladder has them
+        ch.queue_declare(queue, durable=True, auto_delete=False,
+                         arguments={**_QUORUM, "x-message-ttl": 3_600_000, "x-dead-letter-exchange": f"{name}.L06"})
+        ch.queue_bind(queue, f"{name}.L07", f"{skip}{d}.#")
+    ch.queue_bind(level, f"{name}.direct", level)
     ch.exchange_bind(f"{name}.L06", f"{name}.L07", f"{skip}0.#")
     key = ".".join(["0"] * 6 + ["1"] + ["0"] * 7) + ".c9f1a2b3c9f1a2b3"  # a 900 s countdown's first hop
     targets: dict[str, tuple[dict[str, Any], str, str, bool]] = {
@@ -78,9 +83,6 @@ def declare_paths(ch: amqp.Channel, name: str) -> dict[str, Callable[[], None]]:
     return {path: publisher(*target) for path, target in targets.items()}
 
 
-def queues_of(name: str) -> list[str]:
-    """The queues :func:`declare_paths` made (pure)."""
-    return [f"{name}.plain"] + [f"{name}.14x4.L07.d{d}" for d in (1, 2, 3)]
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -93,14 +95,11 @@ def markdown(doc: dict[str, Any]) -> str:
              "all of them.", "",
              "| path | adds | wall µs | broker CPU µs | celery / this path (wall) | previous / this path (wall) |",
              "|---|---|---|---|---|---|"]
-    adds = {"celery": "Celery's headers, direct exchange, quorum queue", "headers": "the ladder's 7 headers",
-            "mandatory": "`mandatory`", "level_queue": "a level queue's arguments (TTL, dead-lettering)",
-            "ladder": "the level's topic exchange, 15-word key"}
     base, previous = statistics.median(runs["celery"]["wall"]), None
-    for path in PATHS:
+    for path, adds in PATHS.items():
         wall = statistics.median(runs[path]["wall"])
         cpu = runs[path]["broker_cpu"]
-        lines.append(f"| {path} | {adds[path]} | {wall:,.0f} | {'-' if cpu is None else f'{cpu:,.0f}'} | "
+        lines.append(f"| {path} | {adds} | {wall:,.0f} | {'-' if cpu is None else f'{cpu:,.0f}'} | "
                      f"{base / wall:.2f} | {'-' if previous is None else f'{previous / wall:.2f}'} |")
         previous = wall
     return "\n".join(lines) + "\n"

@@ -146,6 +146,14 @@ print(json.dumps({"mode": mode, "wall_us": round(best[0], 1), "cpu_us": round(be
 INSTRUCTION_CALLS = (100, 600)
 
 
+def under_valgrind(options: Sequence[str], mode: str, url: str, calls: int, countdown: float, *,
+                   timeout: float) -> subprocess.CompletedProcess[str]:
+    """``mode``'s child making ``calls`` calls and nothing else (no timed rounds, no profile) under ``valgrind``
+    with ``options`` (the tool and its output file); its output is the caller's to read."""
+    return subprocess.run(["valgrind", *options, sys.executable, "-c", _CHILD, mode, str(calls), "0", url, "-",
+                           str(countdown)], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
 def instructions_per_call(mode: str, url: str, countdown: float) -> dict[str, float] | None:
     """Instructions per call of ``mode``'s publishing process (thousands): ``{"all": every thread, "calling": the
     calling thread}``; ``None``: no valgrind."""
@@ -155,10 +163,8 @@ def instructions_per_call(mode: str, url: str, countdown: float) -> dict[str, fl
     with tempfile.TemporaryDirectory(prefix="share-callgrind-") as tmp:
         for calls in INSTRUCTION_CALLS:
             out = Path(tmp) / f"calls{calls}"
-            done = subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes",
-                                   f"--callgrind-out-file={out}", sys.executable, "-c", _CHILD, mode, str(calls),
-                                   "0", url, "-", str(countdown)],
-                                  capture_output=True, text=True, timeout=1800, cwd=ROOT)
+            done = under_valgrind(["--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}"],
+                                  mode, url, calls, countdown, timeout=1800)
             if done.returncode or "Collected" not in done.stderr:
                 raise click.ClickException(f"{mode} under valgrind failed: {done.stderr[-2000:]}")
             counts.append(thread_counts(sorted(Path(tmp).glob(f"calls{calls}-*"))))

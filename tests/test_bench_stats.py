@@ -183,18 +183,6 @@ def test_share_interleaved_divides_summed_times_of_the_same_rounds() -> None:
     assert "delayq_noindex" not in earlier and "delayq_index" not in earlier and "| delayq | 125.0 |" in earlier
 
 
-def test_the_committed_confirm_path_and_share_interleaved_results_render_as_committed() -> None:
-    import json
-
-    from benchmarks import confirm_path, share_interleaved
-    from benchmarks.common import RESULTS_DIR
-
-    for module, name in ((confirm_path, "confirm_path"), (share_interleaved, "share_interleaved")):
-        for stem in (name, f"{name}_rmq4"):
-            doc = json.loads((RESULTS_DIR / f"{stem}.json").read_text())
-            assert module.markdown(doc) == (RESULTS_DIR / f"{stem}.md").read_text()
-
-
 def test_cache_sim_reads_cachegrinds_summary_and_gives_celerys_share_of_each_event() -> None:
     from benchmarks.cache_sim import EVENTS, MODES, markdown, per_call, read_summary
 
@@ -208,12 +196,13 @@ def test_cache_sim_reads_cachegrinds_summary_and_gives_celerys_share_of_each_eve
     assert "400 calls less 100" in text
 
 
-def test_the_committed_cache_sim_results_render_as_committed() -> None:
+@pytest.mark.parametrize("name", ["confirm_path", "share_interleaved", "cache_sim"])
+@pytest.mark.parametrize("line", ["", "_rmq4"])
+def test_the_committed_results_of_the_one_process_benchmarks_render_as_committed(name: str, line: str) -> None:
+    import importlib
     import json
 
-    from benchmarks.cache_sim import markdown
     from benchmarks.common import RESULTS_DIR
 
-    for stem in ("cache_sim", "cache_sim_rmq4"):
-        doc = json.loads((RESULTS_DIR / f"{stem}.json").read_text())
-        assert markdown(doc) == (RESULTS_DIR / f"{stem}.md").read_text()
+    doc = json.loads((RESULTS_DIR / f"{name}{line}.json").read_text())
+    assert importlib.import_module(f"benchmarks.{name}").markdown(doc) == (RESULTS_DIR / f"{name}{line}.md").read_text()
