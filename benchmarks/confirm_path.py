@@ -106,8 +106,9 @@ def markdown(doc: dict[str, Any]) -> str:
 
 
 @click.command()
-@click.option("--rounds", default=40, show_default=True)
-@click.option("--batch", default=200, show_default=True, help="Confirmed publishes per path and round.")
+@click.option("--rounds", default=40, show_default=True, type=click.IntRange(min=1))
+@click.option("--batch", default=200, show_default=True, type=click.IntRange(min=1),
+              help="Confirmed publishes per path and round.")
 @click.option("--out", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
 def main(rounds: int, batch: int, out: Path) -> None:
     """Alternate the paths; write confirm_path.md and .json under --out."""

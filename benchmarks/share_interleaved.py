@@ -102,8 +102,8 @@ def markdown(doc: dict[str, Any]) -> str:
 
 
 @click.command()
-@click.option("--rounds", default=40, show_default=True)
-@click.option("--batch", default=200, show_default=True, help="Calls per mode and round.")
+@click.option("--rounds", default=40, show_default=True, type=click.IntRange(min=1))
+@click.option("--batch", default=200, show_default=True, type=click.IntRange(min=1), help="Calls per mode and round.")
 @click.option("--countdown", default=900.0, show_default=True, help="Beyond delayq_bucket_max_delay: the ladder.")
 @click.option("--repeat-countdown", default=300.0, show_default=True,
               help="Under delayq_bucket_max_delay, repeated: its one-hop queue after the warm-up.")

@@ -206,3 +206,14 @@ def test_the_committed_results_of_the_one_process_benchmarks_render_as_committed
 
     doc = json.loads((RESULTS_DIR / f"{name}{line}.json").read_text())
     assert importlib.import_module(f"benchmarks.{name}").markdown(doc) == (RESULTS_DIR / f"{name}{line}.md").read_text()
+
+
+@pytest.mark.parametrize("name", ["confirm_path", "share_interleaved"])
+@pytest.mark.parametrize("option", ["--rounds", "--batch"])
+def test_the_one_process_benchmarks_refuse_an_empty_run_before_touching_the_broker(name: str, option: str) -> None:
+    import importlib
+
+    from click.testing import CliRunner
+
+    done = CliRunner().invoke(importlib.import_module(f"benchmarks.{name}").main, [option, "0"])
+    assert done.exit_code == 2 and f"Invalid value for '{option}': 0 is not in the range x>=1" in done.output
