@@ -12,9 +12,10 @@ per thread, not per scheduler. See docs/how-it-works.md, "Adding a delay backend
 from __future__ import annotations
 
 import contextlib
+import itertools
+import os
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Iterator, Mapping
@@ -31,7 +32,7 @@ from .ladder import headers as H
 from .ladder.delays import due_from
 from .typing import BackendFactory, DelayBackend, Receipt, WorkerService
 
-__all__ = ["Scheduler", "backend_named"]
+__all__ = ["Scheduler", "backend_named", "new_entry"]
 
 
 def backend_named(name: str, connection: Connection, config: DelayqConfig) -> DelayBackend:
@@ -51,6 +52,17 @@ class _Batch:
 
 
 _LOCAL = threading.local()
+
+#: Entry ids: 64 random bits of this process (drawn again in a forked child), then a count. As unique as
+#: ``uuid4().hex`` (32 hex digits) without a system call and an object per publish.
+_ENTRY_PROCESS = [os.urandom(8).hex()]
+_ENTRY_COUNT = itertools.count()
+os.register_at_fork(after_in_child=lambda: _ENTRY_PROCESS.__setitem__(0, os.urandom(8).hex()))
+
+
+def new_entry() -> str:
+    """A new pass's entry id (:data:`~celery_delayq.ladder.headers.ENTRY`): 32 hex digits, unique across processes."""
+    return f"{_ENTRY_PROCESS[0]}{next(_ENTRY_COUNT):016x}"
 
 
 def _current() -> _Batch | None:
@@ -117,7 +129,7 @@ class Scheduler:
         batch = _current()
         trace = headers.pop(H.LAST_TRACEBACK, None)
         try:
-            receipt, hdrs = backend.place(body, entry=uuid.uuid4().hex, due=due, delay=delay, exchange=exchange,
+            receipt, hdrs = backend.place(body, entry=new_entry(), due=due, delay=delay, exchange=exchange,
                                           routing_key=routing_key, headers=headers, content_type=content_type,
                                           content_encoding=content_encoding, queue_hint=queue_hint, **properties)
         except PublishError as exc:

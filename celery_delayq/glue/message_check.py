@@ -52,6 +52,7 @@ class CheckedTaskMessage:
         self.amqp = amqp
         self.routing = routing
         self.clock = clock
+        self._build: Callable[..., Any] | None = None
 
     def __call__(self, task_id: Any, name: Any, args: Any = None, kwargs: Any = None,
                  countdown: Any = None, eta: Any = None, *rest: Any, **options: Any) -> Any:
@@ -64,5 +65,7 @@ class CheckedTaskMessage:
                 # Celery's own conversion (its clock read again, the app's time zone, every call), done once
                 # from the clock reading the check used: the same instant, in the same zone, as the message's eta.
                 eta, countdown = datetime.fromtimestamp(due, tz=self.amqp.app.timezone), None
-        build = self.amqp.task_protocols[self.amqp.app.conf.task_protocol]
+        build = self._build
+        if build is None:  # chosen once, as Celery's own ``create_task_message`` (a cached property) does
+            build = self._build = self.amqp.task_protocols[self.amqp.app.conf.task_protocol]
         return build(task_id, name, args, kwargs, countdown, eta, *rest, **options)

@@ -172,11 +172,14 @@ class DueBuckets(FixedDelays):
                 if found is not None:
                     return found
             return plan(self.ladder.spec, dest, due=due, now=now, shard=shard)
+        # Beyond delayq_bucket_max_delay (as every long delay): the ladder's, not logged, and nothing counted (a
+        # microsecond over, so that no slice end bucket_for would still take is sent past it).
+        if remaining > config.bucket_max_delay + 1e-6:
+            return plan(self.ladder.spec, dest, due=due, now=now, shard=shard)
         if config.recurring_after:  # one countdown, steady: a queue per window, not a set per second
             found = self._recurring(dest, remaining, now, long=True)
             if found is not None:
                 return found
-        # Beyond delayq_bucket_max_delay (as every long delay): the ladder's, not logged.
         bucket = bucket_for(due, now, width_s=config.bucket_width, max_delay_s=config.bucket_max_delay,
                             grace_s=config.bucket_grace)
         # Alone so far in its second: the ladder's precision, and no queue of its own.

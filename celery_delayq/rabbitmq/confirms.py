@@ -42,7 +42,7 @@ def message_name(message: amqp.Message, entry: str) -> str:
     return str(name)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Tracker:
     """The publishes of one caller: ``outstanding`` (neither confirmed nor failed, wherever they are), ``failures``."""
 
@@ -55,7 +55,7 @@ class Tracker:
         return out
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Pending:
     """A published, not yet confirmed message (kept so it can be republished)."""
 
@@ -235,6 +235,11 @@ def combine(failures: Sequence[PublishError], *, also: Sequence[tuple[str, str]]
 
 
 # -- the dedicated connection ---------------------------------------------------------
+#: This process's id, kept current across ``fork()``: read on every publish, and ``os.getpid()`` is a system call.
+_PID = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+
+
 #: Transport options a dedicated confirm-mode connection must not take from the app's.
 NOT_INHERITED = frozenset({"confirm_publish"})
 
@@ -288,14 +293,14 @@ class OwnedConnection:
     @property
     def confirm(self) -> ConfirmChannel | None:
         """The confirm channel, if this process has one open (else ``None``)."""
-        if self._pid != os.getpid():
+        if self._pid != _PID[0]:
             return None
         return self._confirm
 
     @property
     def raw(self) -> amqp.Connection:
         """The open py-amqp connection (call :meth:`open` first)."""
-        if self._conn is None or self._pid != os.getpid():
+        if self._conn is None or self._pid != _PID[0]:
             raise RuntimeError(f"the {self.role} connection is not open in this process")
         raw: amqp.Connection = self._conn.connection
         return raw
@@ -332,7 +337,7 @@ class OwnedConnection:
                 f"cannot connect to the broker at {broker_urls(self.template)} "
                 f"({type(exc).__name__}: {exc}). Check that RabbitMQ is running and reachable, "
                 "and the URL, credentials, virtual host and TLS settings.") from exc
-        self._conn, self._confirm, self._pid = conn, confirm, os.getpid()
+        self._conn, self._confirm, self._pid = conn, confirm, _PID[0]
         self._used = time.monotonic()
         return confirm
 
@@ -350,7 +355,7 @@ class OwnedConnection:
 
     def drop(self) -> None:
         """Close the connection if this process opened it; forget it either way."""
-        if self._conn is not None and self._pid == os.getpid():
+        if self._conn is not None and self._pid == _PID[0]:
             with contextlib.suppress(Exception):
                 self._conn.release()
         self._conn = None

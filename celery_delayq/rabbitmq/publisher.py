@@ -211,7 +211,7 @@ class LadderPublisher:
         """Run ``op`` on a live channel, reconnecting (and republishing) if the connection drops.
 
         On giving up every unconfirmed publish fails; the error names ``tracker``'s and ``also``
-        (messages the caller holds, not tracked yet).
+        (messages the caller holds, not tracked yet: read when it raises, so ``op`` may empty it once it sent them).
         """
         cause: BaseException | None = None
         for _ in range(_ATTEMPTS):
@@ -352,15 +352,26 @@ class LadderPublisher:
             properties.setdefault("delivery_mode", 2)
             message = amqp.Message(body, content_type=content_type, content_encoding=content_encoding,
                                    application_headers=hdrs, **properties)
-            self._io(tracker, lambda c: c.publish(message, entry_x, ladder_key, tracker, name=this[0][0]), this)
-            timeout = self.config.confirm_timeout
+            name, timeout = this[0][0], self.config.confirm_timeout
             if batch is not None:
+                self._io(tracker, lambda c: c.publish(message, entry_x, ladder_key, tracker, name=name), this)
                 window = self.config.batch_window
                 confirm = self._link.confirm
                 if confirm is not None and len(confirm.pending) > window:  # drain to half: in runs
                     self._io(tracker, lambda c: c.wait(timeout=timeout, keep=window // 2))
                 return sched, hdrs
-            self._io(tracker, lambda c: c.wait(timeout=timeout, tracker=tracker))
+            # Confirm each: the publish and its wait in one pass of _io (one liveness check, one handler). Once
+            # sent, the message is the channel's: a dropped connection republishes it (_live), the retry only
+            # waits, and a failure names it through the tracker, no longer through ``unsent``.
+            unsent = list(this)
+
+            def publish_and_wait(c: ConfirmChannel) -> None:
+                if unsent:
+                    c.publish(message, entry_x, ladder_key, tracker, name=name)
+                    unsent.clear()
+                c.wait(timeout=timeout, tracker=tracker)
+
+            self._io(tracker, publish_and_wait, unsent)
             self._raise_failures(tracker)
         return sched, hdrs
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 import uuid
@@ -219,3 +220,23 @@ def test_exit_queue_uses_the_ladder_queue_type(publisher, amqp_conn, dest: str) 
     assert args["x-queue-type"] == "quorum" and args["x-message-ttl"] == 0
     amqp_conn.channel().queue_declare(sched.destination.exit_queue, durable=True, auto_delete=False, arguments=args)
     drain(amqp_conn, dest, 1, timeout=5)
+
+
+def test_a_forked_child_publishes_over_a_connection_of_its_own(publisher: LadderPublisher, amqp_conn,
+                                                               dest: str) -> None:
+    scheduler_of(publisher).schedule_body("parent", delay=0.05, queue=dest)
+    parents = publisher.link.raw
+    pid = os.fork()
+    if pid == 0:  # the child: never the parent's socket (a publisher made outside the registry: no fork hook)
+        code = 1
+        try:
+            scheduler_of(publisher).schedule_body("child", delay=0.05, queue=dest)
+            code = 0 if publisher.link.raw is not parents else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    scheduler_of(publisher).schedule_body("parent again", delay=0.05, queue=dest)
+    assert publisher.link.raw is parents  # the parent's connection was left alone
+    bodies = sorted(str(m.body).split('"')[1] for m in drain(amqp_conn, dest, 3, timeout=10))
+    assert bodies == ["child", "parent", "parent again"]

@@ -19,6 +19,7 @@ import pytest
 
 from celery_delayq.config import DelayqConfig
 from celery_delayq.errors import BrokerUnavailable, PublishError, PublishTimeout
+from celery_delayq.rabbitmq.confirms import ConfirmChannel
 from celery_delayq.rabbitmq.publisher import LadderPublisher
 from helpers import scheduler_of
 from test_connection_options import BROKER_HOST, close_broker_connections
@@ -200,6 +201,55 @@ def test_single_publish_after_a_drop_reconnects_and_republishes(own_vhost: str, 
         scheduler_of(pub).schedule_body("b", delay=0.05, queue=dest, headers={"id": f"b-{uid}"})
         want = {f"a-{uid}", f"b-{uid}"}
         assert want <= arrived_ids(raw, dest, want, timeout=15)
+    finally:
+        pub.close()
+        raw.close()
+
+
+def test_a_drop_between_a_single_publish_and_its_confirm_republishes_it_once_and_returns(
+        own_vhost: str, uid: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    pub, raw, dest, name = _setup(own_vhost, uid)
+    try:
+        scheduler_of(pub).schedule_body("warm", delay=0.05, queue=dest, headers={"id": f"warm-{uid}"})
+        calls: dict[str, list[str]] = {"publish": [], "adopt": [], "drop": []}
+        real_publish, real_adopt, real_wait = ConfirmChannel.publish, ConfirmChannel.adopt, ConfirmChannel.wait
+
+        def publish(self: ConfirmChannel, message: amqp.Message, *args: Any, **kwargs: Any) -> int:
+            calls["publish"].append(message.application_headers["id"])
+            return real_publish(self, message, *args, **kwargs)
+
+        def adopt(self: ConfirmChannel, item: Any) -> int:
+            calls["adopt"].append(item.name)
+            return real_adopt(self, item)
+
+        def wait(self: ConfirmChannel, *args: Any, **kwargs: Any) -> None:
+            if not calls["drop"]:  # sent, its confirm not read yet: the connection breaks now
+                calls["drop"].append(name)
+                self.connection.transport.sock.shutdown(socket.SHUT_RDWR)
+            real_wait(self, *args, **kwargs)
+
+        monkeypatch.setattr(ConfirmChannel, "publish", publish)
+        monkeypatch.setattr(ConfirmChannel, "adopt", adopt)
+        monkeypatch.setattr(ConfirmChannel, "wait", wait)
+        tid = f"one-{uid}"
+        assert scheduler_of(pub).schedule_body("one", delay=0.05, queue=dest, headers={"id": tid}) is not None
+        # Sent once by the caller, republished once on the new connection, never sent again by the retry
+        # (it may arrive twice: the broker may have taken the first copy; at least once, never lost).
+        assert calls == {"publish": [tid], "adopt": [tid], "drop": [name]}
+        assert tid in arrived_ids(raw, dest, {tid}, timeout=15)
+    finally:
+        pub.close()
+        raw.close()
+
+
+def test_a_timed_out_single_publish_names_it_once(own_vhost: str, uid: str) -> None:
+    pub, raw, dest, _ = _setup(own_vhost, uid, confirm_timeout=1e-9)
+    try:
+        tid = f"late-{uid}"
+        with pytest.raises(PublishTimeout) as err:
+            scheduler_of(pub).schedule_body("late", delay=0.05, queue=dest, headers={"id": tid})
+        assert err.value.failed == [tid] and len(err.value.entries) == 1
+        assert "may or may not" in str(err.value)
     finally:
         pub.close()
         raw.close()
