@@ -12,8 +12,6 @@ per thread, not per scheduler. See docs/how-it-works.md, "Adding a delay backend
 from __future__ import annotations
 
 import contextlib
-import itertools
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,9 +28,10 @@ from .errors import PublishError
 from .index.writer import IndexWriter, index_writer_for
 from .ladder import headers as H
 from .ladder.delays import due_from
+from .ladder.entries import new_entry
 from .typing import BackendFactory, DelayBackend, Receipt, WorkerService
 
-__all__ = ["Scheduler", "backend_named", "new_entry"]
+__all__ = ["Scheduler", "backend_named"]
 
 
 def backend_named(name: str, connection: Connection, config: DelayqConfig) -> DelayBackend:
@@ -52,17 +51,6 @@ class _Batch:
 
 
 _LOCAL = threading.local()
-
-#: Entry ids: 64 random bits of this process (drawn again in a forked child), then a count. As unique as
-#: ``uuid4().hex`` (32 hex digits) without a system call and an object per publish.
-_ENTRY_PROCESS = [os.urandom(8).hex()]
-_ENTRY_COUNT = itertools.count()
-os.register_at_fork(after_in_child=lambda: _ENTRY_PROCESS.__setitem__(0, os.urandom(8).hex()))
-
-
-def new_entry() -> str:
-    """A new pass's entry id (:data:`~celery_delayq.ladder.headers.ENTRY`): 32 hex digits, unique across processes."""
-    return f"{_ENTRY_PROCESS[0]}{next(_ENTRY_COUNT):016x}"
 
 
 def _current() -> _Batch | None:

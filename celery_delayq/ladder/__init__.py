@@ -4,6 +4,7 @@
   checked model of the ladder (levels, digits, TTLs, names, routing keys);
 * :mod:`.delays`: a countdown or an eta turned into one due time;
 * :mod:`.headers`: the ``x-delayq-*`` header names and their stamping;
+* :mod:`.entries`: the id of each pass (:data:`~celery_delayq.ladder.headers.ENTRY`);
 * :mod:`.index_layout`: names and arguments of the index and cancel streams;
 * :mod:`.humanize`: durations and ladders in words;
 * :mod:`.moments`: operators' time words ("in 2h", ISO 8601) as epoch seconds;

@@ -15,7 +15,6 @@ import contextlib
 import logging
 import threading
 import time
-import uuid
 from datetime import datetime, timezone
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, NamedTuple, Sequence, TypeVar
@@ -27,6 +26,7 @@ from ..ladder import headers as H
 from ..config import DelayqConfig
 from .confirms import ConfirmChannel, OwnedConnection, Pending, Tracker, combine, confirm_block, fail
 from ..errors import BrokerUnavailable, PublishError, PublishTimeout
+from ..ladder.entries import new_entry
 from ..ladder.spec import LadderSpec
 from .registry import ProcessRegistry
 from .budget import BudgetCheck
@@ -276,7 +276,7 @@ class LadderPublisher:
         topology.ensure_exit(self.raw_connection(), dest, declare=self.config.declare)
         now = self.clock()
         due = now + delay
-        entry = uuid.uuid4().hex
+        entry = new_entry()
         _units, entry_exchange, ladder_key, hops = plan(self.spec, dest, due=due, now=now,
                                                         shard=self.spec.shard_of(str(headers.get("id") or entry)))
         H.stamp_pass(headers, due=due, delay=delay, entry=entry, hops=hops,

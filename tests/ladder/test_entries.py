@@ -1,11 +1,11 @@
-"""The scheduler's entry ids (pure): the id of every ladder pass, unique without a system call per publish."""
+"""Entry ids (pure): the id of every pass, unique without a system call per publish."""
 
 from __future__ import annotations
 
 import os
 import re
 
-from celery_delayq.scheduling import new_entry
+from celery_delayq.ladder.entries import new_entry
 
 
 def test_entry_ids_are_32_hex_digits_and_never_repeat() -> None:
