@@ -14,7 +14,9 @@ deleted afterwards. Each path adds one difference to the one before it:
 * ``level_queue``: into a queue with a ladder level's arguments (a TTL, a dead-letter exchange, at-least-once
   dead-lettering, ``reject-publish``) instead of a plain quorum queue;
 * ``ladder``: through a level's topic exchange with the ladder's 15-word key and bindings (the entry of a
-  900 s countdown on the default 14x4 ladder): the ladder's publish.
+  900 s countdown on the default 14x4 ladder): the ladder's publish up to 1.0.0rc1;
+* ``fanout``: the same message, key and level queue, through a fanout exchange bound to that queue alone: the
+  key is not matched but kept, so the later hops route it as before (the ladder's entry after 1.0.0rc1).
 
 The paths alternate in short runs (``--batch`` publishes each, ``--rounds`` times), so the machine's drift
 falls on all of them alike; every queue is purged after each round. Per path: the median wall time per
@@ -40,7 +42,8 @@ from benchmarks.entry_by_queue import BODY, HEADERS, LEVELS, _QUORUM  # noqa: E4
 #: Each path and the difference it adds to the one before it (module docstring), in order.
 PATHS = {"celery": "Celery's headers, direct exchange, quorum queue", "headers": "the ladder's 7 headers",
          "mandatory": "`mandatory`", "level_queue": "a level queue's arguments (TTL, dead-lettering)",
-         "ladder": "the level's topic exchange, 15-word key"}
+         "ladder": "the level's topic exchange, 15-word key",
+         "fanout": "instead, the queue's own fanout exchange (key kept)"}
 CELERY_HEADERS = {k: v for k, v in HEADERS.items() if not k.startswith("x-delayq")}
 
 
@@ -53,7 +56,8 @@ def declare_paths(ch: amqp.Channel, name: str) -> dict[str, Callable[[], None]]:
     """Declare every path's exchange and queue; return ``path -> publish one message and await its confirm``."""
     plain, *levels = queues_of(name)
     level = levels[0]  # digit 1 of level 7: where a 900 s countdown's first hop waits
-    exchanges = ((plain, "direct"), (f"{name}.direct", "direct"), (f"{name}.L07", "topic"), (f"{name}.L06", "topic"))
+    exchanges = ((plain, "direct"), (f"{name}.direct", "direct"), (f"{name}.L07", "topic"), (f"{name}.L06", "topic"),
+                 (f"{name}.L07.d1.in", "fanout"))
     for x, kind in exchanges:
         ch.exchange_declare(x, kind, durable=True, auto_delete=False)
     ch.queue_declare(plain, durable=True, auto_delete=False, arguments={"x-queue-type": "quorum"})
@@ -64,6 +68,7 @@ def declare_paths(ch: amqp.Channel, name: str) -> dict[str, Callable[[], None]]:
                          arguments={**_QUORUM, "x-message-ttl": 3_600_000, "x-dead-letter-exchange": f"{name}.L06"})
         ch.queue_bind(queue, f"{name}.L07", f"{skip}{d}.#")
     ch.queue_bind(level, f"{name}.direct", level)
+    ch.queue_bind(level, f"{name}.L07.d1.in", "")
     ch.exchange_bind(f"{name}.L06", f"{name}.L07", f"{skip}0.#")
     key = ".".join(["0"] * 6 + ["1"] + ["0"] * 7) + ".c9f1a2b3c9f1a2b3"  # a 900 s countdown's first hop
     targets: dict[str, tuple[dict[str, Any], str, str, bool]] = {
@@ -72,6 +77,7 @@ def declare_paths(ch: amqp.Channel, name: str) -> dict[str, Callable[[], None]]:
         "mandatory": (HEADERS, plain, plain, True),
         "level_queue": (HEADERS, f"{name}.direct", level, True),
         "ladder": (HEADERS, f"{name}.L07", key, True),
+        "fanout": (HEADERS, f"{name}.L07.d1.in", key, True),
     }
 
     def publisher(headers: dict[str, Any], exchange: str, routing_key: str, mandatory: bool) -> Callable[[], None]:
@@ -87,7 +93,7 @@ def declare_paths(ch: amqp.Channel, name: str) -> dict[str, Callable[[], None]]:
 
 def markdown(doc: dict[str, Any]) -> str:
     """The committed table (pure): each path's median wall and broker CPU, and each step's share of the one
-    before and of ``celery``."""
+    before (for ``fanout``: of ``ladder``, the entry it replaces) and of ``celery``."""
     runs = doc["runs"]
     lines = [f"# A confirmed publish on the broker, from Celery's to the ladder's ({doc['broker']}, {doc['when']})",
              "", f"`{doc['argv']}`: {doc['rounds']} rounds of {doc['batch']} confirmed publishes per path, the paths "
@@ -96,7 +102,7 @@ def markdown(doc: dict[str, Any]) -> str:
              "| path | adds | wall µs | broker CPU µs | celery / this path (wall) | previous / this path (wall) |",
              "|---|---|---|---|---|---|"]
     base, previous = statistics.median(runs["celery"]["wall"]), None
-    for path, adds in PATHS.items():
+    for path, adds in ((p, a) for p, a in PATHS.items() if p in runs):  # a run before 1.0.0 has no fanout
         wall = statistics.median(runs[path]["wall"])
         cpu = runs[path]["broker_cpu"]
         lines.append(f"| {path} | {adds} | {wall:,.0f} | {'-' if cpu is None else f'{cpu:,.0f}'} | "

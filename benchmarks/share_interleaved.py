@@ -14,7 +14,9 @@ deleted afterwards:
 * ``celery_countdown_confirmed``: the same with ``countdown=900`` (classic ETA);
 * ``delayq``: ``apply_async(countdown=900)`` through the ladder, confirm each;
 * ``delayq_repeat``: ``apply_async(countdown=300)``, a countdown the process repeats: its one-hop queue;
-* ``delayq_noindex``: ``delayq`` in a third app with ``delayq_index = False`` (what the index entry costs).
+* ``delayq_noindex``: ``delayq`` in a third app with ``delayq_index = False`` (what the index entry costs);
+* ``delayq_topic_entry``: ``delayq`` in a fourth app (a ladder of its own) that enters the ladder through the
+  level's topic exchange, as 1.0.0rc1 did, instead of the first queue's entry exchange (what the entry saves).
 
 Per mode: the median wall µs per call over the rounds, the calling thread's CPU µs per call (``thread_time``),
 and the share of ``celery_confirmed`` (and of the same-countdown peer).
@@ -22,6 +24,7 @@ and the share of ``celery_confirmed`` (and of the same-countdown peer).
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import sys
 import time
@@ -34,13 +37,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import (RESULTS_DIR as RESULTS, broker_version, script_argv, vhost,  # noqa: E402
                                write_line_results)
 
-MODES = ("celery_confirmed", "celery_countdown_confirmed", "delayq", "delayq_repeat", "delayq_noindex")
+MODES = ("celery_confirmed", "celery_countdown_confirmed", "delayq", "delayq_repeat", "delayq_noindex",
+         "delayq_topic_entry")
 #: ``(mode, peer, what)`` of the shares the table gives.
 SHARES = (("delayq", "celery_confirmed", "ladder, confirm each / Celery's `confirm_publish`"),
           ("delayq_repeat", "celery_confirmed", "a repeated countdown (one hop) / Celery's `confirm_publish`"),
           ("delayq", "celery_countdown_confirmed",
            "ladder, confirm each / Celery's `confirm_publish` with the same countdown"),
-          ("delayq", "delayq_noindex", "ladder with the index of waiting tasks / without it (`delayq_index = False`)"))
+          ("delayq", "delayq_noindex", "ladder with the index of waiting tasks / without it (`delayq_index = False`)"),
+          ("delayq_topic_entry", "celery_confirmed",
+           "ladder entered through the level's topic exchange (1.0.0rc1) / Celery's `confirm_publish`"),
+          ("delayq", "delayq_topic_entry",
+           "ladder through the queue's entry exchange / through the level's topic exchange (1.0.0rc1)"))
 
 
 def callers(url: str, countdown: float, repeat_countdown: float) -> dict[str, Callable[[], Any]]:
@@ -48,7 +56,7 @@ def callers(url: str, countdown: float, repeat_countdown: float) -> dict[str, Ca
     from celery import Celery
     from kombu import Queue
 
-    import celery_delayq  # noqa: F401 - the setting below turns it on for ``ours`` only
+    import celery_delayq  # the setting below turns it on for ``ours`` only
 
     plain = Celery("inter_plain", broker=url, set_as_current=False)
     plain.conf.update(task_default_queue="inter-celery",
@@ -59,6 +67,9 @@ def callers(url: str, countdown: float, repeat_countdown: float) -> dict[str, Ca
     unindexed = Celery("inter_unindexed", broker=url, set_as_current=False)
     unindexed.conf.update(delayq_enabled=True, delayq_prefix="inter", task_default_queue="inter-ours",
                           delayq_index=False)
+
+    topic = Celery("inter_topic", broker=url, set_as_current=False)
+    topic.conf.update(delayq_enabled=True, delayq_prefix="intertopic", task_default_queue="inter-ours")
 
     @plain.task(name="inter.plain")
     def plain_noop(x: int) -> int:
@@ -72,11 +83,20 @@ def callers(url: str, countdown: float, repeat_countdown: float) -> dict[str, Ca
     def unindexed_noop(x: int) -> int:
         return x
 
+    @topic.task(name="inter.topic")
+    def topic_noop(x: int) -> int:
+        return x
+
+    topic_noop.apply_async((1,), countdown=countdown)  # installs and declares its ladder
+    publisher = celery_delayq.install(topic).publisher
+    publisher.spec = dataclasses.replace(publisher.spec, entries="topic")
+
     return {"celery_confirmed": lambda: plain_noop.apply_async((1,)),
             "celery_countdown_confirmed": lambda: plain_noop.apply_async((1,), countdown=countdown),
             "delayq": lambda: ours_noop.apply_async((1,), countdown=countdown),
             "delayq_repeat": lambda: ours_noop.apply_async((1,), countdown=repeat_countdown),
-            "delayq_noindex": lambda: unindexed_noop.apply_async((1,), countdown=countdown)}
+            "delayq_noindex": lambda: unindexed_noop.apply_async((1,), countdown=countdown),
+            "delayq_topic_entry": lambda: topic_noop.apply_async((1,), countdown=countdown)}
 
 
 def sum_share(mine: list[float], peer: list[float]) -> float:

@@ -157,12 +157,16 @@ def test_confirm_path_gives_each_paths_median_and_its_share_of_celerys_and_of_th
     from benchmarks.confirm_path import PATHS, markdown
 
     walls = {"celery": [600.0, 700.0, 650.0], "headers": [650.0], "mandatory": [650.0], "level_queue": [650.0],
-             "ladder": [700.0, 725.0, 740.0]}
+             "ladder": [700.0, 725.0, 740.0], "fanout": [640.0, 660.0, 700.0]}
     runs = {p: {"wall": walls[p], "broker_cpu": None if p == "mandatory" else 400.0} for p in PATHS}
     text = markdown({"broker": "3.10.8", "when": "2026-11-29", "argv": "x", "rounds": 3, "batch": 200, "runs": runs})
     assert "| celery | Celery's headers, direct exchange, quorum queue | 650 | 400 | 1.00 | - |" in text
     assert "| mandatory | `mandatory` | 650 | - | 1.00 | 1.00 |" in text  # the broker was not on this machine
     assert "| ladder | the level's topic exchange, 15-word key | 725 | 400 | 0.90 | 0.90 |" in text
+    assert "| fanout | instead, the queue's own fanout exchange (key kept) | 660 | 400 | 0.98 | 1.10 |" in text
+    del runs["fanout"]  # a run before the entry exchanges: its paths only
+    earlier = markdown({"broker": "3.10.8", "when": "2026-11-29", "argv": "x", "rounds": 3, "batch": 200, "runs": runs})
+    assert "fanout" not in earlier and "| ladder |" in earlier
 
 
 def test_share_interleaved_divides_summed_times_of_the_same_rounds() -> None:
@@ -177,6 +181,8 @@ def test_share_interleaved_divides_summed_times_of_the_same_rounds() -> None:
     assert "- ladder, confirm each / Celery's `confirm_publish`: **0.80** (calling thread's CPU: 0.80)" in text
     assert "one hop) / Celery's `confirm_publish`: **1.00**" in text
     assert "without it (`delayq_index = False`): **0.80**" in text
+    assert "(1.0.0rc1) / Celery's `confirm_publish`: **1.00**" in text
+    assert "entry exchange / through the level's topic exchange (1.0.0rc1): **0.80**" in text
     del runs["delayq_noindex"]  # a run of the version before it: its rows and shares only
     earlier = markdown({"broker": "4.3.6", "when": "2026-11-29", "argv": "x", "rounds": 2, "batch": 200,
                         "countdown": 900.0, "repeat_countdown": 300.0, "runs": runs})

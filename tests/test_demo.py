@@ -1,6 +1,6 @@
 """``examples/demo.py`` end to end, as ``./dev demo`` runs it: a real worker, the real ladder, then a clean broker.
 
-The demo declares a ladder (62 queues, 16 exchanges) and a task queue on the
+The demo declares a ladder (62 queues, 58 exchanges) and a task queue on the
 broker it is pointed at; a newcomer's broker must not keep them unless they
 ask (``--keep``), and then one printed command removes them. Run against
 this session's own vhost.

@@ -527,7 +527,7 @@ def test_the_extras_and_the_pages_address_the_readme_names_exist() -> None:
     assert f"http://{address}:{DEFAULT_PORT}/" in _readme()
 
 
-def test_a_default_ladder_is_61_queues_and_16_exchanges() -> None:
+def test_a_default_ladder_is_61_queues_and_58_exchanges() -> None:
     from collections import Counter
 
     from celery_delayq.ladder.spec import LadderSpec
@@ -536,8 +536,8 @@ def test_a_default_ladder_is_61_queues_and_16_exchanges() -> None:
 
     spec = LadderSpec()
     kinds = Counter(kind.split(":")[0] for kind, _n, _a in Topology(spec, "quorum", index=IndexLayout(spec)).entities())
-    assert (kinds["queue"], kinds["exchange"]) == (61, 16)
-    assert "61 queues and 16 exchanges" in _readme()
+    assert (kinds["queue"], kinds["exchange"]) == (61, 58)  # 14 levels, 42 queue entries, delivery, unroutable
+    assert "61 queues and 58 exchanges" in _readme()
 
 
 def test_without_the_api_a_new_ladder_on_3x_is_refused_naming_both_fixes() -> None:

@@ -122,11 +122,15 @@ def verify(ctx: click.Context) -> None:
         topo = app.topology(raw)
         if not topo.inspect(raw).exists:
             raise click.ClickException(no_ladder(app, raw))
-        topo.verify(raw)
+        entries = topo.verify(raw)
         api = app.api(raw)
         rows, nodes = (api.queues(names), api.running_nodes()) if api is not None else (None, None)
     click.echo(f"{describe_ladder(topo.spec, topo.queue_type)} is complete on {app.uri} "
                "and matches the settings")
+    if entries == "topic":
+        click.echo("warning: its queues have no entry exchanges (a ladder of celery_delayq 1.0.0rc1 or earlier): "
+                   "publishes enter through the level exchanges, which the broker confirms more slowly. "
+                   "`celery -A APP delayq topology declare` adds them and touches no waiting task.", err=True)
     if api is not None and rows is not None and nodes is not None and len(nodes) >= 2:
         # On a multi-node cluster: why and how to spread a ladder whose leaders are not.
         found = leaders_finding(rows, nodes, names, ApiReach(api.base_url, "ok"),

@@ -107,8 +107,9 @@ def ladder_finding(state: LadderState, spec: LadderSpec, queue_type: str, *, dec
                        "False, so nothing will create it: delayed publishes will fail.",
                        "Have someone who may configure the vhost run `celery -A APP delayq topology declare`.",
                        details)
-    if not state.complete:
-        missing = details["missing"]
+    routing = state.missing_for_routing(spec)
+    if routing:
+        missing = [f"{e.kind} {e.name}" for e in routing]
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         return Finding("ladder", ERROR, f"{described} is incomplete: {len(missing)} missing ({shown}).",
                        "Run `celery -A APP delayq topology declare` (idempotent; it adds only what is missing).",
@@ -116,6 +117,12 @@ def ladder_finding(state: LadderState, spec: LadderSpec, queue_type: str, *, dec
     if mismatch:
         return Finding("ladder", ERROR, f"{described} exists with other arguments than the app's settings.",
                        mismatch, details)
+    if state.missing:  # only the queues' entry exchanges: a ladder of 1.0.0rc1 or earlier
+        return Finding("ladder", WARN, f"{described} has no entry exchanges ({len(state.missing)} missing): declared "
+                       "by celery_delayq 1.0.0rc1 or earlier, it is entered through its level exchanges, whose match "
+                       "of the routing key the broker confirms more slowly. Nothing is lost or late.",
+                       "Run `celery -A APP delayq topology declare` (idempotent: it adds the entries and touches no "
+                       "waiting task).", details)
     name = getattr(spec, "laps_queue", None)  # delays longer than the ladder: messages, and relays consuming them
     found = next((e for e in state.entities if e.kind == "queue" and e.name == name), None)
     details["laps"] = laps = {"queue": name, "exists": bool(found and found.exists),

@@ -156,7 +156,7 @@ def observe(ladder: AppLadder, raw: Connection, *, inspect_timeout: float = 1.0,
     topo = Topology(spec, queue_type)
     state = topo.inspect(raw)
     mismatch = None
-    if state.complete:
+    if state.exists and not state.missing_for_routing(spec):
         try:
             topo.verify(raw)  # every entity exists: a same-argument redeclare changes nothing
         except TopologyMismatch as exc:

@@ -2,7 +2,9 @@
 
 Level ``k`` is a topic exchange plus ``radix - 1`` queues, queue ``(k, d)`` waiting ``d * radix**k`` units; a
 delay's base-``radix`` digits are the routing key's first words, so a message waits exactly its delay, one queue
-per non-zero digit, then its destination's exit queue republishes it. The full picture: docs/how-it-works.md.
+per non-zero digit, then its destination's exit queue republishes it. A publish enters through its first
+queue's own fanout exchange (the key is kept, not matched); every later hop is routed by the level exchanges.
+The full picture: docs/how-it-works.md.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import hashlib
 import math
 import re
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Literal, NamedTuple
 
 from ..errors import DelayTooLong, InvalidDelay, InvalidName
@@ -86,6 +88,12 @@ class LadderSpec:
             so over a cluster's nodes and a node's cores. Shard 0 keeps the unsharded names, so 1 (the default)
             is the ladder as it always was, and a ladder can gain shards while messages wait in it. All shards
             share the delivery exchange and the exit queues.
+        entries: How a publish enters the ladder. ``"fanout"`` (the default): through the fanout exchange of the
+            first queue it waits in (:meth:`entry_exchange_of`), which routes without matching the 15-word key,
+            so the broker confirms it sooner (docs/benchmarks.md, "The entry exchange"); the key travels on for
+            the later hops. ``"topic"``: through that queue's level exchange, as 1.0.0rc1 and earlier did, for a
+            ladder an older release declared and this process may not extend (``delayq_declare = False``). Not
+            part of the ladder's identity: both enter the same queues.
     """
 
     prefix: str = "delayq"
@@ -93,6 +101,7 @@ class LadderSpec:
     levels: int = 14
     radix: int = 4
     shards: int = 1
+    entries: Literal["fanout", "topic"] = field(default="fanout", compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.unit_ms, int) or self.unit_ms < 1:
@@ -103,6 +112,8 @@ class LadderSpec:
             raise ValueError(f"levels must be a positive integer, got {self.levels!r}")
         if isinstance(self.shards, bool) or not isinstance(self.shards, int) or not 1 <= self.shards <= MAX_SHARDS:
             raise ValueError(f"shards must be an integer from 1 to {MAX_SHARDS}, got {self.shards!r}")
+        if self.entries not in ("fanout", "topic"):
+            raise ValueError(f"entries must be 'fanout' or 'topic', got {self.entries!r}")
         if not self.prefix or self.prefix.startswith("celery_delayed"):
             raise ValueError(
                 f"prefix {self.prefix!r} is empty or clashes with Celery's native "
@@ -207,10 +218,11 @@ class LadderSpec:
         ]
 
     def entry_exchange(self, units: int, shard: int = 0) -> str:
-        """Exchange to publish into: the level of the most significant non-zero digit.
+        """Exchange to publish into: the entry of the most significant non-zero digit's queue.
 
         Publishing there, rather than at the top, skips the pass-through hops
-        of the leading zeros; the routing key still carries every digit.
+        of the leading zeros; the routing key still carries every digit. With
+        :attr:`entries` ``"fanout"`` it is that queue's own fanout exchange, else its level's.
         """
         return self._entry_of(self.digits(units), shard)
 
@@ -224,12 +236,20 @@ class LadderSpec:
     def _entry_of(self, digits: tuple[int, ...], shard: int = 0) -> str:
         for i, d in enumerate(digits):
             if d:
+                if self.entries == "fanout":
+                    return self._entry_exchanges[shard][self.levels - 1 - i][d]
                 return self._level_exchanges[shard][self.levels - 1 - i]
         return self.delivery_exchange
 
     @functools.cached_property
     def _level_exchanges(self) -> tuple[tuple[str, ...], ...]:
         return tuple(tuple(self.level_exchange(k, shard) for k in range(self.levels)) for shard in range(self.shards))
+
+    @functools.cached_property
+    def _entry_exchanges(self) -> tuple[tuple[tuple[str, ...], ...], ...]:
+        """``[shard][k][digit]`` -> the entry exchange of queue ``(k, digit)`` (digit 0: unused, empty)."""
+        return tuple(tuple(("",) + tuple(self.entry_exchange_of(k, d, shard) for d in range(1, self.radix))
+                           for k in range(self.levels)) for shard in range(self.shards))
 
     # -- names -------------------------------------------------------------
     @property
@@ -262,6 +282,19 @@ class LadderSpec:
         if self.radix == 2:
             return f"{self._levels_namespace(shard)}.L{k:02d}"
         return f"{self._levels_namespace(shard)}.L{k:02d}.d{_DIGIT_WORDS[digit]}"
+
+    def entry_exchange_of(self, k: int, digit: int, shard: int = 0) -> str:
+        """Fanout exchange bound to queue ``(k, digit)`` alone: where a publish whose first digit that is enters.
+
+        A fanout exchange routes without reading the key and the message keeps it, so the later hops are routed
+        by the level exchanges exactly as if it had entered through :meth:`level_exchange`; only the publish's
+        own match of the key is saved (the broker confirms sooner: docs/benchmarks.md, "The entry exchange").
+        """
+        return f"{self.level_queue(k, digit, shard)}.entry"
+
+    def entry_exchanges(self) -> list[str]:
+        """Every queue's entry exchange, in :meth:`level_queues` order."""
+        return [self.entry_exchange_of(q.level, q.digit, q.shard) for q in self.level_queues()]
 
     def queue_ttl_ms(self, k: int, digit: int) -> int:
         """``x-message-ttl`` of queue ``(k, digit)``."""
@@ -309,7 +342,11 @@ class LadderSpec:
                     yield LevelQueue(k, d, self.level_queue(k, d, shard), shard)
 
     def bindings(self) -> list[Binding]:
-        """Every binding of the ladder: ``radix`` per level and shard, so linear in ``levels``."""
+        """Every binding of the ladder: ``2 * radix - 1`` per level and shard, so linear in ``levels``.
+
+        Per level: a queue per non-zero digit and the pass-through of digit 0 on the level exchange, then each
+        queue's entry exchange to it (key ``""``: a fanout exchange ignores it).
+        """
         out: list[Binding] = []
         for shard in range(self.shards):
             for k in range(self.levels - 1, -1, -1):
@@ -319,6 +356,8 @@ class LadderSpec:
                                        f"{skip}{_DIGIT_WORDS[d]}.#"))
                 out.append(Binding(self.level_exchange(k, shard), self.dead_letter_target(k, shard), "exchange",
                                    f"{skip}0.#"))
+                for d in range(1, self.radix):
+                    out.append(Binding(self.entry_exchange_of(k, d, shard), self.level_queue(k, d, shard), "queue", ""))
         return out
 
 

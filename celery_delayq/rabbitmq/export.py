@@ -116,6 +116,7 @@ def plan(topo: Topology, *, exits: Iterable[Destination] = (), parking: ParkingQ
             keys[("exchange", s.level_exchange(k, shard))] = f"{tag(shard)}level{k:02d}"
     for q in s.level_queues():
         keys[("queue", q.name)] = f"{tag(q.shard)}level{q.level:02d}_d{q.digit}"
+        keys[("exchange", s.entry_exchange_of(q.level, q.digit, q.shard))] = f"{tag(q.shard)}level{q.level:02d}_d{q.digit}_entry"
 
     exchanges: list[Entity] = []
     queues: list[Entity] = []
@@ -128,13 +129,15 @@ def plan(topo: Topology, *, exits: Iterable[Destination] = (), parking: ParkingQ
         queues.append(Entity("queue", parking.name, "parking", "", dict(parking.arguments)))
 
     bindings = [Link("unroutable", "unroutable", "unroutable", "queue", "")]
+    entries = set(s.entry_exchanges())
     for b in s.bindings():
         source = keys[("exchange", b.source)]
         dest = keys[(b.destination_kind, b.destination)]
-        # A queue has one binding, so it lends the binding its name; the ladder's only
-        # exchange-to-exchange binding per level is digit 0's pass-through.
-        bindings.append(Link(dest if b.destination_kind == "queue" else f"{source}_d0",
-                             source, dest, b.destination_kind, b.routing_key))
+        # A queue has one binding from its level and one from its entry exchange, so it lends them its name
+        # (the entry's with ``_entry``); the ladder's only exchange-to-exchange binding per level is digit 0's
+        # pass-through.
+        name = (source if b.source in entries else dest) if b.destination_kind == "queue" else f"{source}_d0"
+        bindings.append(Link(name, source, dest, b.destination_kind, b.routing_key))
     for exit_ in dict.fromkeys(exits):
         key = _identifier(exit_.exit_queue[len(s.prefix):])
         queues.append(Entity("queue", exit_.exit_queue, key, "", topo.exit_queue_args(exit_.exchange, exit_.routing_key)))

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from datetime import datetime, timezone
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, ContextManager, NamedTuple, Sequence, TypeVar
 
 import amqp
@@ -196,8 +196,8 @@ class LadderPublisher:
             topology = topology_for(self.template, self.config, raw, explicit=self._explicit)
             if self.config.declare:
                 topology.declare(raw, defer_streams=True)  # streams: before the first index entry
-            else:
-                topology.verify(raw)
+            elif topology.verify(raw) == "topic":  # a ladder of 1.0.0rc1 or earlier, not ours to extend
+                self.spec = replace(self.spec, entries="topic")
             self.topology = topology
         if self._orphans:
             log.warning("delayq: republishing %d unconfirmed ladder message(s) on a new connection",

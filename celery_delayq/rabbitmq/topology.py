@@ -11,7 +11,7 @@ import functools
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Protocol, Sequence
 
 import amqp
 import tenacity
@@ -107,6 +107,12 @@ class LadderState:
         """The entities the broker does not have."""
         return [e for e in self.entities if not e.exists]
 
+    def missing_for_routing(self, spec: LadderSpec) -> list[EntityState]:
+        """:attr:`missing` less the queues' entry exchanges, which only a ladder of 1.0.0rc1 or earlier lacks and
+        which no message needs (its level exchanges route every publish: :meth:`Topology.verify`)."""
+        entries = set(spec.entry_exchanges())
+        return [e for e in self.missing if e.name not in entries]
+
     def queue(self, name: str) -> EntityState:
         """The state of queue ``name`` (KeyError if it is not part of the ladder)."""
         for e in self.entities:
@@ -117,7 +123,7 @@ class LadderState:
 
 
 #: The roles of what a ladder prefix puts on the broker, in the order ``topology delete`` reports them.
-ROLES = ("levels", "delivery", "index", "cancels", "exit", "fixed", "buckets", "laps", "unroutable", "parking")
+ROLES = ("levels", "entries", "delivery", "index", "cancels", "exit", "fixed", "buckets", "laps", "unroutable", "parking")
 
 _SHAPE = r"(?P<shape>[1-9][0-9]*x[1-9][0-9]*)"
 _LEVEL = r"(?:\.s[1-9][0-9]*)?\.L[0-9]{2,}"  # shard 0 has no .sN; L{k:02d}
@@ -140,6 +146,7 @@ def _patterns(prefix: str) -> tuple[tuple[str, str, re.Pattern[str]], ...]:
         ("queue", "unroutable", rf"{p}\.unroutable"),
         ("queue", "parking", rf"{p}\.parking"),
         ("exchange", "levels", rf"{p}\.{_SHAPE}{_LEVEL}"),
+        ("exchange", "entries", rf"{p}\.{_SHAPE}{_LEVEL}(?:\.d[1-9a-z])?\.entry"),  # a level queue's own fanout
         ("exchange", "delivery", rf"{p}\.{_SHAPE}\.deliver"),
         ("exchange", "unroutable", rf"{p}\.unroutable"),
     ]
@@ -307,6 +314,7 @@ class Topology:
             ("queue", s.laps_queue, {"x-queue-type": "classic"}),
         ]
         plan += [("exchange:topic", name, {}) for name in s.level_exchanges()]
+        plan += [("exchange:fanout", name, {}) for name in s.entry_exchanges()]
         plan += [("queue", q.name, self.level_queue_args(q.level, q.digit, q.shard)) for q in s.level_queues()]
         if self.index is not None:
             plan += self.index.entities()
@@ -415,30 +423,47 @@ class Topology:
                 _declare(ch, kind, name, args, nowait=True)
             ch.queue_declare(self.index.cancel_queue, passive=True)  # the barrier
 
-    def verify(self, connection: amqp.Connection) -> None:
-        """Check that the ladder exists with the expected arguments, creating nothing.
+    def verify(self, connection: amqp.Connection) -> Literal["fanout", "topic"]:
+        """Check that the ladder exists with the expected arguments, creating nothing; return how to enter it.
+
+        A ladder declared by 1.0.0rc1 or earlier has every queue and binding but not the queues' entry
+        exchanges (:meth:`LadderSpec.entry_exchange_of`): that is not an error, since its level exchanges still
+        route every publish; the answer is ``"topic"`` (publish through them, as that release did, logged once)
+        until ``delayq topology declare`` adds the entries. Otherwise ``"fanout"``.
 
         Raises:
             TopologyMissing: naming every missing exchange and queue.
             TopologyMismatch: naming the entity and argument that differ.
         """
+        entries = set(self.spec.entry_exchanges())
         with _Channels(connection) as chans:
             found = [_probe(chans, kind.split(":")[0], name) for kind, name, _args in self.entities()]
-            missing = [f"{e.kind} {e.name!r}" for e in found if not e.exists]
+            absent = {e.name for e in found if not e.exists}
+            missing = [f"{e.kind} {e.name!r}" for e in found if not e.exists and e.name not in entries]
             if missing:
                 raise TopologyMissing(
                     f"the delayq ladder is incomplete on the broker; missing: {', '.join(missing)}. "
                     "Run `celery -A APP delayq topology declare` with a user that may configure, "
                     "or set delayq_declare = True.")
+            how: Literal["fanout", "topic"] = "topic" if absent & entries else "fanout"
+            if how == "topic":
+                log.warning("delayq: the ladder %s has no entry exchanges (declared by celery_delayq 1.0.0rc1 or "
+                            "earlier): publishing through its level exchanges, as that release did. Run `celery -A "
+                            "APP delayq topology declare` (or apply a new export) for the faster entry.",
+                            self.spec.namespace)
             # Redeclaring with the same arguments changes nothing but fails with 406
-            # (PRECONDITION_FAILED) naming the argument that differs.
+            # (PRECONDITION_FAILED) naming the argument that differs. What is absent is not declared:
+            # verifying creates nothing.
             for kind, name, args in self.entities():
+                if name in absent:
+                    continue
                 try:
                     with _mismatch(f"{kind.split(':')[0]} {name!r}"):
                         chans.call(lambda ch: _declare(ch, kind, name, args))  # called at once
                 except amqp.AccessRefused:
                     log.info("delayq: no configure permission; ladder arguments not verified")
-                    return
+                    break
+        return how
 
     def inspect(self, connection: amqp.Connection, *, extra_queues: list[str] | tuple[str, ...] = ()) -> LadderState:
         """Which ladder exchanges and queues (and ``extra_queues``) exist, and their messages.
@@ -468,7 +493,7 @@ class Topology:
         queues += list(exit_queues) + [d.exit_queue for d in self._exits.values()]
         if not keep_shared:  # the laps queue's own exit queue goes with it
             queues.append(self.destination("", s.laps_queue).exit_queue)
-        exchanges = s.level_exchanges() + [s.delivery_exchange]
+        exchanges = s.entry_exchanges() + s.level_exchanges() + [s.delivery_exchange]
         exchanges += [] if keep_shared else [s.unroutable_exchange]
         streams = self.index.streams if self.index is not None else []
         queues += streams

@@ -60,6 +60,13 @@ def test_declare_verify_status_delete(cli, amqp_conn: amqp.Connection, uid: str)
     partial = cli("topology", "verify", ok=False)
     assert partial.returncode == 1 and spec.level_queue(3, 1) in partial.stderr
     assert "declared" in cli("topology", "declare").stdout
+    for name in spec.entry_exchanges():  # a ladder as 1.0.0rc1 declared it: no entry exchanges
+        amqp_conn.channel().exchange_delete(name)
+    older = cli("topology", "verify")
+    assert "complete" in older.stdout and "have no entry exchanges" in older.stderr
+    assert "topology declare` adds them" in older.stderr
+    cli("topology", "declare")
+    assert "entry" not in cli("topology", "verify").stderr
     status = " ".join(cli("status").stdout.split())
     assert "radix 4, 8 levels, unit 10 ms, one pass 11 min (longer delays lap)" in status and "L07" in status and "L00" in status
     assert json.loads(cli("status", "--json").stdout)["complete"] is True

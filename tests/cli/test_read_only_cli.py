@@ -49,8 +49,9 @@ def test_reading_an_absent_ladder_creates_nothing(ladder_app: Any, vhost: str) -
     doc = json.loads(as_json.stdout)
     assert doc["exists"] is False and doc["totals"] == {"waiting": 0, "parked": 0, "unroutable": 0, "held": None,
                                                      "cancelled": None}
-    # level exchanges, deliver + unroutable, level queues, unroutable, laps, 16 index streams + the cancel log
-    assert len(doc["missing"]) == 3 + 2 + 9 + 1 + 1 + 17
+    # level exchanges, deliver + unroutable, level queues and their entry exchanges, unroutable, laps, 16 index
+    # streams + the cancel log
+    assert len(doc["missing"]) == 3 + 2 + 9 + 9 + 1 + 1 + 17
     assert run_delayq(ladder_app, "parking", "list", "--json").stdout.strip() == "[]"
     assert "nothing has been parked yet" in run_delayq(ladder_app, "parking", "list").stdout
     out = run_delayq(ladder_app, "topology", "delete", "--yes")
@@ -79,7 +80,8 @@ def test_delete_counts_only_what_existed_and_asks_first(ladder_app: Any, amqp_co
     assert refused.exit_code == 1 and "not without --yes in a non-interactive shell" in refused.output
     assert topo.inspect(amqp_conn).queue(spec.level_queue(0, 1)).exists
     out = run_delayq(ladder_app, "topology", "delete", "--yes").stdout
-    assert f"deleted ladder '{spec.prefix}'" in out and "5 exchanges, 27 queues (0 of them exit queues)" in out
+    assert f"deleted ladder '{spec.prefix}'" in out and "14 exchanges, 27 queues (0 of them exit queues)" in out
+    assert "exchanges: levels 3, entries 9, delivery 1, unroutable 1" in out
     assert broker_names(vhost) == before
     again = run_delayq(ladder_app, "topology", "delete", "--yes").stdout
     assert "nothing to delete" in again

@@ -206,6 +206,23 @@ def test_incomplete_ladder_is_an_error_with_exit_status_1(small_app: Any, amqp_c
     assert ladder["details"]["missing"] == [f"queue {topo.spec.level_queue(1, 2)}"]
 
 
+def test_a_ladder_without_entry_exchanges_is_a_warning_not_an_error(small_app: Any, amqp_conn: amqp.Connection) -> None:
+    """A ladder 1.0.0rc1 or earlier declared lacks only the queues' entry exchanges: it routes everything."""
+    topo = small_topology(small_app)
+    topo.declare(amqp_conn)
+    ch = amqp_conn.channel()
+    for name in topo.spec.entry_exchanges():
+        ch.exchange_delete(name)
+    result = run_doctor(small_app, "--timeout", "0.3")
+    ladder = {f["check"]: f for f in json.loads(result.stdout)}["ladder"]
+    assert ladder["status"] == "warn", ladder
+    assert "has no entry exchanges (9 missing)" in ladder["summary"] and "Nothing is lost or late" in ladder["summary"]
+    assert "topology declare" in ladder["next_step"]
+    assert sorted(ladder["details"]["missing"]) == sorted(f"exchange {n}" for n in topo.spec.entry_exchanges())
+    assert ladder["details"]["mismatch"] is None  # the rest was verified
+    assert not topo.inspect(amqp_conn).complete  # and the doctor created nothing
+
+
 def test_human_output_lists_every_check_with_a_next_step(small_app: Any) -> None:
     result = CliRunner().invoke(delayq, ["doctor", "--timeout", "0.3"],
                                 obj=CLIContext(app=small_app, no_color=True, workdir=None),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -11,7 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from celery_delayq.errors import DelayTooLong, InvalidDelay, InvalidName
-from celery_delayq.ladder.spec import MAX_NAME_BYTES, LadderSpec, check_name, destination_token
+from celery_delayq.ladder.spec import MAX_NAME_BYTES, Binding, LadderSpec, check_name, destination_token
 
 @st.composite
 def specs(draw: st.DrawFn) -> LadderSpec:
@@ -38,9 +39,12 @@ def topic_match(pattern: str, key: str) -> bool:
 
 
 def simulate(spec: LadderSpec, units: int, token: str, shard: int = 0) -> tuple[list[str], int]:
-    """Follow the declared bindings and dead-letter targets like the broker would."""
+    """Follow the declared bindings and dead-letter targets like the broker would.
+
+    An entry exchange is a fanout: every binding of it matches, whatever the key (which the message keeps)."""
     key = spec.routing_key(units, token)
     bindings = spec.bindings()
+    fanouts = set(spec.entry_exchanges())
     ttl = {name: spec.queue_ttl_ms(k, d) for k, d, name, _s in spec.level_queues()}
     dlx = {name: spec.dead_letter_target(k, s) for k, d, name, s in spec.level_queues()}
     exchange, path, waited = spec.entry_exchange(units, shard), [], 0
@@ -48,7 +52,7 @@ def simulate(spec: LadderSpec, units: int, token: str, shard: int = 0) -> tuple[
         if exchange == spec.delivery_exchange:
             assert topic_match(spec.exit_binding_key(token), key)
             return path, waited
-        targets = [b for b in bindings if b.source == exchange and topic_match(b.routing_key, key)]
+        targets = [b for b in bindings if b.source == exchange and (exchange in fanouts or topic_match(b.routing_key, key))]
         assert len(targets) == 1, f"{exchange} routes {key} to {targets}"  # never duplicated, never lost
         b = targets[0]
         if b.destination_kind == "queue":
@@ -61,8 +65,11 @@ def simulate(spec: LadderSpec, units: int, token: str, shard: int = 0) -> tuple[
 
 
 @settings(max_examples=300)
-@given(spec=specs(), data=st.data())
-def test_simulated_routing_waits_exactly_the_delay(spec: LadderSpec, data: st.DataObject) -> None:
+@given(spec=specs(), data=st.data(), entries=st.sampled_from(["fanout", "topic"]))
+def test_simulated_routing_waits_exactly_the_delay(spec: LadderSpec, data: st.DataObject, entries: str) -> None:
+    """Through either entry (the queue's fanout, or its level's topic exchange as 1.0.0rc1 published), the same
+    queues and the same wait: the key the fanout does not read routes every later hop."""
+    spec = dataclasses.replace(spec, entries=entries)
     units = data.draw(st.integers(min_value=1, max_value=spec.max_units))
     token = destination_token("ex", "rk")
     path, waited = simulate(spec, units, token)
@@ -94,7 +101,25 @@ def test_binary_popcount_hops() -> None:
     spec = LadderSpec(levels=10, unit_ms=1, radix=2)
     assert spec.hops(0b1011) == 3 + 1
     assert spec.path(0b1011) == ["delayq.10x2.L03", "delayq.10x2.L01", "delayq.10x2.L00"]
-    assert spec.entry_exchange(0b1011) == "delayq.10x2.L03"
+    assert spec.entry_exchange(0b1011) == "delayq.10x2.L03.entry"  # level 3's queue's own fanout exchange
+    assert dataclasses.replace(spec, entries="topic").entry_exchange(0b1011) == "delayq.10x2.L03"
+
+
+def test_a_publish_enters_through_its_first_queues_fanout_and_keeps_every_digit_in_its_key() -> None:
+    spec = LadderSpec(levels=5, unit_ms=10)
+    units = 3 * 4**3 + 2 * 4**1 + 1  # digits 0,3,0,2,1: first waits in L03.d3
+    entry, key, hops = spec.route(units, "t0ken")
+    assert entry == spec.entry_exchange_of(3, 3) == "delayq.5x4.L03.d3.entry"
+    assert key == "0.3.0.2.1.t0ken" and hops == 4
+    assert [b for b in spec.bindings() if b.source == entry] == [
+        Binding(entry, "delayq.5x4.L03.d3", "queue", "")]  # bound to that queue alone
+    assert spec.route(0, "t0ken")[0] == spec.delivery_exchange  # nothing to wait: straight to delivery
+    assert spec == dataclasses.replace(spec, entries="topic")  # how it is entered is not the ladder's identity
+
+
+def test_entries_must_be_fanout_or_topic() -> None:
+    with pytest.raises(ValueError, match="entries must be 'fanout' or 'topic', got 'direct'"):
+        LadderSpec(entries="direct")  # type: ignore[arg-type]
 
 
 def test_radix_four_digits_pick_queues_by_value() -> None:
@@ -107,14 +132,16 @@ def test_radix_four_digits_pick_queues_by_value() -> None:
 
 def test_reshaped_ladders_never_share_exchanges() -> None:
     a, b, c = LadderSpec(levels=14, radix=4), LadderSpec(levels=13, radix=4), LadderSpec(levels=29, radix=2)
-    names = [{s.level_exchange(k) for k in range(s.levels)} | {s.delivery_exchange} for s in (a, b, c)]
+    names = [{s.level_exchange(k) for k in range(s.levels)} | {s.delivery_exchange} | set(s.entry_exchanges())
+             for s in (a, b, c)]
     assert not (names[0] & names[1]) and not (names[0] & names[2]) and not (names[1] & names[2])
 
 
 def test_bindings_are_linear_in_levels() -> None:
     for levels, radix in ((5, 2), (29, 2), (5, 4), (15, 4), (10, 8)):
         spec = LadderSpec(levels=levels, radix=radix, unit_ms=1)
-        assert len(spec.bindings()) == levels * radix
+        # per level: radix - 1 queues and the pass-through on the level exchange, radix - 1 entries
+        assert len(spec.bindings()) == levels * (2 * radix - 1)
         assert len(list(spec.level_queues())) == levels * (radix - 1)
 
 
@@ -229,7 +256,8 @@ def _shape_of(spec: LadderSpec) -> dict[str, object]:
 
 
 def test_the_default_shape_is_the_one_every_release_shipped() -> None:
-    """An app that sets no shape gets, after an upgrade, the very queues, TTLs and bindings 0.1.0 declared.
+    """An app that sets no shape gets, after an upgrade, the very queues, TTLs and bindings 0.1.0 declared (plus
+    each queue's entry exchange, bound to it alone).
 
     ``tests/data/shape-0.1.0.json`` was written by 0.1.0's own code (287afbb); a new default shape
     must come with a migration, not by changing what an unconfigured app declares.
@@ -239,5 +267,12 @@ def test_the_default_shape_is_the_one_every_release_shipped() -> None:
     from celery_delayq.config import DelayqConfig
 
     shipped = json.loads((Path(__file__).parents[1] / "data" / "shape-0.1.0.json").read_text())
-    now = _shape_of(DelayqConfig.from_app(Celery("x", set_as_current=False)).spec)
+    spec = DelayqConfig.from_app(Celery("x", set_as_current=False)).spec
+    now = _shape_of(spec)
+    # Every binding 0.1.0 declared is still there, so its processes route as they did; what 1.0.0 adds is one
+    # binding per queue from the queue's own entry exchange, and nothing else.
+    added = [b for b in now.pop("bindings") if b not in shipped["bindings"]]
+    assert sorted(b for b in shipped.pop("bindings")) == sorted(
+        [b.source, b.destination, b.routing_key] for b in spec.bindings() if b.source not in set(spec.entry_exchanges()))
+    assert added == sorted([spec.entry_exchange_of(q.level, q.digit), q.name, ""] for q in spec.level_queues())
     assert now == shipped

@@ -55,8 +55,8 @@ def test_a_refused_ladder_publish_is_not_listed(make_app, private_ladder, amqp_c
     publisher = celery_delayq.install(app).publisher
     publisher.declare()
     spec = publisher.spec
-    b = next(b for b in spec.bindings() if b.source == spec.level_exchange(4) and b.destination_kind == "queue")
-    amqp_conn.channel().queue_unbind(b.destination, b.source, b.routing_key)  # level 4, digit 1: routes nowhere
+    for b in [b for b in spec.bindings() if b.destination == spec.level_queue(4, 1)]:  # its level and its entry
+        amqp_conn.channel().queue_unbind(b.destination, b.source, b.routing_key)  # level 4, digit 1: routes nowhere
     kept = job.apply_async(countdown=30)
     with pytest.raises(PublishReturned):
         job.apply_async(countdown=spec.radix**4 * spec.unit_ms / 1000 + 0.004)  # the mandatory flag still works

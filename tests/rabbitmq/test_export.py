@@ -80,7 +80,8 @@ def test_bindings_and_dead_letter_targets_reference_resources() -> None:
     res = _resources(hcl)
     ref = re.compile(r"^\$\{rabbitmq_(exchange|queue)\.(\w+)\.(name|vhost)\}$")
     bindings = {a: b for a, b in res.items() if a.startswith("rabbitmq_binding.")}
-    assert len(bindings) == 3 * topo.spec.radix + 1 + 1  # ladder, unroutable, one exit
+    # ladder (per level: its queues, the pass-through, each queue's entry), unroutable, one exit
+    assert len(bindings) == 3 * (2 * topo.spec.radix - 1) + 1 + 1
     for address, b in bindings.items():
         for attr in ("source", "destination", "vhost"):
             m = ref.match(b[attr])
@@ -96,6 +97,9 @@ def test_bindings_and_dead_letter_targets_reference_resources() -> None:
     assert "rabbitmq_exchange.deliver.name" in res["rabbitmq_queue.level00_d1"]["settings"][0]["arguments_json"]
     assert res["rabbitmq_exchange.deliver"]["settings"][0]["arguments"] == {
         "alternate-exchange": "${rabbitmq_exchange.unroutable.name}"}
+    # each queue's entry is a fanout exchange bound to that queue alone
+    assert res["rabbitmq_exchange.level02_d3_entry"]["settings"][0]["type"] == "fanout"
+    assert res["rabbitmq_binding.level02_d3_entry"]["destination"] == "${rabbitmq_queue.level02_d3.name}"
     # and the graph has no cycle, with every reference declared
     load(hcl)
 
@@ -105,7 +109,8 @@ def test_resource_names_come_from_the_ladder_not_from_positions() -> None:
     names = set(_resources(export.terraform(topo)))
     assert {"rabbitmq_exchange.level02", "rabbitmq_queue.level02_d3", "rabbitmq_binding.level02_d3",
             "rabbitmq_binding.level02_d0", "rabbitmq_binding.level00_d0", "rabbitmq_exchange.deliver",
-            "rabbitmq_exchange.unroutable", "rabbitmq_queue.unroutable", "rabbitmq_binding.unroutable"} <= names
+            "rabbitmq_exchange.unroutable", "rabbitmq_queue.unroutable", "rabbitmq_binding.unroutable",
+            "rabbitmq_exchange.level02_d3_entry", "rabbitmq_binding.level02_d3_entry"} <= names
     assert not [n for n in names if re.search(r"\.b\d{3}_", n)]
     # adding exits and the parking queue adds resources and renames none
     more = set(_resources(export.terraform(topo, exits=[topo.destination("", "shop")], parking=PARKING)))

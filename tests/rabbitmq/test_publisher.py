@@ -127,11 +127,13 @@ def private_publisher(broker_url: str, private_ladder):
 
 
 def _break_level(publisher: LadderPublisher, conn: amqp.Connection, level: int) -> None:
-    """Unbind level ``level``'s queue, so a digit 1 there routes nowhere (a broken ladder)."""
+    """Unbind level ``level``'s digit-1 queue from its level and its entry, so a digit 1 there routes nowhere (a
+    broken ladder)."""
     publisher.declare()
     spec = publisher.spec
-    b = next(b for b in spec.bindings() if b.source == spec.level_exchange(level) and b.destination_kind == "queue")
-    conn.channel().queue_unbind(b.destination, b.source, b.routing_key)
+    queue = spec.level_queue(level, 1)
+    for b in [b for b in spec.bindings() if b.destination == queue]:
+        conn.channel().queue_unbind(b.destination, b.source, b.routing_key)
 
 
 def test_unroutable_ladder_publish_is_returned_and_raised(private_publisher, amqp_conn, dest: str) -> None:
@@ -210,6 +212,66 @@ def test_verify_only_publisher_works_on_a_declared_ladder(publisher, broker_url:
     assert scheduler_of(verifying).schedule_body("second", delay=0.02, queue=dest) is not None
     assert len(drain(amqp_conn, dest, 2, timeout=5)) == 2
     verifying.close()
+
+
+def _entry_bindings_only(publisher: LadderPublisher, conn: amqp.Connection, level: int, *, keep: str) -> None:
+    """Leave level ``level``'s digit-1 queue bound only from its entry exchange (``keep="entry"``) or only from
+    its level exchange (``keep="level"``)."""
+    publisher.declare()
+    spec = publisher.spec
+    queue, entry = spec.level_queue(level, 1), spec.entry_exchange_of(level, 1)
+    for b in [b for b in spec.bindings() if b.destination == queue and (b.source == entry) != (keep == "entry")]:
+        conn.channel().queue_unbind(b.destination, b.source, b.routing_key)
+
+
+def test_a_publish_enters_through_its_first_queues_entry_exchange(private_publisher, amqp_conn, dest: str) -> None:
+    """The level exchange's binding is not needed for the first hop (the entry's is), and the key the entry does
+    not read still routes the later hops: digit 1 at level 3, then digit 1 at level 0."""
+    publisher = private_publisher()
+    spec = publisher.spec
+    _entry_bindings_only(publisher, amqp_conn, 3, keep="entry")
+    scheduler_of(publisher).schedule_body("warm", delay=0.02, queue=dest)
+    units = spec.radix**3 + 1
+    t0 = time.time()
+    scheduler_of(publisher).schedule_body("through the entry", delay=units * spec.unit_ms / 1000, queue=dest)
+    got = drain(amqp_conn, dest, 2, timeout=10)
+    assert sorted(m.body for m in got) == ['"through the entry"', '"warm"']  # JSON bodies
+    assert time.time() - t0 >= units * spec.unit_ms / 1000  # waited both hops: never early
+
+
+def test_a_missing_entry_binding_is_returned_and_named(private_publisher, amqp_conn, dest: str) -> None:
+    publisher = private_publisher()
+    spec = publisher.spec
+    _entry_bindings_only(publisher, amqp_conn, 4, keep="level")
+    scheduler_of(publisher).schedule_body("warm", delay=0.02, queue=dest)
+    with pytest.raises(PublishReturned, match="NOT scheduled"):
+        scheduler_of(publisher).schedule_body("x", delay=spec.radix**4 * spec.unit_ms / 1000, queue=dest)
+
+
+def test_verify_only_publisher_enters_an_older_ladder_through_its_levels(publisher, broker_url: str, amqp_conn,
+                                                                          dest: str, caplog) -> None:
+    """A ladder declared by 1.0.0rc1 or earlier has no entry exchanges; a process that may not add them
+    (``delayq_declare = False``) publishes through the level exchanges, says so, and creates nothing."""
+    publisher.declare()
+    scheduler_of(publisher).schedule_body("first", delay=0.01, queue=dest)  # the exit queue, as above
+    ch = amqp_conn.channel()
+    for name in publisher.spec.entry_exchanges():
+        ch.exchange_delete(name)
+    verifying = LadderPublisher(kombu.Connection(broker_url), DelayqConfig(prefix=publisher.spec.prefix, declare=False))
+    with caplog.at_level("WARNING", logger="celery_delayq"):
+        assert scheduler_of(verifying).schedule_body("second", delay=0.05, queue=dest) is not None
+    assert verifying.spec.entries == "topic"
+    assert "has no entry exchanges" in caplog.text and "topology declare" in caplog.text
+    assert len(drain(amqp_conn, dest, 2, timeout=5)) == 2
+    with pytest.raises(amqp.NotFound):  # verifying created none of them
+        amqp_conn.channel().exchange_declare(publisher.spec.entry_exchange_of(0, 1), "fanout", passive=True)
+    verifying.close()
+    publisher.topology.declare(amqp_conn)  # what `delayq topology declare` does: the entries are back
+    again = LadderPublisher(kombu.Connection(broker_url), DelayqConfig(prefix=publisher.spec.prefix, declare=False))
+    scheduler_of(again).schedule_body("third", delay=0.05, queue=dest)
+    assert again.spec.entries == "fanout"
+    assert len(drain(amqp_conn, dest, 1, timeout=5)) == 1
+    again.close()
 
 
 def test_exit_queue_uses_the_ladder_queue_type(publisher, amqp_conn, dest: str) -> None:

@@ -38,6 +38,8 @@ def test_every_name_the_ladder_makes_is_recognised_with_its_role(spec: LadderSpe
             assert found[1] == shape, name  # levels of every shard, delivery, streams: this shape's
         else:
             assert found[0] in ("laps", "unroutable") and found[1] == "", name
+    entries = set(spec.entry_exchanges())
+    assert entries and all(ladder_role(spec.prefix, "exchange", n) == ("entries", shape) for n in entries)
 
 
 @pytest.mark.parametrize("kind,name", [
@@ -51,6 +53,7 @@ def test_every_name_the_ladder_makes_is_recognised_with_its_role(spec: LadderSpe
     ("queue", "app.3x4.index.100"), ("queue", "app.0x4.L00.d1"), ("exchange", "app.3x4.deliverx"),
     ("exchange", "app.3x4.L00.d1"), ("queue", "app.3x4.deliver"), ("exchange", "app.laps"),
     ("queue", "app.3x4.s0.L00.d1"), ("queue", "other.app.unroutable"), ("queue", "APP.unroutable"),
+    ("queue", "app.3x4.L00.d1.entry"), ("exchange", "app.3x4.L00.d0.entry"), ("exchange", "app.3x4.L00.d1.entryx"),
 ])
 def test_names_the_ladder_does_not_make_are_not_its(kind: str, name: str) -> None:
     assert ladder_role("app", kind, name) is None
