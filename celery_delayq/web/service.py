@@ -256,10 +256,11 @@ class Service:
         """
         with self._audited("run-now" if due is None else "reschedule", who, via, [str(task_id)]) as record:
             task_id = check_id(task_id, what="task_id")
-            when = self._due(record, due)
+            now = time.time()
+            when = self._due(record, due, now)
             self._acting()
             with urgent():
-                return reschedule(self.app, task_id, due=when)
+                return reschedule(self.app, task_id, due=when, now=now)
 
     def move(self, task_ids: Sequence[str], due: str | float | None, *, who: str, via: str) -> Bulk:
         """Run now (``due`` None) or move these waiting tasks (the rows an operator selected).
@@ -273,10 +274,11 @@ class Service:
             if not task_ids:
                 raise BadInput("task_id: select at least one task")
             ids = [check_id(i, what="task_id") for i in task_ids]
-            when = self._due(record, due)
+            now = time.time()
+            when = self._due(record, due, now)
             with urgent():
                 found = find_waiting(*index_of(self.app), ids, now=time.time())
-                return self._move_each([found[i] for i in dict.fromkeys(ids)], when)
+                return self._move_each([found[i] for i in dict.fromkeys(ids)], when, now)
 
     def move_matching(self, fields: Mapping[str, Any], due: str | float | None, *, everything: bool,
                       dry_run: bool, expect: int | None, who: str, via: str) -> Bulk:
@@ -284,25 +286,31 @@ class Service:
         counts. Raises as :meth:`cancel_matching`, and as :meth:`move`."""
         with self._audited("run-now" if due is None else "reschedule", who, via) as record:
             found = self._matching_now(record, fields, everything=everything, dry_run=dry_run, expect=expect)
-            when = self._due(record, due)
+            now = time.time()
+            when = self._due(record, due, now)
             if dry_run:
                 return Bulk.of([t.task_id for t in found], 0, dry_run=True)
-            return self._move_each(found, when)
+            return self._move_each(found, when, now)
 
-    def _due(self, record: dict[str, Any], due: str | float | None) -> float | None:
-        """The new due time (None: now), read as :meth:`reschedule` reads it."""
+    def _due(self, record: dict[str, Any], due: str | float | None, now: float) -> float | None:
+        """The new due time (None: now), read as :meth:`reschedule` reads it, at ``now``.
+
+        A due time is read once, when the action is asked for: "in 3s" means 3 s after the click, and the moves
+        check it against that moment, not against the clock after the index was read (which, on a busy broker,
+        took longer than 3 s and refused the move as "in the past"). A move that lands after its due time runs at
+        once, never early."""
         if due is None:
             return None
         record["due"] = due
-        return parse_due(due, check_delay=self.context.config.check_delay)
+        return parse_due(due, now=now, check_delay=self.context.config.check_delay)
 
-    def _move_each(self, found: Sequence[PendingTask], when: float | None) -> Bulk:
+    def _move_each(self, found: Sequence[PendingTask], when: float | None, now: float) -> Bulk:
         """Check every task's arguments first (nothing is moved when one cannot be), then move each."""
         for t in found:
             arguments_of(t)
         if found:
             self._acting()
-        reschedule_many(self.app, found, due=when)
+        reschedule_many(self.app, found, due=when, now=now)
         return Bulk.of([t.task_id for t in found], len(found), dry_run=False)
 
     def parked_filter(self, *, task: str | None = None, exception: str | None = None, message: str | None = None,

@@ -58,6 +58,33 @@ def test_the_actions_on_chosen_ids_look_them_up_urgent(svc: Service, monkeypatch
     assert seen == {"cancel": 1, "reschedule": 1, "move": 1} and urgent_now() == 0
 
 
+def test_a_due_time_is_read_once_so_a_slow_index_read_cannot_make_a_move_past_due(
+        svc: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    """"3s" is 3 s after the click: the moves check it against that moment. It was read again after the index
+    read, which on a busy broker took longer, and the page refused the move as "in the past"."""
+    import time
+
+    from celery_delayq.cancels.reschedule import _when
+
+    given: dict[str, Any] = {}
+
+    def slow_find(connection: Any, layout: Any, ids: Any, *, now: float) -> Any:
+        time.sleep(1.2)  # the index read on a busy broker
+        return {i: TASK for i in ids}
+
+    monkeypatch.setattr(service_module, "find_waiting", slow_find)
+    monkeypatch.setattr(service_module, "index_of", lambda app: (None, None))
+    monkeypatch.setattr(service_module, "arguments_of", lambda t: None)
+    monkeypatch.setattr(service_module, "reschedule_many", lambda app, tasks, **kw: given.update(kw) or [])
+    monkeypatch.setattr(Service, "_acting", lambda self: None)
+    monkeypatch.setattr(service_module, "audit", lambda *a, **kw: None)
+    clicked = time.time()
+    svc.move(["t-1"], "1s", who="me", via="page")
+    assert clicked <= given["now"] < given["due"] <= given["now"] + 1.001
+    assert given["due"] < time.time()  # past by the time the moves run ...
+    assert _when(svc.app, given["due"], given["now"]) == given["due"]  # ... and still accepted: it runs at once
+
+
 def test_the_kept_list_is_read_by_the_reader_process_which_ends_with_the_app() -> None:
     """The whole-index reads run in a child process (the GIL stays the requests'); the server's shutdown
     (FastAPI's lifespan) ends it."""
