@@ -435,17 +435,17 @@ class Topology:
             TopologyMissing: naming every missing exchange and queue.
             TopologyMismatch: naming the entity and argument that differ.
         """
-        entries = set(self.spec.entry_exchanges())
         with _Channels(connection) as chans:
-            found = [_probe(chans, kind.split(":")[0], name) for kind, name, _args in self.entities()]
-            absent = {e.name for e in found if not e.exists}
-            missing = [f"{e.kind} {e.name!r}" for e in found if not e.exists and e.name not in entries]
+            state = LadderState(tuple(_probe(chans, kind.split(":")[0], name)
+                                      for kind, name, _args in self.entities()), self.spec.namespace)
+            missing = [f"{e.kind} {e.name!r}" for e in state.missing_for_routing(self.spec)]
             if missing:
                 raise TopologyMissing(
                     f"the delayq ladder is incomplete on the broker; missing: {', '.join(missing)}. "
                     "Run `celery -A APP delayq topology declare` with a user that may configure, "
                     "or set delayq_declare = True.")
-            how: Literal["fanout", "topic"] = "topic" if absent & entries else "fanout"
+            absent = {e.name for e in state.missing}  # entry exchanges only, by now
+            how: Literal["fanout", "topic"] = "topic" if absent else "fanout"
             if how == "topic":
                 log.warning("delayq: the ladder %s has no entry exchanges (declared by celery_delayq 1.0.0rc1 or "
                             "earlier): publishing through its level exchanges, as that release did. Run `celery -A "
